@@ -1,0 +1,9 @@
+"""Pre-norm and post-norm transformer blocks built from explicit causal attention."""
+
+from zoo_core import hookimpl
+
+
+@hookimpl
+def register_blocks(register):
+    register("pre-norm", "plugins.blocks.blocks:PreNormBlock")
+    register("post-norm", "plugins.blocks.blocks:PostNormBlock")

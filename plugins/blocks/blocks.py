@@ -1,0 +1,58 @@
+"""Transformer blocks: attention then a position-wise feed-forward network."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn import functional as F
+
+from .attention import CausalSelfAttention
+
+
+class FeedForward(nn.Module):
+    """Position-wise: Linear(C, d_ff) -> ReLU -> Linear(d_ff, C), the same at every token."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.down(F.relu(self.up(x))))
+
+
+def make_norm(kind: str, d_model: int) -> nn.Module:
+    if kind == "layernorm":
+        return nn.LayerNorm(d_model)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(d_model)
+    raise ValueError(f"unknown norm '{kind}' (known: layernorm, rmsnorm)")
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_head: int, d_ff: int | None = None, dropout: float = 0.0, norm: str = "layernorm", **_: object):
+        super().__init__()
+        self.norm1 = make_norm(norm, d_model)
+        self.attention = CausalSelfAttention(d_model, n_head, dropout)
+        self.norm2 = make_norm(norm, d_model)
+        self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout)
+
+
+class PreNormBlock(_Block):
+    """x + Attention(Norm(x)), then x + FFN(Norm(x)): the residual stream is never normalised."""
+
+    def forward(self, x, positions, encoding, need_weights: bool = False):
+        update, weights = self.attention(self.norm1(x), positions, encoding, need_weights)
+        x = x + update
+        x = x + self.feed_forward(self.norm2(x))
+        return x, weights
+
+
+class PostNormBlock(_Block):
+    """Norm(x + Attention(x)), then Norm(x + FFN(x)), as in the original Transformer (§3.1)."""
+
+    def forward(self, x, positions, encoding, need_weights: bool = False):
+        update, weights = self.attention(x, positions, encoding, need_weights)
+        x = self.norm1(x + update)
+        x = self.norm2(x + self.feed_forward(x))
+        return x, weights

@@ -1,0 +1,9 @@
+"""The bigram model and the transformer language-model wrapper (seed 000)."""
+
+from zoo_core import hookimpl
+
+
+@hookimpl
+def register_models(register):
+    register("bigram", "plugins.models.bigram:build_bigram")
+    register("transformer", "plugins.models.transformer:build_transformer")

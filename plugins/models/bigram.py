@@ -1,0 +1,34 @@
+"""The bigram baseline: the next token depends on the current token only."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn import functional as F
+
+from .config import call_with_config
+
+
+class BigramLanguageModel(nn.Module):
+    """Token embedding -> vocabulary projection, position by position.
+
+    Its embedding and head have the same shapes as the transformer's, so paired
+    experiments can start both from identical values.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, context_length: int):
+        super().__init__()
+        self.context_length = context_length
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, idx, targets=None):
+        logits = self.lm_head(self.token_embedding(idx))  # (B, T, V)
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return logits, loss
+
+    def attention_maps(self, idx):
+        return []
+
+
+def build_bigram(config, components):
+    return call_with_config(BigramLanguageModel, config, "bigram")

@@ -1,0 +1,22 @@
+"""Turning a card's config table into constructor arguments, with clear errors."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from zoo_core.errors import ZooError
+
+
+def call_with_config(constructor: Callable[..., Any], config: dict[str, Any], architecture: str, **extra: Any) -> Any:
+    """Call ``constructor(**config, **extra)``, naming unknown or missing keys."""
+    parameters = inspect.signature(constructor).parameters
+    accepted = {name for name, p in parameters.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    unknown = sorted(set(config) - accepted)
+    if unknown:
+        raise ZooError(f"architecture '{architecture}': unknown config key(s) {', '.join(unknown)}")
+    required = {name for name, p in parameters.items() if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    missing = sorted(required - set(config) - set(extra))
+    if missing:
+        raise ZooError(f"architecture '{architecture}': config is missing {', '.join(missing)}")
+    return constructor(**config, **extra)

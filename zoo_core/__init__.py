@@ -1,0 +1,25 @@
+"""zoo: a plugin-based model zoo for small transformer language models.
+
+Importing this package is cheap: torch is imported only when a model is built.
+"""
+
+import pluggy
+
+hookimpl = pluggy.HookimplMarker("zoo")
+
+__version__ = "0.1.0"
+
+# The API is resolved lazily so that `import zoo_core` stays free of torch.
+_API = {"list_variants", "load", "get_variant", "catalogue", "build_network", "load_tokenizer"}
+
+
+def __getattr__(name):
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    if name in {"ZooError", "UnknownName"}:
+        from . import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'zoo_core' has no attribute {name!r}")

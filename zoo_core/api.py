@@ -1,0 +1,79 @@
+"""The Python API: the same reach as the CLI.
+
+    >>> import zoo_core
+    >>> [card.name for card in zoo_core.list_variants("transformer-*")]
+    >>> model = zoo_core.load("transformer-6b-sin")
+    >>> model.generate("ROMEO:", max_new_tokens=50, seed=1)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cards import ModelCard
+from .errors import ZooError
+from .plugin_manager import PluginSet, get_plugins
+from .registry import Catalogue, Variant, read_registry_file
+
+
+def catalogue(plugins: PluginSet | None = None) -> Catalogue:
+    """Every variant every loaded plugin contributes.
+
+    A broken registry file of the zoo's own is an error; a third-party plugin's
+    broken file is reported against that plugin and skipped.
+    """
+    plugins = plugins or get_plugins()
+    result = Catalogue()
+    for path, plugin in plugins.variant_files:
+        info = plugins.plugins[plugin]
+        try:
+            for variant in read_registry_file(Path(path), plugin):
+                result.add(variant)
+        except ZooError as exc:
+            if info.builtin:
+                raise
+            info.errors.append(str(exc))
+    return result
+
+
+def list_variants(pattern: str | None = None) -> list[ModelCard]:
+    """Cards of the variants whose names match ``pattern`` (shell wildcards)."""
+    return [variant.card for variant in catalogue().match(pattern)]
+
+
+def get_variant(name: str) -> Variant:
+    return catalogue().get(name)
+
+
+def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
+    plugins = plugins or get_plugins()
+    spec = variant.card.tokenizer
+    return plugins.components["tokenizers"].create(spec.kind, spec, variant.tokenizer_path)
+
+
+def build_network(variant: Variant, plugins: PluginSet | None = None):
+    """A freshly initialised network for the card (weights not loaded)."""
+    plugins = plugins or get_plugins()
+    card = variant.card
+    factory = plugins.components["models"].factory(card.architecture)
+    try:
+        return factory(card.architecture_config(), plugins.components)
+    except ZooError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ZooError(f"variant '{card.name}': cannot build architecture '{card.architecture}': {exc}") from exc
+
+
+def load(name: str, plugins: PluginSet | None = None):
+    """Build the variant's network and load its verified weights."""
+    from .checkpoints import load_verified
+    from .model import ZooModel
+
+    plugins = plugins or get_plugins()
+    variant = catalogue(plugins).get(name)
+    tokenizer = load_tokenizer(variant, plugins)
+    network = build_network(variant, plugins)
+    card = variant.card
+    verification = load_verified(variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters)
+    network.eval()
+    return ZooModel(variant, tokenizer, network, verification)

@@ -1,0 +1,256 @@
+"""The `zoo` command.
+
+Errors a user can cause end in one line on stderr and exit status 1 (2 for bad
+usage); `--debug` shows the traceback instead. Heavy imports (torch) happen inside
+the commands that need them, so `zoo list` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import ZooError
+
+
+def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _summary(card) -> dict:
+    """The facts `zoo list` shows, from the card alone."""
+    config = card.config
+    block = config.get("block")
+    norm = config.get("norm", "layernorm")
+    norm_label = f"{block.split('-')[0]}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm)}" if block else "-"
+    return {
+        "name": card.name,
+        "architecture": card.architecture,
+        "layers": config.get("n_layer", "-"),
+        "positions": config.get("positions", "-"),
+        "norm": norm_label,
+        "context": card.context_length,
+        "parameters": card.parameters,
+        "validation_loss": card.metrics.validation_loss,
+        "tokenizer": card.tokenizer.kind,
+    }
+
+
+def cmd_list(args) -> int:
+    from .api import catalogue
+
+    variants = catalogue().match(args.pattern)
+    rows = [_summary(v.card) for v in variants]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered", file=sys.stderr)
+        return 1
+    headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss"]
+    table = [
+        [r["name"], r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
+         f"{r['parameters']:,}" if r["parameters"] is not None else "-",
+         f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else "-"]
+        for r in rows
+    ]
+    print(_format_table(headers, table, right={2, 5, 6, 7}))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .api import get_variant
+    from .registry import render_registry
+
+    variant = get_variant(args.name)
+    if args.json:
+        print(json.dumps(variant.card.model_dump(mode="json", exclude_none=True), indent=2))
+    else:
+        print(f"# from {variant.source} (plugin '{variant.plugin}')")
+        print(render_registry([variant.card]), end="")
+    return 0
+
+
+def cmd_load(args) -> int:
+    from .api import load
+
+    started = time.perf_counter()
+    model = load(args.name)
+    total = time.perf_counter() - started
+    verification = model.verification
+    summary = {
+        "name": model.name,
+        "architecture": model.card.architecture,
+        "parameters": model.parameters(),
+        "checkpoint": str(verification.path),
+        "sha256": verification.sha256,
+        "tensors": verification.tensors,
+        "verified": verification.checks,
+        "weights_seconds": round(verification.seconds, 4),
+        "load_seconds": round(total, 4),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{model.name}: {model.card.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors")
+        print(f"  checkpoint {verification.path}")
+        print(f"  verified   {', '.join(verification.checks)} (sha256 {verification.sha256[:16]}…)")
+        print(f"  loaded in  {total * 1000:.0f} ms (weights {verification.seconds * 1000:.1f} ms)")
+    return 0
+
+
+def cmd_sample(args) -> int:
+    from .sampling import check_sampling_arguments
+
+    # Check what the user typed before paying for torch and the checkpoint.
+    check_sampling_arguments(args.max_new_tokens, args.temperature, args.top_k)
+    if not args.prompt:
+        raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
+    from .api import load
+
+    model = load(args.name)
+    print(model.generate(args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .trainrun import train_variant
+
+    card, registry_file = train_variant(
+        args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
+        publish=args.publish, show_progress=not args.quiet,
+    )
+    metrics = card.metrics
+    print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
+          f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)")
+    print(f"  card in {registry_file}")
+    if not args.publish:
+        print(f"  use it: ZOO_REGISTRY={registry_file} zoo sample {card.name} --prompt ...")
+    return 0
+
+
+def cmd_plugins(args) -> int:
+    from .api import catalogue
+    from .plugin_manager import get_plugins
+
+    plugins = get_plugins()
+    try:
+        catalogue(plugins)  # reports third-party registry errors against their plugin
+    except ZooError as exc:
+        print(f"zoo: warning: {exc}", file=sys.stderr)
+    conflicts = plugins.conflict_messages()
+    if args.json:
+        print(json.dumps({
+            "plugins": [
+                {"name": p.name, "distribution": p.distribution, "version": p.version, "builtin": p.builtin,
+                 "registered": p.registered, "errors": p.errors}
+                for p in plugins.plugins.values()
+            ],
+            "conflicts": conflicts,
+        }, indent=2))
+        return 0
+    for info in plugins.plugins.values():
+        origin = "built-in" if info.builtin else info.distribution
+        print(f"{info.name} {info.version} ({origin})")
+        for kind, names in info.registered.items():
+            print(f"  {kind}: {', '.join(names)}")
+        for error in info.errors:
+            print(f"  ERROR: {error}")
+    for message in conflicts:
+        print(f"CONFLICT: {message}")
+    return 0
+
+
+def cmd_train_tokenizer(args) -> int:
+    from plugins.bpe.tokenizer import write_ranks
+    from plugins.bpe.training import train_bpe
+
+    from .data import read_corpus_text, split_text
+    from .files import atomic_write
+
+    text, _ = split_text(read_corpus_text(args.data), args.train_fraction)
+    ranks = train_bpe(text, args.vocab_size)
+    atomic_write(args.out, lambda temporary: write_ranks(ranks, temporary))
+    print(f"{len(ranks)} tokens trained on {len(text):,} characters -> {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
+    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_list)
+
+    p = commands.add_parser("show", help="show a variant's card")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_show)
+
+    p = commands.add_parser("load", help="build a variant, verify and load its weights")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_load)
+
+    p = commands.add_parser("sample", help="continue a prompt")
+    p.add_argument("name")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.set_defaults(run=cmd_sample)
+
+    p = commands.add_parser("train", help="train a variant from its card's recipe")
+    p.add_argument("name")
+    p.add_argument("--steps", type=int, help="override the recipe's number of updates")
+    p.add_argument("--seed", type=int, help="override the recipe's seed")
+    p.add_argument("--data", type=Path, help="train on this text file instead of the recipe's corpus")
+    p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
+    p.add_argument("--publish", action="store_true", help="replace the variant's own checkpoint and card")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.set_defaults(run=cmd_train)
+
+    p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_plugins)
+
+    p = commands.add_parser("train-tokenizer", help="train the byte-level BPE vocabulary")
+    p.add_argument("--data", type=Path, default=Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare.txt")
+    p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument("--train-fraction", type=float, default=0.9)
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "checkpoints" / "bpe-1024.tiktoken")
+    p.set_defaults(run=cmd_train_tokenizer)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except ZooError as exc:
+        if args.debug:
+            raise
+        print(f"zoo: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("zoo: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

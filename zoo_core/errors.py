@@ -1,0 +1,14 @@
+"""The one exception type a user can cause.
+
+Anything raised as a ZooError is the user's to fix (a bad name, file or input):
+the CLI prints its message as one line and exits non-zero. Everything else is a
+bug and keeps its traceback.
+"""
+
+
+class ZooError(Exception):
+    """A problem the user can fix; its message is one complete line."""
+
+
+class UnknownName(ZooError):
+    """A variant or component name that nothing registered."""

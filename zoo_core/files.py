@@ -1,0 +1,52 @@
+"""Writing files so that nothing finished is ever lost.
+
+Every write goes to a temporary file in the same folder, is flushed to disk and
+renamed over the target: a reader (or a crash) sees the old file or the new one,
+never half of one. Read-modify-write of a shared file happens under a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .errors import ZooError
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(temporary_path)``, fsync it, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        with open(temporary, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
+    """Hold ``path.lock`` exclusively; with ``wait=False`` a held lock is an error."""
+    lock_path = path.with_name(path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise ZooError(f"{path} is being written by another zoo process; wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

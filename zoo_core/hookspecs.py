@@ -1,0 +1,78 @@
+"""The plugin author's reference: every hook the zoo calls.
+
+A plugin is a module (or object) with functions decorated by `zoo_core.hookimpl`
+whose names match the specifications below, exposed through an entry point in
+the group ``zoo``::
+
+    [project.entry-points.zoo]
+    rope = "zoo_rope"
+
+Every hook receives a ``register`` callable and returns nothing. Factories may be
+given as callables or as ``"package.module:attribute"`` strings; strings are only
+imported when a variant needs them, which keeps ``zoo list`` free of torch.
+Names are global per component kind: if two plugins register the same name, the
+zoo refuses to use it and names both plugins.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("zoo")
+
+
+@hookspec
+def register_tokenizers(register):
+    """Register tokenizers: ``register(name, factory)``.
+
+    ``factory(spec, path)`` receives the card's ``TokenizerSpec`` and the resolved
+    path of ``spec.file`` (or None) and returns an object satisfying
+    ``zoo_core.protocols.Tokenizer``: ``encode(text) -> list[int]``,
+    ``decode(ids) -> str`` and ``vocab_size``.
+    """
+
+
+@hookspec
+def register_positions(register):
+    """Register position encodings: ``register(name, factory)``.
+
+    ``factory(d_model=..., n_head=..., context_length=...)`` returns an
+    ``nn.Module`` satisfying ``zoo_core.protocols.PositionEncoding``. An encoding
+    may add to the residual stream (``embed``), rotate queries and keys inside
+    attention (``rotate``, as RoPE does) or bias attention scores (``bias``, as
+    ALiBi does); subclass ``zoo_core.components.PositionEncodingBase`` and
+    override only what yours does.
+    """
+
+
+@hookspec
+def register_blocks(register):
+    """Register transformer blocks: ``register(name, factory)``.
+
+    ``factory(d_model=..., n_head=..., d_ff=..., dropout=..., norm=...)`` returns
+    an ``nn.Module`` satisfying ``zoo_core.protocols.Block``:
+    ``block(x, positions, encoding, need_weights=False) -> (x, weights | None)``,
+    where ``weights`` has shape (batch, heads, queries, keys).
+    """
+
+
+@hookspec
+def register_models(register):
+    """Register architectures: ``register(name, factory)``.
+
+    ``factory(config, components)`` receives the card's architecture config
+    (its ``config`` table plus ``context_length`` and ``vocab_size``) and a
+    ``zoo_core.plugin_manager.Components`` to look up registered positions and
+    blocks by name; it returns an ``nn.Module`` satisfying
+    ``zoo_core.protocols.LanguageModel``.
+    """
+
+
+@hookspec
+def register_variants(register):
+    """Contribute variants: ``register(path)`` with the path of a registry TOML file.
+
+    Each table of that file is one variant's card (see ``zoo show`` for the
+    fields); checkpoint and tokenizer paths are relative to the file, so a plugin
+    package ships its registry and safetensors files side by side.
+    """

@@ -1,0 +1,206 @@
+"""Finds plugins through the ``zoo`` entry-point group and collects what they register.
+
+Built-in plugins are found the same way as third-party ones. A plugin that fails
+to import, or whose hook raises, is recorded and skipped: the rest of the zoo
+keeps working and `zoo plugins` shows the error. Two plugins registering the same
+name make that name unusable, with an error naming both, rather than letting one
+silently win.
+
+Environment:
+    ZOO_DISABLE_PLUGIN_AUTOLOAD=1  load only the zoo's own built-in plugins
+    ZOO_PLUGINS=a,b                load only these third-party plugins (entry-point names)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pluggy
+
+from . import hookspecs
+from .errors import UnknownName, ZooError
+
+BUILTIN_DISTRIBUTION = "zoo"
+COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models")
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str
+    version: str
+    builtin: bool
+    registered: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Registration:
+    factory: Any  # callable, or "module:attribute" to import on first use
+    plugin: str
+
+
+class Components:
+    """Registered factories of one kind ('positions', 'blocks', ...), by name."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, _Registration] = {}
+        self._conflicts: dict[str, list[str]] = {}
+
+    def add(self, name: str, factory: Any, plugin: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise ZooError(f"plugin '{plugin}' registered a {self.kind[:-1]} with an empty or non-text name")
+        if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
+            raise ZooError(f"plugin '{plugin}' registered {self.kind[:-1]} '{name}' with a factory that is neither callable nor 'module:attribute'")
+        if name in self._entries or name in self._conflicts:
+            owners = self._conflicts.setdefault(name, [self._entries.pop(name).plugin] if name in self._entries else [])
+            owners.append(plugin)
+            return
+        self._entries[name] = _Registration(factory, plugin)
+
+    def conflicts(self) -> dict[str, list[str]]:
+        return dict(self._conflicts)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def plugin_of(self, name: str) -> str:
+        return self._entries[name].plugin
+
+    def factory(self, name: str) -> Callable[..., Any]:
+        if name in self._conflicts:
+            owners = " and ".join(f"'{p}'" for p in self._conflicts[name])
+            raise ZooError(f"{self.kind[:-1]} '{name}' is registered by more than one plugin ({owners}); uninstall or disable one")
+        try:
+            entry = self._entries[name]
+        except KeyError:
+            known = ", ".join(self.names()) or "none"
+            raise UnknownName(f"no {self.kind[:-1]} named '{name}' is registered (known: {known})") from None
+        if isinstance(entry.factory, str):
+            entry.factory = _import_attribute(entry.factory, entry.plugin)
+        return entry.factory
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.factory(name)(*args, **kwargs)
+
+
+def _import_attribute(reference: str, plugin: str) -> Any:
+    module_name, _, attribute = reference.partition(":")
+    try:
+        target = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # a broken plugin must not look like a zoo bug
+        raise ZooError(f"plugin '{plugin}': cannot import '{reference}': {type(exc).__name__}: {exc}") from exc
+    return target
+
+
+class PluginSet:
+    """The outcome of loading every plugin: components, variant files, reports."""
+
+    def __init__(self) -> None:
+        self.plugins: dict[str, PluginInfo] = {}
+        self.components = {kind: Components(kind) for kind in COMPONENT_KINDS}
+        self.variant_files: list[tuple[Path, str]] = []
+        self.manager = pluggy.PluginManager("zoo")
+        self.manager.add_hookspecs(hookspecs)
+
+    # -- loading ---------------------------------------------------------------
+
+    def load_entry_points(self) -> None:
+        disable_autoload = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
+        selected = {n.strip() for n in os.environ.get("ZOO_PLUGINS", "").split(",") if n.strip()}
+        entry_points = sorted(
+            importlib.metadata.entry_points(group="zoo"),
+            key=lambda ep: (_distribution_name(ep) != BUILTIN_DISTRIBUTION, ep.name),
+        )
+        seen: set[str] = set()
+        for ep in entry_points:
+            distribution = _distribution_name(ep)
+            builtin = distribution == BUILTIN_DISTRIBUTION
+            if ep.name in seen:  # the same distribution seen twice on sys.path
+                continue
+            seen.add(ep.name)
+            if not builtin and (disable_autoload or (selected and ep.name not in selected)):
+                continue
+            info = PluginInfo(ep.name, distribution, _distribution_version(ep), builtin)
+            self.plugins[ep.name] = info
+            try:
+                module = ep.load()
+            except Exception as exc:
+                info.errors.append(f"failed to import '{ep.value}': {type(exc).__name__}: {exc}")
+                continue
+            self.add_plugin(module, info)
+
+    def add_plugin(self, module: Any, info: PluginInfo) -> None:
+        """Register one plugin object and run its hooks, each in isolation."""
+        self.plugins.setdefault(info.name, info)
+        try:
+            self.manager.register(module, name=info.name)
+        except Exception as exc:  # pluggy rejects unknown hooks and bad signatures
+            info.errors.append(f"rejected by the plugin manager: {exc}")
+            return
+        for kind in COMPONENT_KINDS:
+            self._call(info, f"register_{kind}", self._component_registrar(kind, info))
+        self._call(info, "register_variants", self._variant_registrar(info))
+
+    def _call(self, info: PluginInfo, hook_name: str, register: Callable[..., None]) -> None:
+        caller = getattr(self.manager.hook, hook_name)
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name != info.name:
+                continue
+            try:
+                impl.function(register=register)
+            except Exception as exc:
+                info.errors.append(f"hook {hook_name} raised {type(exc).__name__}: {exc}")
+
+    def _component_registrar(self, kind: str, info: PluginInfo) -> Callable[..., None]:
+        def register(name: str, factory: Any) -> None:
+            self.components[kind].add(name, factory, info.name)
+            info.registered.setdefault(kind, []).append(name)
+
+        return register
+
+    def _variant_registrar(self, info: PluginInfo) -> Callable[..., None]:
+        def register(path: str | os.PathLike[str]) -> None:
+            self.variant_files.append((Path(path), info.name))
+            info.registered.setdefault("variant files", []).append(str(path))
+
+        return register
+
+    # -- reporting -------------------------------------------------------------
+
+    def conflict_messages(self) -> list[str]:
+        messages = []
+        for kind, components in self.components.items():
+            for name, owners in components.conflicts().items():
+                messages.append(f"{kind[:-1]} '{name}' is registered by " + " and ".join(f"'{o}'" for o in owners))
+        return messages
+
+
+def _distribution_name(ep: importlib.metadata.EntryPoint) -> str:
+    return ep.dist.metadata["Name"] if ep.dist is not None else "?"
+
+
+def _distribution_version(ep: importlib.metadata.EntryPoint) -> str:
+    return ep.dist.version if ep.dist is not None else "?"
+
+
+_loaded: PluginSet | None = None
+
+
+def get_plugins(reload: bool = False) -> PluginSet:
+    """The process-wide plugin set, loaded on first use."""
+    global _loaded
+    if _loaded is None or reload:
+        plugin_set = PluginSet()
+        plugin_set.load_entry_points()
+        _loaded = plugin_set
+    return _loaded
+

@@ -1,0 +1,194 @@
+"""The catalogue of variants: registry TOML files, validated into cards.
+
+Each plugin that ships variants contributes one TOML file (the built-in one is
+the project's `registry.toml`); every table in it is one variant, its key the
+variant's name. Paths inside a card are relative to the file that holds it, so a
+plugin package can carry its checkpoints beside its registry.
+
+Reading a registry needs only tomllib and pydantic: `zoo list` must stay fast and
+must not import torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from .cards import ModelCard
+from .errors import UnknownName, ZooError
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A card together with where it came from."""
+
+    card: ModelCard
+    source: Path  # the registry file that declares it
+    plugin: str  # the plugin that contributed that file
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+    def resolve(self, relative: str) -> Path:
+        return (self.source.parent / relative).resolve()
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.resolve(self.card.checkpoint.path)
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        file = self.card.tokenizer.file
+        return self.resolve(file) if file else None
+
+
+def _describe_validation_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(table)"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
+    return f"field '{field}': {message}{suffix}"
+
+
+def read_registry_file(path: Path, plugin: str) -> list[Variant]:
+    """Parse and validate one registry file; errors name the file, variant and field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ZooError(f"{path}: registry file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ZooError(f"{path}: cannot read registry: {exc}") from None
+    try:
+        tables = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ZooError(f"{path}: not valid TOML: {exc}") from None
+    variants = []
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise ZooError(f"{path}: '{name}' must be a table ([{name}]), not a {type(table).__name__}")
+        try:
+            card = ModelCard.model_validate({"name": name, **table})
+        except ValidationError as exc:
+            raise ZooError(f"{path}: variant '{name}': {_describe_validation_error(exc)}") from None
+        variants.append(Variant(card=card, source=path.resolve(), plugin=plugin))
+    return variants
+
+
+class Catalogue:
+    """All variants every plugin contributed, by name."""
+
+    def __init__(self, variants: Iterable[Variant] = ()):
+        self._variants: dict[str, Variant] = {}
+        for variant in variants:
+            self.add(variant)
+
+    def add(self, variant: Variant) -> None:
+        existing = self._variants.get(variant.name)
+        if existing is not None:
+            raise ZooError(
+                f"variant '{variant.name}' is declared twice: by plugin '{existing.plugin}' "
+                f"({existing.source}) and by plugin '{variant.plugin}' ({variant.source})"
+            )
+        self._variants[variant.name] = variant
+
+    def __iter__(self):
+        return iter(self._variants.values())
+
+    def __len__(self) -> int:
+        return len(self._variants)
+
+    def names(self) -> list[str]:
+        return list(self._variants)
+
+    def get(self, name: str) -> Variant:
+        try:
+            return self._variants[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self._variants, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; see `zoo list`"
+            raise UnknownName(f"unknown variant '{name}'{hint}") from None
+
+    def match(self, pattern: str | None = None) -> list[Variant]:
+        """Variants whose name matches a shell-style wildcard (all when None)."""
+        if not pattern:
+            return list(self)
+        return [v for v in self if fnmatch.fnmatchcase(v.name, pattern)]
+
+
+# --- writing -------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _table(lines: list[str], header: str, data: dict[str, Any]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    lines.append(f"[{header}]")
+    lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
+    lines.append("")
+    for key, sub in tables.items():
+        _table(lines, f"{header}.{_key(key)}", sub)
+
+
+def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
+    """TOML text for cards, one table per variant, in the order given."""
+    lines = [f"# {line}".rstrip() for line in preamble.splitlines()]
+    if lines:
+        lines.append("")
+    for card in cards:
+        data = card.model_dump(mode="json", exclude_none=True)
+        name = data.pop("name")
+        _table(lines, _key(name), data)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def upsert_registry_entry(path: Path, card: ModelCard) -> None:
+    """Replace (or append) ``card`` in the registry file at ``path``, keeping the
+    other variants, their order and the file's leading comment. Callers hold the
+    file's lock; the write itself is atomic."""
+    from .files import atomic_write_text
+
+    preamble, cards = "", []
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        comment = []
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                break
+            comment.append(line[1:].removeprefix(" "))
+        preamble = "\n".join(comment)
+        cards = [variant.card for variant in read_registry_file(path, plugin="-")]
+    names = [c.name for c in cards]
+    if card.name in names:
+        cards[names.index(card.name)] = card
+    else:
+        cards.append(card)
+    atomic_write_text(path, render_registry(cards, preamble))

@@ -1,0 +1,137 @@
+"""Training a variant from its card's recipe.
+
+One seed fixes everything: the initial weights (torch's global generator, seeded
+before the network is built), dropout, and the order of training batches (a
+generator of their own). Evaluation uses fixed windows, the same at every step
+and for every model of the same context, so losses are comparable.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from .cards import Recipe
+from .data import BatchSampler, Corpus, fixed_windows, mean_loss
+
+
+@dataclass
+class TrainingResult:
+    steps: int
+    history: list[dict] = field(default_factory=list)
+    update_seconds: float = 0.0
+    tokens_seen: int = 0
+
+    @property
+    def final(self) -> dict:
+        return self.history[-1]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_seen / self.update_seconds if self.update_seconds else 0.0
+
+
+def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
+    """Constant, or linear warm-up then cosine decay to ``min_learning_rate``."""
+    if recipe.lr_schedule == "constant":
+        return recipe.learning_rate
+    if step <= recipe.warmup_steps:
+        return recipe.learning_rate * step / max(1, recipe.warmup_steps)
+    progress = (step - recipe.warmup_steps) / max(1, total_steps - recipe.warmup_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return recipe.min_learning_rate + cosine * (recipe.learning_rate - recipe.min_learning_rate)
+
+
+def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    if recipe.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Progress:
+    """Step, losses, tokens/s and ETA on stderr: one updating line on a terminal,
+    a line per evaluation otherwise (logs stay readable)."""
+
+    def __init__(self, name: str, total_steps: int, stream: TextIO | None = None, enabled: bool = True):
+        self.name, self.total = name, total_steps
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.interactive = enabled and self.stream.isatty()
+        self._last_draw = 0.0
+
+    def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not (losses or force or (self.interactive and now - self._last_draw > 0.5)):
+            return
+        self._last_draw = now
+        rate = tokens / seconds if seconds else 0.0
+        eta = seconds / step * (self.total - step) if step else 0.0
+        text = f"{self.name}: step {step:>{len(str(self.total))}}/{self.total}"
+        if losses:
+            text += f"  train {losses['train']:.4f}  val {losses['validation']:.4f}"
+        text += f"  {rate:,.0f} tok/s  ETA {_duration(eta)}"
+        if self.interactive:
+            self.stream.write("\r\033[K" + text + ("\n" if losses else ""))
+        elif losses:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+class StandardTrainer:
+    """AdamW or SGD on seeded random windows, evaluated every ``eval_every`` steps."""
+
+    def train(
+        self,
+        model: torch.nn.Module,
+        recipe: Recipe,
+        corpus: Corpus,
+        context_length: int,
+        progress: Progress | None = None,
+    ) -> TrainingResult:
+        steps = recipe.steps
+        sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
+        windows = {split: fixed_windows(corpus.split(split), context_length, recipe.eval_windows) for split in ("train", "validation")}
+        optimizer = make_optimizer(model, recipe)
+        result = TrainingResult(steps=steps)
+        model.train()
+        for step in range(1, steps + 1):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate_at(step, recipe, steps)
+            started = time.perf_counter()
+            inputs, targets = sampler.next()
+            _, loss = model(inputs, targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            result.update_seconds += time.perf_counter() - started
+            result.tokens_seen += targets.numel()
+            losses = None
+            if step == 1 or step % recipe.eval_every == 0 or step == steps:
+                losses = {split: mean_loss(model, *windows[split]) for split in windows}
+                result.history.append({"step": step, "train_batch": loss.item(), **losses})
+            if progress:
+                progress.update(step, result.update_seconds, result.tokens_seen, losses)
+        return result
+
+
+def seeded_network(build, seed: int) -> torch.nn.Module:
+    """Build a network with torch's global generator at ``seed`` (dropout included)."""
+    torch.manual_seed(seed)
+    return build()
+
+
+def resolve_data_path(recipe: Recipe, registry_file: Path, override: Path | None) -> Path:
+    return override if override is not None else (registry_file.parent / recipe.data).resolve()
