@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
 class _Strict(BaseModel):
@@ -31,6 +31,9 @@ class Recipe(_Strict):
     optimizer: Literal["adamw", "sgd"] = "adamw"
     learning_rate: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    grad_clip: float | None = Field(None, gt=0, description="clip the gradient norm to this value")
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     min_learning_rate: float = Field(0.0, ge=0)
@@ -42,6 +45,15 @@ class Recipe(_Strict):
     data: str = Field("data/tinyshakespeare.txt", description="corpus, relative to the registry")
     train_fraction: float = Field(0.9, gt=0, lt=1)
     notes: str = ""
+
+    @model_serializer(mode="wrap")
+    def _only_what_applies(self, handler):
+        # Hand-set weights have no optimizer, steps or data: writing the defaults
+        # out would describe a training run that never happened.
+        data = handler(self)
+        if self.kind == "hand-built":
+            return {key: data[key] for key in ("kind", "notes")}
+        return data
 
 
 class Metrics(_Strict):

@@ -28,6 +28,9 @@ def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = f
 def _summary(card) -> dict:
     """The facts `zoo list` shows, from the card alone."""
     config = card.config
+    positions = config.get("positions", "-")
+    if isinstance(positions, bool):  # the puzzle's one-hot position slots are on or off
+        positions = "one-hot" if positions else "none"
     block = config.get("block")
     norm = config.get("norm", "layernorm")
     norm_label = f"{block.split('-')[0]}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm)}" if block else "-"
@@ -35,7 +38,7 @@ def _summary(card) -> dict:
         "name": card.name,
         "architecture": card.architecture,
         "layers": config.get("n_layer", "-"),
-        "positions": config.get("positions", "-"),
+        "positions": positions,
         "norm": norm_label,
         "context": card.context_length,
         "parameters": card.parameters,
@@ -117,7 +120,36 @@ def cmd_sample(args) -> int:
     from .api import load
 
     model = load(args.name)
+    if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
+        print(model.network.ask(model.tokenizer, args.prompt, explain=args.explain, png=args.png))
+        return 0
+    if args.explain or args.png:
+        raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
     print(model.generate(args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from .api import load
+    from .evaluation import evaluate_language_model
+
+    model = load(args.name)
+    if hasattr(model.network, "evaluate"):
+        report = model.network.evaluate(model.tokenizer)
+    else:
+        report = evaluate_language_model(model, windows=args.windows, data=args.data)
+    if args.json:
+        print(json.dumps({"name": model.name, **report}, indent=2))
+    else:
+        print(f"{model.name}:")
+        for key, value in report.items():
+            label = key.replace("_", " ")
+            if isinstance(value, list):
+                print(f"  {label}: {len(value) or 'none'}")
+                for item in value:
+                    print(f"    {item}")
+            else:
+                print(f"  {label}: {value:.4f}" if isinstance(value, float) else f"  {label}: {value}")
     return 0
 
 
@@ -169,6 +201,17 @@ def cmd_plugins(args) -> int:
     return 0
 
 
+def cmd_new_plugin(args) -> int:
+    from .scaffold import write_plugin_skeleton
+
+    directory, files = write_plugin_skeleton(args.name, args.dir)
+    print(f"wrote plugin '{args.name}' in {directory}:")
+    for path in files:
+        print(f"  {path.relative_to(directory)}")
+    print(f"next: pip install -e {directory} && zoo plugins")
+    return 0
+
+
 def cmd_train_tokenizer(args) -> int:
     from plugins.bpe.tokenizer import write_ranks
     from plugins.bpe.training import train_bpe
@@ -210,7 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
+    p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG")
     p.set_defaults(run=cmd_sample)
+
+    p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
+    p.add_argument("name")
+    p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
+    p.add_argument("--data", type=Path, help="evaluate on this text file's validation split")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
     p.add_argument("name")
@@ -225,6 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_plugins)
+
+    p = commands.add_parser("new-plugin", help="write the skeleton of a third-party plugin package")
+    p.add_argument("name", help="the plugin's name, e.g. 'cope' (package zoo_cope, distribution zoo-cope)")
+    p.add_argument("--dir", type=Path, help="folder to write (default ./zoo-NAME); must be new or empty")
+    p.set_defaults(run=cmd_new_plugin)
 
     p = commands.add_parser("train-tokenizer", help="train the byte-level BPE vocabulary")
     p.add_argument("--data", type=Path, default=Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare.txt")

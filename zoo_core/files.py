@@ -26,10 +26,17 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         write(Path(temporary))
         with open(temporary, "rb+") as written:
             os.fsync(written.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def atomic_write_text(path: Path, text: str) -> None:

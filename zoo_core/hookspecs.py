@@ -51,8 +51,10 @@ def register_blocks(register):
 
     ``factory(d_model=..., n_head=..., d_ff=..., dropout=..., norm=...)`` returns
     an ``nn.Module`` satisfying ``zoo_core.protocols.Block``:
-    ``block(x, positions, encoding, need_weights=False) -> (x, weights | None)``,
-    where ``weights`` has shape (batch, heads, queries, keys).
+    ``block(x, positions, encoding, need_weights=False, cache=None) -> (x, weights | None)``,
+    where ``weights`` has shape (batch, heads, queries, keys). The transformer
+    passes ``cache`` (the layer's ``plugins.blocks.attention.KVCache`` while
+    sampling, else None) as a keyword: accept it and hand it to the attention.
     """
 
 
@@ -61,10 +63,11 @@ def register_models(register):
     """Register architectures: ``register(name, factory)``.
 
     ``factory(config, components)`` receives the card's architecture config
-    (its ``config`` table plus ``context_length`` and ``vocab_size``) and a
-    ``zoo_core.plugin_manager.Components`` to look up registered positions and
-    blocks by name; it returns an ``nn.Module`` satisfying
-    ``zoo_core.protocols.LanguageModel``.
+    (its ``config`` table plus ``context_length`` and ``vocab_size``) and
+    ``components``, a dict from kind ('positions', 'blocks', ...) to
+    ``zoo_core.plugin_manager.Components``, to build registered parts by name
+    (``components["blocks"].create("pre-norm", d_model=...)``); it returns an
+    ``nn.Module`` satisfying ``zoo_core.protocols.LanguageModel``.
     """
 
 

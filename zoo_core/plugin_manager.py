@@ -2,9 +2,10 @@
 
 Built-in plugins are found the same way as third-party ones. A plugin that fails
 to import, or whose hook raises, is recorded and skipped: the rest of the zoo
-keeps working and `zoo plugins` shows the error. Two plugins registering the same
-name make that name unusable, with an error naming both, rather than letting one
-silently win.
+keeps working and `zoo plugins` shows the error; so does a hook whose name is not
+a zoo hook (a typo would otherwise do nothing) and a second package claiming a
+plugin name already taken. Two plugins registering the same component name make
+that name unusable, with an error naming both, rather than letting one silently win.
 
 Environment:
     ZOO_DISABLE_PLUGIN_AUTOLOAD=1  load only the zoo's own built-in plugins
@@ -120,15 +121,20 @@ class PluginSet:
             importlib.metadata.entry_points(group="zoo"),
             key=lambda ep: (_distribution_name(ep) != BUILTIN_DISTRIBUTION, ep.name),
         )
-        seen: set[str] = set()
+        seen: dict[str, str] = {}  # entry-point name -> distribution
         for ep in entry_points:
             distribution = _distribution_name(ep)
             builtin = distribution == BUILTIN_DISTRIBUTION
-            if ep.name in seen:  # the same distribution seen twice on sys.path
-                continue
-            seen.add(ep.name)
             if not builtin and (disable_autoload or (selected and ep.name not in selected)):
                 continue
+            if ep.name in seen:
+                if seen[ep.name] != distribution:
+                    # Another package took the name first; skipping this one must not be silent.
+                    self.plugins[ep.name].errors.append(
+                        f"plugin name '{ep.name}' is also claimed by {distribution} {_distribution_version(ep)}, which was not loaded"
+                    )
+                continue  # otherwise the same distribution seen twice on sys.path
+            seen[ep.name] = distribution
             info = PluginInfo(ep.name, distribution, _distribution_version(ep), builtin)
             self.plugins[ep.name] = info
             try:
@@ -143,9 +149,13 @@ class PluginSet:
         self.plugins.setdefault(info.name, info)
         try:
             self.manager.register(module, name=info.name)
-        except Exception as exc:  # pluggy rejects unknown hooks and bad signatures
+        except Exception as exc:  # pluggy rejects bad signatures
             info.errors.append(f"rejected by the plugin manager: {exc}")
             return
+        for caller in self.manager.get_hookcallers(module) or []:
+            if not caller.has_spec():  # pluggy accepts these silently; a typo would do nothing
+                known = ", ".join(sorted(name for name in dir(hookspecs) if name.startswith("register_")))
+                info.errors.append(f"'{caller.name}' is not a zoo hook and is never called (hooks: {known})")
         for kind in COMPONENT_KINDS:
             self._call(info, f"register_{kind}", self._component_registrar(kind, info))
         self._call(info, "register_variants", self._variant_registrar(info))

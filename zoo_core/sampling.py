@@ -24,19 +24,34 @@ def sample_tokens(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    use_cache: bool | None = None,
 ) -> torch.Tensor:
     """Extend ``ids`` (B, T) by ``max_new_tokens`` sampled tokens.
 
     The model only ever sees its last ``context_length`` tokens, so sampling can
     run past the window. Draws come from ``generator`` alone: the same seed gives
-    the same tokens.
+    the same tokens. Models that offer ``make_cache()`` are sampled with a KV
+    cache (unless ``use_cache=False``), which gives the same tokens faster.
     """
     check_sampling_arguments(max_new_tokens, temperature, top_k)
+    cached = hasattr(model, "make_cache") if use_cache is None else use_cache
+    window = model.context_length
+    cache = None
     was_training = model.training
     model.eval()
     try:
         for _ in range(max_new_tokens):
-            logits, _ = model(ids[:, -model.context_length :])
+            if cached and cache is None:  # feed the prompt (its last window) once
+                cache = model.make_cache()
+                logits, _ = model(ids[:, -window:], cache=cache)
+            elif cached and (cache.length < window or cache.can_slide):
+                if cache.length >= window:  # relative positions: sliding equals cropping
+                    cache.drop_oldest(1)
+                logits, _ = model(ids[:, -1:], cache=cache)
+            else:
+                # No cache, or a full window under absolute positions: every
+                # token's position shifts, so the whole window is recomputed.
+                logits, _ = model(ids[:, -window:])
             logits = logits[:, -1, :].float() / temperature  # (B, V)
             if top_k is not None and top_k < logits.size(-1):
                 kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]

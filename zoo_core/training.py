@@ -51,7 +51,9 @@ def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
 def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     if recipe.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    return torch.optim.AdamW(
+        model.parameters(), lr=recipe.learning_rate, betas=(recipe.beta1, recipe.beta2), weight_decay=recipe.weight_decay
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -69,6 +71,7 @@ class Progress:
         self.enabled = enabled
         self.interactive = enabled and self.stream.isatty()
         self._last_draw = 0.0
+        self._started = time.monotonic()
 
     def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None, force: bool = False) -> None:
         if not self.enabled:
@@ -77,8 +80,9 @@ class Progress:
         if not (losses or force or (self.interactive and now - self._last_draw > 0.5)):
             return
         self._last_draw = now
-        rate = tokens / seconds if seconds else 0.0
-        eta = seconds / step * (self.total - step) if step else 0.0
+        rate = tokens / seconds if seconds else 0.0  # update time only: evaluation excluded
+        elapsed = now - self._started  # the ETA uses wall time, evaluation included
+        eta = elapsed / step * (self.total - step) if step else 0.0
         text = f"{self.name}: step {step:>{len(str(self.total))}}/{self.total}"
         if losses:
             text += f"  train {losses['train']:.4f}  val {losses['validation']:.4f}"
@@ -115,6 +119,8 @@ class StandardTrainer:
             _, loss = model(inputs, targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if recipe.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
             optimizer.step()
             result.update_seconds += time.perf_counter() - started
             result.tokens_seen += targets.numel()

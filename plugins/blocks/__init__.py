@@ -1,4 +1,4 @@
-"""Pre-norm and post-norm transformer blocks built from explicit causal attention."""
+"""Pre-norm and post-norm transformer blocks (LayerNorm or RMSNorm) built from explicit causal attention."""
 
 from zoo_core import hookimpl
 

@@ -1,10 +1,34 @@
-"""Multi-head causal self-attention that can show its weights."""
+"""Multi-head causal self-attention that can show its weights and cache its keys."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+
+class KVCache:
+    """One layer's keys and values so far, (B, H, T, D), with their absolute positions.
+
+    Sampling appends one token at a time instead of recomputing the whole window.
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.positions: torch.Tensor | None = None
+
+    def append(self, k, v, positions):
+        if self.k is None:
+            self.k, self.v, self.positions = k, v, positions
+        else:
+            self.k = torch.cat((self.k, k), dim=2)
+            self.v = torch.cat((self.v, v), dim=2)
+            self.positions = torch.cat((self.positions, positions))
+        return self.k, self.v, self.positions
+
+    def drop_oldest(self, count: int) -> None:
+        self.k, self.v, self.positions = self.k[:, :, count:], self.v[:, :, count:], self.positions[count:]
 
 
 class CausalSelfAttention(nn.Module):
@@ -14,6 +38,8 @@ class CausalSelfAttention(nn.Module):
     returned (B, H, T, T); otherwise the same arithmetic goes through
     `scaled_dot_product_attention`, which is faster and gives the same numbers.
     The position encoding may rotate queries and keys or bias the scores.
+    With a ``cache``, the new keys and values are appended to it and the queries
+    attend to everything cached; causality is then decided by position.
     """
 
     def __init__(self, d_model: int, n_head: int, dropout: float = 0.0, bias: bool = False):
@@ -27,24 +53,32 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.residual_dropout = nn.Dropout(dropout)
 
-    def forward(self, x, positions, encoding, need_weights: bool = False):
+    def forward(self, x, positions, encoding, need_weights: bool = False, cache: KVCache | None = None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_size).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, D)
-        q, k = encoding.rotate(q, k, positions, positions)
-        bias = encoding.bias(positions, positions)  # (H, T, T) or None
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        q, k = encoding.rotate(q, k, positions, positions)  # new keys rotate before joining the cache
+        k_positions = positions
+        if cache is not None:
+            k, v, k_positions = cache.append(k, v, positions)
+        bias = encoding.bias(positions, k_positions)  # (H, Tq, Tk) or None
+        dropout = self.dropout if self.training else 0.0
+        plain_causal = cache is None and bias is None
+        if need_weights or not plain_causal:
+            allowed = k_positions[None, :] <= positions[:, None]  # (Tq, Tk): no looking ahead
         if need_weights:
-            scores = (q @ k.transpose(-2, -1)) * self.head_size**-0.5  # (B, H, T, T)
+            scores = (q @ k.transpose(-2, -1)) * self.head_size**-0.5  # (B, H, Tq, Tk)
             if bias is not None:
                 scores = scores + bias
-            weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-            y = F.dropout(weights, self.dropout, self.training) @ v
+            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            y = F.dropout(weights, dropout, self.training) @ v
         else:
             weights = None
-            if bias is None:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+            if plain_causal:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
             else:
-                mask = bias.masked_fill(~causal, float("-inf")).to(q.dtype)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+                mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
+                if bias is not None:
+                    mask = mask + bias.to(q.dtype)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.residual_dropout(self.proj(y)), weights

@@ -41,8 +41,8 @@ class _Block(nn.Module):
 class PreNormBlock(_Block):
     """x + Attention(Norm(x)), then x + FFN(Norm(x)): the residual stream is never normalised."""
 
-    def forward(self, x, positions, encoding, need_weights: bool = False):
-        update, weights = self.attention(self.norm1(x), positions, encoding, need_weights)
+    def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
+        update, weights = self.attention(self.norm1(x), positions, encoding, need_weights, cache)
         x = x + update
         x = x + self.feed_forward(self.norm2(x))
         return x, weights
@@ -51,8 +51,9 @@ class PreNormBlock(_Block):
 class PostNormBlock(_Block):
     """Norm(x + Attention(x)), then Norm(x + FFN(x)), as in the original Transformer (§3.1)."""
 
-    def forward(self, x, positions, encoding, need_weights: bool = False):
-        update, weights = self.attention(x, positions, encoding, need_weights)
+    def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
+        update, weights = self.attention(x, positions, encoding, need_weights, cache)
         x = self.norm1(x + update)
         x = self.norm2(x + self.feed_forward(x))
         return x, weights
+

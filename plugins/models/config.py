@@ -8,9 +8,18 @@ from typing import Any, Callable
 from zoo_core.errors import ZooError
 
 
-def call_with_config(constructor: Callable[..., Any], config: dict[str, Any], architecture: str, **extra: Any) -> Any:
-    """Call ``constructor(**config, **extra)``, naming unknown or missing keys."""
-    parameters = inspect.signature(constructor).parameters
+def call_with_config(
+    constructor: Callable[..., Any],
+    config: dict[str, Any],
+    architecture: str,
+    signature_of: Callable[..., Any] | None = None,
+    **extra: Any,
+) -> Any:
+    """Call ``constructor(**config, **extra)``, naming unknown or missing keys.
+
+    ``signature_of`` names the callable whose parameters are the accepted keys,
+    for constructors that pass ``**kwargs`` through to a parent."""
+    parameters = inspect.signature(signature_of or constructor).parameters
     accepted = {name for name, p in parameters.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
     unknown = sorted(set(config) - accepted)
     if unknown:

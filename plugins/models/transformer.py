@@ -14,7 +14,27 @@ from torch.nn import functional as F
 
 from zoo_core.errors import ZooError
 
+from plugins.blocks.attention import KVCache
+
 from .config import call_with_config
+
+
+class GenerationCache:
+    """Every layer's KV cache plus the position the next token will take."""
+
+    def __init__(self, n_layer: int, relative_positions: bool):
+        self.layers = [KVCache() for _ in range(n_layer)]
+        self.length = 0  # tokens currently cached
+        self.next_position = 0
+        # Only when attention depends on distances alone (RoPE, ALiBi) does
+        # dropping the oldest token equal cropping the window; absolute
+        # encodings must refill the window instead.
+        self.can_slide = relative_positions
+
+    def drop_oldest(self, count: int = 1) -> None:
+        for layer in self.layers:
+            layer.drop_oldest(count)
+        self.length -= count
 
 
 class TransformerLanguageModel(nn.Module):
@@ -47,20 +67,30 @@ class TransformerLanguageModel(nn.Module):
         self.final_norm = nn.RMSNorm(d_model) if norm == "rmsnorm" else nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=bias)
 
-    def _run(self, idx: torch.Tensor, need_weights: bool):
+    def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | None = None):
         B, T = idx.shape
-        if T > self.context_length:
-            raise ZooError(f"{T} tokens exceed the context window of {self.context_length}; crop the input")
-        positions = torch.arange(T, device=idx.device)
+        start = cache.next_position if cache is not None else 0
+        window = T + (cache.length if cache is not None else 0)
+        if window > self.context_length:
+            raise ZooError(f"{window} tokens exceed the context window of {self.context_length}; crop the input")
+        positions = torch.arange(start, start + T, device=idx.device)
         x = self.positions.embed(self.token_embedding(idx), positions)  # (B, T, C)
         maps = []
-        for block in self.blocks:
-            x, weights = block(x, positions, self.positions, need_weights)
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, weights = block(x, positions, self.positions, need_weights, cache=layer_cache)
             maps.append(weights)
+        if cache is not None:
+            cache.length += T
+            cache.next_position += T
         return self.lm_head(self.final_norm(x)), maps  # (B, T, V)
 
-    def forward(self, idx, targets=None):
-        logits, _ = self._run(idx, need_weights=False)
+    def make_cache(self) -> GenerationCache:
+        """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""
+        return GenerationCache(len(self.blocks), getattr(self.positions, "relative", False))
+
+    def forward(self, idx, targets=None, cache: GenerationCache | None = None):
+        logits, _ = self._run(idx, need_weights=False, cache=cache)
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
 

@@ -1,0 +1,27 @@
+# Each target does its own set-up: a virtual environment in .venv with the zoo
+# installed in editable mode (torch is the CPU build pinned in pyproject.toml).
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+PROMPT ?= ROMEO:
+
+.PHONY: demo test test-all clean-venv
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[plots]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/zoo list
+	$(BIN)/zoo load transformer-6b-sin
+	$(BIN)/zoo sample transformer-6b-sin --prompt "$(PROMPT)" --max-new-tokens 60 --seed 1
+
+test: $(BIN)/.installed
+	$(BIN)/pytest
+
+test-all: $(BIN)/.installed
+	$(BIN)/pytest -m ''
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,13 @@
+"""Seed 003's hand-built "disobeys" puzzle transformer and its word tokenizer."""
+
+from zoo_core import hookimpl
+
+
+@hookimpl
+def register_tokenizers(register):
+    register("puzzle-words", "plugins.puzzle.tokenizer:load_puzzle_tokenizer")
+
+
+@hookimpl
+def register_models(register):
+    register("puzzle", "plugins.puzzle.model:build_puzzle")

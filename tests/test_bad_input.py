@@ -1,0 +1,98 @@
+"""Every user-caused error: one clear line, non-zero exit, nothing written."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from zoo_core.plugin_manager import get_plugins
+
+from .conftest import ROOT
+
+
+def _one_line_error(result, *fragments):
+    assert result.code == 1, result.out
+    assert result.err.startswith("zoo: error: ") and result.err.count("\n") == 1, result.err
+    for fragment in fragments:
+        assert fragment in result.err, result.err
+
+
+def test_unknown_variant_suggests_close_names(zoo):
+    _one_line_error(zoo("load", "transformer-6b-sinn"), "unknown variant 'transformer-6b-sinn'", "did you mean", "'transformer-6b-sin'")
+
+
+def test_flipped_byte_fails_sha256_naming_the_file(zoo, private_catalogue):
+    checkpoint = private_catalogue.parent / "checkpoints" / "transformer-6b-sin.safetensors"
+    data = bytearray(checkpoint.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    checkpoint.write_bytes(bytes(data))
+    _one_line_error(zoo("load", "transformer-6b-sin"), str(checkpoint), "sha256 mismatch")
+
+
+def test_missing_checkpoint(zoo, private_catalogue):
+    (private_catalogue.parent / "checkpoints" / "bigram.safetensors").unlink()
+    _one_line_error(zoo("load", "bigram"), "bigram.safetensors", "not found")
+
+
+def _edit_registry(registry, old, new):
+    text = registry.read_text()
+    assert old in text
+    registry.write_text(text.replace(old, new, 1))
+    get_plugins(reload=True)
+
+
+def test_tensor_names_and_shapes_are_reported(zoo, private_catalogue):
+    # A card that asks for two blocks cannot take a one-block checkpoint, even when
+    # the checksum is consistent: the report says exactly which tensors differ.
+    text = private_catalogue.read_text()
+    section = text[text.index("[transformer-1b-learned-ctx8.config]"):]
+    _edit_registry(private_catalogue, section[: section.index("n_layer = 1")] + "n_layer = 1",
+                   section[: section.index("n_layer = 1")] + "n_layer = 2")
+    result = zoo("load", "transformer-1b-learned-ctx8")
+    _one_line_error(result, "transformer-1b-learned-ctx8.safetensors", "tensors do not match", "missing blocks.1.")
+
+
+def test_wrong_shape_is_reported(zoo, private_catalogue):
+    text = private_catalogue.read_text()
+    start = text.index("[bigram.config]")
+    _edit_registry(private_catalogue, text[start:start + 40], text[start:start + 40].replace("d_model = 32", "d_model = 16"))
+    result = zoo("load", "bigram")
+    _one_line_error(result, "wrong shape", "token_embedding.weight [1024, 32] (model needs [1024, 16])")
+
+
+def test_registry_that_is_not_toml(zoo, private_catalogue):
+    private_catalogue.write_text("[bigram\nname = ")
+    get_plugins(reload=True)
+    _one_line_error(zoo("list"), str(private_catalogue), "not valid TOML")
+
+
+def test_registry_unknown_field_names_variant_and_field(zoo, private_catalogue):
+    _edit_registry(private_catalogue, "[bigram.recipe]\n", "[bigram.recipe]\nlearning_rat = 0.1\n")
+    _one_line_error(zoo("list"), "variant 'bigram'", "field 'recipe.learning_rat': unknown field")
+
+
+def test_registry_wrong_type_names_the_field(zoo, private_catalogue):
+    _edit_registry(private_catalogue, "steps = 10000", 'steps = "many"')
+    _one_line_error(zoo("show", "bigram"), "variant 'bigram'", "field 'recipe.steps'")
+
+
+def test_damaged_tokenizer_file(zoo, private_catalogue):
+    ranks = private_catalogue.parent / "checkpoints" / "bpe-1024.tiktoken"
+    ranks.write_text(ranks.read_text().replace(" 300\n", " x\n"))
+    _one_line_error(zoo("load", "bigram"), "bpe-1024.tiktoken", "damaged tokenizer file")
+
+
+def test_debug_shows_the_traceback():
+    result = subprocess.run([sys.executable, "-m", "zoo_core.cli", "--debug", "load", "no-such-model"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode != 0 and "Traceback" in result.stderr and "UnknownName" in result.stderr
+
+
+def test_console_script_exit_code():
+    zoo = shutil.which("zoo", path=str(ROOT / ".venv" / "bin")) or shutil.which("zoo")
+    if zoo is None:
+        pytest.fail("the zoo console script is not installed")
+    result = subprocess.run([zoo, "show", "nope"], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.startswith("zoo: error: unknown variant 'nope'")

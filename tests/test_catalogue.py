@@ -1,0 +1,114 @@
+"""The shipped catalogue: every variant lists, loads, verifies and samples."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import zoo_core
+from zoo_core.cards import ModelCard
+from zoo_core.checkpoints import header_card
+
+from .conftest import ROOT
+
+SEED_000_VARIANTS = [
+    "bigram",
+    "transformer-1b-learned-ctx8",
+    "transformer-2b-learned-ctx8",
+    "transformer-4b-learned-ctx8",
+    "transformer-6b-learned-ctx8",
+    "transformer-8b-learned-ctx8",
+    "transformer-1b-learned-post-ctx8",
+    "transformer-4b-learned",
+    "transformer-4b-learned-ctx128",
+    "transformer-4b-learned-ctx256",
+    "transformer-6b-nopos",
+    "transformer-6b-sin",
+]
+
+
+def test_list_does_not_import_torch():
+    code = (
+        "import sys\n"
+        "from zoo_core.cli import main\n"
+        "assert main(['list']) == 0\n"
+        "assert 'torch' not in sys.modules, 'zoo list imported torch'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    for name in SEED_000_VARIANTS:
+        assert name in result.stdout
+
+
+def test_list_columns_and_wildcard(zoo):
+    result = zoo("list", "transformer-4b-*")
+    assert result.code == 0
+    header = result.out.splitlines()[0].split()
+    assert header[:6] == ["name", "architecture", "layers", "positions", "norm", "context"]
+    names = [line.split()[0] for line in result.out.splitlines()[2:]]
+    assert names == ["transformer-4b-learned-ctx8", "transformer-4b-learned", "transformer-4b-learned-ctx128", "transformer-4b-learned-ctx256"]
+
+
+def test_list_json_carries_card_facts(zoo):
+    rows = {row["name"]: row for row in json.loads(zoo("list", "--json").out)}
+    sin = rows["transformer-6b-sin"]
+    assert (sin["layers"], sin["positions"], sin["norm"], sin["context"]) == (6, "sinusoidal", "pre-LN", 32)
+    assert rows["transformer-1b-learned-post-ctx8"]["norm"] == "post-LN"
+
+
+def test_list_no_match_is_an_error(zoo):
+    result = zoo("list", "nothing-*")
+    assert result.code == 1 and "no variant matches" in result.err
+
+
+SHIPPED = [card.name for card in zoo_core.list_variants()]
+
+
+def test_catalogue_holds_the_seed_variants():
+    assert set(SEED_000_VARIANTS) | {"puzzle-disobeys", "puzzle-disobeys-nopos"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_variant_loads_verified(name):
+    model = zoo_core.load(name)
+    assert model.verification.checks == ["sha256", "names", "shapes", "parameters"]
+    assert model.parameters() == model.card.parameters
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_checkpoint_header_holds_the_card(name):
+    variant = zoo_core.get_variant(name)
+    stored = ModelCard.model_validate(header_card(variant.checkpoint_path))
+    card = variant.card
+    assert stored == card.model_copy(update={"checkpoint": card.checkpoint.model_copy(update={"sha256": None})})
+
+
+def test_shipped_cards_rank_as_seed_000_expects():
+    cards = {card.name: card for card in zoo_core.list_variants()}
+    bigram = cards["bigram"].metrics.validation_loss
+    for name in SEED_000_VARIANTS[1:]:
+        assert cards[name].metrics.validation_loss < bigram, name
+    assert cards["transformer-6b-sin"].metrics.validation_loss < cards["transformer-6b-nopos"].metrics.validation_loss
+    for card in cards.values():
+        if card.recipe.kind == "trained":
+            assert card.metrics.train_loss and card.metrics.training_seconds
+            assert card.metrics.validation_loss < math.log(card.tokenizer.vocab_size)
+
+
+def test_load_summary(zoo):
+    result = zoo("load", "transformer-6b-sin", "--json")
+    summary = json.loads(result.out)
+    assert result.code == 0
+    assert summary["verified"] == ["sha256", "names", "shapes", "parameters"]
+    assert summary["parameters"] == zoo_core.get_variant("transformer-6b-sin").card.parameters
+
+
+def test_show_prints_the_card(zoo):
+    result = zoo("show", "transformer-6b-sin")
+    assert result.code == 0
+    assert "[transformer-6b-sin.config]" in result.out and 'positions = "sinusoidal"' in result.out
+    assert json.loads(zoo("show", "bigram", "--json").out)["architecture"] == "bigram"
