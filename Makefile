@@ -9,7 +9,7 @@ PROMPT ?= ROMEO:
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[plots]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[plots,test]'
 	touch $@
 
 demo: $(BIN)/.installed

@@ -27,8 +27,7 @@ def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     for path, plugin in plugins.variant_files:
         info = plugins.plugins[plugin]
         try:
-            for variant in read_registry_file(Path(path), plugin):
-                result.add(variant)
+            result.add_all(read_registry_file(Path(path), plugin))
         except ZooError as exc:
             if info.builtin:
                 raise
@@ -66,14 +65,30 @@ def build_network(variant: Variant, plugins: PluginSet | None = None):
 
 def load(name: str, plugins: PluginSet | None = None):
     """Build the variant's network and load its verified weights."""
+    plugins = plugins or get_plugins()
+    return load_variant(catalogue(plugins).get(name), plugins)
+
+
+def has_published_weights(variant: Variant) -> bool:
+    """False for a variant declared before it was trained: no checksum, no file."""
+    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
+
+
+def load_variant(variant: Variant, plugins: PluginSet | None = None):
+    """``load`` for a variant already looked up (`zoo verify` walks every one)."""
     from .checkpoints import load_verified
     from .model import ZooModel
 
     plugins = plugins or get_plugins()
-    variant = catalogue(plugins).get(name)
+    name = variant.name
+    if not has_published_weights(variant):
+        raise ZooError(
+            f"{variant.checkpoint_path}: checkpoint file not found; variant '{name}' has no published weights yet "
+            f"(its card records no sha256): `zoo train {name} --publish` makes them"
+        )
     tokenizer = load_tokenizer(variant, plugins)
     network = build_network(variant, plugins)
     card = variant.card
-    verification = load_verified(variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters)
+    verification = load_verified(variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card)
     network.eval()
     return ZooModel(variant, tokenizer, network, verification)

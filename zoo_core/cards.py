@@ -61,6 +61,8 @@ class Metrics(_Strict):
 
     train_loss: float | None = None
     validation_loss: float | None = None
+    validation_perplexity: float | None = Field(None, description="exp(validation_loss)")
+    uniform_loss: float | None = Field(None, description="ln(vocabulary size): what guessing uniformly scores")
     loss_unit: str = "nats per token"
     training_seconds: float | None = None
     tokens_per_second: float | None = None
@@ -113,3 +115,25 @@ class ModelCard(_Strict):
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
         return data
+
+
+_ABSENT = object()
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """The first field (a dotted path) at which two JSON-like values differ, with
+    both values there (``None`` when they are equal); a field only one side has
+    is reported with ``"(absent)"`` on the other."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            found = first_difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    if a == b and isinstance(a, bool) == isinstance(b, bool):  # 1 == 1.0, but True is not 1
+        return None
+
+    def shown(value):
+        return "(absent)" if value is _ABSENT else value
+
+    return where or "(card)", shown(a), shown(b)

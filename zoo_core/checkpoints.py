@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ZooError
-from .files import atomic_write
+from pydantic import ValidationError
+
+from .cards import ModelCard, first_difference
+from .errors import ZooError, printable
+from .files import atomic_write, read_limited
+from .registry import describe_validation_error
 
 CARD_KEY = "zoo.card"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim is hostile
@@ -56,7 +60,7 @@ def _header_length(path: Path, prefix: bytes, size: int) -> int:
 def _parse_header(path: Path, data: bytes) -> dict[str, Any]:
     try:
         header = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
         raise ZooError(f"{path}: not a safetensors file (header is not JSON)") from None
     if not isinstance(header, dict):
         raise ZooError(f"{path}: not a safetensors file (header is not a JSON object)")
@@ -89,12 +93,13 @@ class Verification:
     parameters: int
     checks: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    card_checked: bool = False  # the header's card was compared with the registry's
 
 
-def _shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
-    missing = sorted(set(expected) - set(found))
-    unexpected = sorted(set(found) - set(expected))
-    wrong = [f"{n} {list(found[n])} (model needs {list(expected[n])})" for n in sorted(set(expected) & set(found)) if expected[n] != found[n]]
+def shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
+    missing = sorted(map(printable, set(expected) - set(found)))
+    unexpected = sorted(map(printable, set(found) - set(expected)))
+    wrong = [f"{printable(n)} {list(found[n])} (model needs {list(expected[n])})" for n in sorted(set(expected) & set(found)) if expected[n] != found[n]]
     parts = []
     if missing:
         parts.append(f"missing {', '.join(missing)}")
@@ -105,30 +110,34 @@ def _shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple
     return f"{path}: tensors do not match the model: " + "; ".join(parts) if parts else None
 
 
-def load_verified(path: Path, expected_sha256: str | None, model, expected_parameters: int | None) -> Verification:
-    """Load weights into ``model`` after checking them; raise ZooError naming what differs."""
+def load_verified(
+    path: Path, expected_sha256: str | None, model, expected_parameters: int | None, card: ModelCard | None = None
+) -> Verification:
+    """Load weights into ``model`` after checking them; raise ZooError naming what differs.
+
+    With ``card`` (the registry's), the card the file carries in its header must
+    agree with it in every field but the checksum: weights trained by another
+    recipe or for another configuration are refused even when their shapes fit.
+    """
     import torch
     from safetensors import SafetensorError
     from safetensors.torch import load
 
     started = time.perf_counter()
     checks = []
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ZooError(f"{path}: checkpoint file not found") from None
+    target = model.state_dict()
+    raw = _read_checkpoint_bytes(path, target)
     actual = hashlib.sha256(raw).hexdigest()
     if expected_sha256 is not None:
         if actual != expected_sha256:
             raise ZooError(f"{path}: sha256 mismatch: registry has {expected_sha256[:16]}…, file has {actual[:16]}… (corrupted or replaced)")
         checks.append("sha256")
-    read_header_from_bytes(path, raw)
+    header = read_header_from_bytes(path, raw)
     try:
         tensors = load(raw)
-    except (SafetensorError, ValueError, RuntimeError) as exc:
-        raise ZooError(f"{path}: not a valid safetensors file: {exc}") from None
-    target = model.state_dict()
-    problem = _shape_report(path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()})
+    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
+        raise ZooError(f"{path}: not a valid safetensors file: {one_line(exc)}") from None
+    problem = shape_report(path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()})
     if problem:
         raise ZooError(problem)
     checks.append("names")
@@ -137,6 +146,10 @@ def load_verified(path: Path, expected_sha256: str | None, model, expected_param
         wanted = target[name].dtype
         if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
             raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
+        if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
+            # A diverged run's NaNs would only surface later, as a sampling crash.
+            raise ZooError(f"{path}: tensor {name} holds NaN or infinite values")
+    card_checked = card is not None and check_header_card(path, header, card)
     with torch.no_grad():
         model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
     parameters = sum(p.numel() for p in model.parameters())
@@ -144,7 +157,55 @@ def load_verified(path: Path, expected_sha256: str | None, model, expected_param
         if parameters != expected_parameters:
             raise ZooError(f"{path}: the card says {expected_parameters:,} parameters, the built model has {parameters:,}")
         checks.append("parameters")
-    return Verification(path, actual, len(tensors), parameters, checks, time.perf_counter() - started)
+    return Verification(path, actual, len(tensors), parameters, checks, time.perf_counter() - started, card_checked)
+
+
+def _read_checkpoint_bytes(path: Path, target: dict) -> bytes:
+    """The whole file, refused unread if it is larger than any checkpoint of this
+    model could be (the widest dtype, 8 bytes, for every element, and the largest
+    header): a hostile file cannot make loading allocate without bound."""
+    limit = 8 + MAX_HEADER_BYTES + 8 * sum(t.numel() for t in target.values())
+    try:
+        return read_limited(path, limit, "checkpoint")
+    except FileNotFoundError:
+        raise ZooError(f"{path}: checkpoint file not found") from None
+    except IsADirectoryError:
+        raise ZooError(f"{path}: is a folder, not a checkpoint file") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+
+
+def check_header_card(path: Path, header: dict[str, Any], card: ModelCard) -> bool:
+    """Compare the card stored in the header with ``card``, ignoring the checksum
+    (a file cannot hold its own). False when the file carries no card at all
+    (written by another tool); a card that differs is an error naming the field."""
+    text = (header.get("__metadata__") or {}).get(CARD_KEY)
+    if text is None:
+        return False
+    try:
+        stored = ModelCard.model_validate(json.loads(text))
+    except (json.JSONDecodeError, RecursionError):
+        raise ZooError(f"{path}: the card in the header is not JSON") from None
+    except ValidationError as exc:
+        raise ZooError(f"{path}: the card in the header is not a valid card: {describe_validation_error(exc)}") from None
+    difference = first_difference(stored.header_json(), card.header_json())
+    if difference:
+        field_name, in_file, in_registry = difference
+        raise ZooError(
+            f"{path}: the card in the header disagrees with the registry at '{printable(field_name)}': "
+            f"file has {_short(in_file)}, registry has {_short(in_registry)} (weights made for another card)"
+        )
+    return True
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if value == "(absent)" else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(exc: BaseException) -> str:
+    """A library's message, squeezed onto one line (the CLI prints exactly one)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def read_header_from_bytes(path: Path, raw: bytes) -> dict[str, Any]:

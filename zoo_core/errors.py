@@ -5,6 +5,8 @@ the CLI prints its message as one line and exits non-zero. Everything else is a
 bug and keeps its traceback.
 """
 
+import json
+
 
 class ZooError(Exception):
     """A problem the user can fix; its message is one complete line."""
@@ -12,3 +14,9 @@ class ZooError(Exception):
 
 class UnknownName(ZooError):
     """A variant or component name that nothing registered."""
+
+
+def printable(text: str) -> str:
+    """``text`` with line breaks and control characters escaped: a name read from
+    a hostile file must not break a one-line message (or the terminal)."""
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -43,6 +45,28 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
+def remove_stale_temporaries(path: Path) -> None:
+    """Delete what ``atomic_write(path, ...)`` left behind when its process was
+    killed mid-write. Only for a caller that holds the lock on writing ``path``:
+    another writer's temporary file would otherwise go from under it."""
+    for temporary in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        temporary.unlink(missing_ok=True)
+
+
+def atomic_copy(source: Path, target: Path) -> None:
+    atomic_write(target, lambda temporary: shutil.copyfile(source, temporary))
+
+
+def read_limited(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``; a file larger than ``limit`` is refused before any
+    of it is read, so a hostile file cannot make the zoo allocate without bound."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise ZooError(f"{path}: {what} is {size:,} bytes, more than the {limit:,} such a file can need")
+        return handle.read(size)  # exactly: read(n) sets aside n bytes before it reads any
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
     """Hold ``path.lock`` exclusively; with ``wait=False`` a held lock is an error."""
@@ -53,6 +77,28 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             raise ZooError(f"{path} is being written by another zoo process; wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def shared_lock(path: Path) -> Iterator[None]:
+    """Hold ``path.lock`` shared, so that no writer (``exclusive_lock``) is half way
+    through while a reader looks at ``path`` and what it refers to. A file in a
+    folder the reader cannot write (an installed package) is read unlocked:
+    nobody can be rewriting it there either."""
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        lock = open(lock_path, "a")
+    except OSError:
+        lock = None
+    if lock is None:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
         try:
             yield
         finally:

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 from pydantic import ValidationError
 
 from .cards import ModelCard
-from .errors import UnknownName, ZooError
+from .errors import UnknownName, ZooError, printable
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Variant:
         return self.resolve(file) if file else None
 
 
-def _describe_validation_error(error: ValidationError) -> str:
+def describe_validation_error(error: ValidationError) -> str:
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or "(table)"
     message = first["msg"]
@@ -62,26 +62,36 @@ def _describe_validation_error(error: ValidationError) -> str:
     return f"field '{field}': {message}{suffix}"
 
 
+MAX_REGISTRY_BYTES = 64 * 1024 * 1024  # thousands of variants fit in far less
+
+
 def read_registry_file(path: Path, plugin: str) -> list[Variant]:
     """Parse and validate one registry file; errors name the file, variant and field."""
+    from .files import read_limited
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path, MAX_REGISTRY_BYTES, "registry file").decode("utf-8")
     except FileNotFoundError:
         raise ZooError(f"{path}: registry file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ZooError(f"{path}: cannot read registry: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ZooError(f"{path}: registry is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read registry: {exc.strerror or exc}") from None
     try:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ZooError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise ZooError(f"{path}: not valid TOML: nested too deeply") from None
     variants = []
     for name, table in tables.items():
+        shown = printable(name)  # a quoted TOML key may hold a line break
         if not isinstance(table, dict):
-            raise ZooError(f"{path}: '{name}' must be a table ([{name}]), not a {type(table).__name__}")
+            raise ZooError(f"{path}: '{shown}' must be a table ([{shown}]), not a {type(table).__name__}")
         try:
             card = ModelCard.model_validate({"name": name, **table})
         except ValidationError as exc:
-            raise ZooError(f"{path}: variant '{name}': {_describe_validation_error(exc)}") from None
+            raise ZooError(f"{path}: variant '{shown}': {describe_validation_error(exc)}") from None
         variants.append(Variant(card=card, source=path.resolve(), plugin=plugin))
     return variants
 
@@ -102,6 +112,14 @@ class Catalogue:
                 f"({existing.source}) and by plugin '{variant.plugin}' ({variant.source})"
             )
         self._variants[variant.name] = variant
+
+    def add_all(self, variants: list[Variant]) -> None:
+        """Add one registry file's variants: all of them, or (on a clash) none."""
+        for variant in variants:
+            if variant.name in self._variants:
+                self.add(variant)  # raises, naming both files
+        for variant in variants:
+            self.add(variant)
 
     def __iter__(self):
         return iter(self._variants.values())

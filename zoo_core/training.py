@@ -3,7 +3,12 @@
 One seed fixes everything: the initial weights (torch's global generator, seeded
 before the network is built), dropout, and the order of training batches (a
 generator of their own). Evaluation uses fixed windows, the same at every step
-and for every model of the same context, so losses are comparable.
+and for every model of the same context, so losses are comparable; it draws on
+no generator that training uses, so it never changes what training does.
+
+A run can be stopped and continued: every ``checkpoint_every`` steps the trainer
+hands a ``TrainingState`` (weights, optimizer state, both generators, history) to
+``on_checkpoint``, and ``resume=`` that state continues as if never stopped.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 import torch
 
@@ -35,6 +40,21 @@ class TrainingResult:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens_seen / self.update_seconds if self.update_seconds else 0.0
+
+
+@dataclass
+class TrainingState:
+    """All that step ``step + 1`` depends on. The tensors are the live ones (not
+    copies): whoever receives a state writes it out before training goes on."""
+
+    step: int  # the last step taken
+    model: dict[str, torch.Tensor]
+    optimizer: dict  # Optimizer.state_dict()
+    sampler_rng: torch.Tensor  # the training batches' generator
+    torch_rng: torch.Tensor  # torch's global generator: dropout
+    history: list[dict]
+    update_seconds: float
+    tokens_seen: int
 
 
 def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
@@ -65,8 +85,9 @@ class Progress:
     """Step, losses, tokens/s and ETA on stderr: one updating line on a terminal,
     a line per evaluation otherwise (logs stay readable)."""
 
-    def __init__(self, name: str, total_steps: int, stream: TextIO | None = None, enabled: bool = True):
+    def __init__(self, name: str, total_steps: int, stream: TextIO | None = None, enabled: bool = True, start_step: int = 0):
         self.name, self.total = name, total_steps
+        self.start_step = start_step  # a resumed run's ETA counts only the steps taken since
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.interactive = enabled and self.stream.isatty()
@@ -82,7 +103,8 @@ class Progress:
         self._last_draw = now
         rate = tokens / seconds if seconds else 0.0  # update time only: evaluation excluded
         elapsed = now - self._started  # the ETA uses wall time, evaluation included
-        eta = elapsed / step * (self.total - step) if step else 0.0
+        done = step - self.start_step
+        eta = elapsed / done * (self.total - step) if done > 0 else 0.0
         text = f"{self.name}: step {step:>{len(str(self.total))}}/{self.total}"
         if losses:
             text += f"  train {losses['train']:.4f}  val {losses['validation']:.4f}"
@@ -104,14 +126,21 @@ class StandardTrainer:
         corpus: Corpus,
         context_length: int,
         progress: Progress | None = None,
+        *,
+        resume: TrainingState | None = None,
+        checkpoint_every: int = 0,
+        on_checkpoint: Callable[[TrainingState], None] | None = None,
     ) -> TrainingResult:
+        """Run the recipe (from ``resume``'s step, when given), calling
+        ``on_checkpoint`` with the state every ``checkpoint_every`` steps."""
         steps = recipe.steps
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
         windows = {split: fixed_windows(corpus.split(split), context_length, recipe.eval_windows) for split in ("train", "validation")}
         optimizer = make_optimizer(model, recipe)
         result = TrainingResult(steps=steps)
+        first_step = 1 if resume is None else _restore(resume, model, optimizer, sampler, result) + 1
         model.train()
-        for step in range(1, steps + 1):
+        for step in range(first_step, steps + 1):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate_at(step, recipe, steps)
             started = time.perf_counter()
@@ -130,7 +159,35 @@ class StandardTrainer:
                 result.history.append({"step": step, "train_batch": loss.item(), **losses})
             if progress:
                 progress.update(step, result.update_seconds, result.tokens_seen, losses)
+            if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:
+                on_checkpoint(_snapshot(step, model, optimizer, sampler, result))
         return result
+
+
+def _snapshot(step: int, model, optimizer, sampler: BatchSampler, result: TrainingResult) -> TrainingState:
+    return TrainingState(
+        step=step,
+        model=model.state_dict(),
+        optimizer=optimizer.state_dict(),
+        sampler_rng=sampler.get_state(),
+        torch_rng=torch.get_rng_state(),
+        history=list(result.history),
+        update_seconds=result.update_seconds,
+        tokens_seen=result.tokens_seen,
+    )
+
+
+def _restore(state: TrainingState, model, optimizer, sampler: BatchSampler, result: TrainingResult) -> int:
+    """Put everything back as it was after ``state.step``; return that step."""
+    with torch.no_grad():
+        model.load_state_dict(state.model, strict=True)
+    optimizer.load_state_dict(state.optimizer)
+    sampler.set_state(state.sampler_rng)
+    torch.set_rng_state(state.torch_rng)  # building the network drew on it; this undoes that too
+    result.history = list(state.history)
+    result.update_seconds = state.update_seconds
+    result.tokens_seen = state.tokens_seen
+    return state.step
 
 
 def seeded_network(build, seed: int) -> torch.nn.Module:

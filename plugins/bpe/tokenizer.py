@@ -15,16 +15,20 @@ from typing import Sequence
 import tiktoken
 
 from zoo_core.errors import ZooError
+from zoo_core.files import read_limited
 
 # GPT-2's pre-tokenisation: words with their leading space, numbers, punctuation
 # runs and whitespace are split apart before merging, so merges never cross them.
 SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
+# tiktoken's largest published vocabulary (200k tokens) takes under 4 MB.
+MAX_RANKS_BYTES = 64 * 1024 * 1024
+
 
 def read_ranks(path: Path) -> dict[bytes, int]:
     """Parse a ranks file, refusing anything that is not a complete byte-level vocabulary."""
     try:
-        lines = path.read_bytes().splitlines()
+        lines = read_limited(path, MAX_RANKS_BYTES, "tokenizer file").splitlines()
     except OSError as exc:
         raise ZooError(f"{path}: cannot read tokenizer file: {exc.strerror or exc}") from None
     ranks: dict[bytes, int] = {}

@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 from zoo_core.errors import ZooError
+from zoo_core.files import read_limited
+
+# Every Unicode code point, JSON-escaped, would take about 14 MB.
+MAX_VOCABULARY_BYTES = 16 * 1024 * 1024
 
 
 class CharTokenizer:
@@ -24,11 +28,11 @@ class CharTokenizer:
     @classmethod
     def from_file(cls, path: Path) -> "CharTokenizer":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_limited(path, MAX_VOCABULARY_BYTES, "tokenizer file").decode("utf-8"))
             characters = data["characters"]
         except FileNotFoundError:
             raise ZooError(f"{path}: tokenizer file not found") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
             raise ZooError(f"{path}: damaged tokenizer file ({type(exc).__name__})") from None
         if not isinstance(characters, list) or not all(isinstance(c, str) and len(c) == 1 for c in characters):
             raise ZooError(f"{path}: damaged tokenizer file: 'characters' must be a list of single characters")
