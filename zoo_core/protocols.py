@@ -51,9 +51,12 @@ class Block(Protocol):
     """One transformer block: attention and feed-forward with residuals and norms."""
 
     def __call__(
-        self, x: "Tensor", positions: "Tensor", encoding: PositionEncoding, need_weights: bool = False
+        self, x: "Tensor", positions: "Tensor", encoding: PositionEncoding, need_weights: bool = False, cache: Any = None
     ) -> tuple["Tensor", "Tensor | None"]:
-        """(B, T, C) -> (B, T, C), and the attention weights (B, H, T, T) when asked."""
+        """(B, T, C) -> (B, T, C), and the attention weights (B, H, T, T) when asked.
+
+        ``cache`` (a layer's KVCache) is passed only while sampling with a KV
+        cache; a block without the parameter is simply sampled uncached."""
 
 
 @runtime_checkable

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .errors import ZooError
 
 
+_SMALLEST_TEMPERATURE = torch.finfo(torch.float32).tiny
+
+
 def check_sampling_arguments(max_new_tokens: int, temperature: float, top_k: int | None) -> None:
     if max_new_tokens < 1:
         raise ZooError(f"--max-new-tokens must be at least 1, not {max_new_tokens}")
-    if not temperature > 0:  # also rejects NaN
-        raise ZooError(f"--temperature must be greater than 0, not {temperature}")
+    if not 0 < temperature < math.inf:  # also rejects NaN
+        raise ZooError(f"--temperature must be greater than 0 and finite, not {temperature}")
     if top_k is not None and top_k < 1:
         raise ZooError(f"--top-k must be at least 1, not {top_k}")
 
@@ -30,11 +35,11 @@ def sample_tokens(
 
     The model only ever sees its last ``context_length`` tokens, so sampling can
     run past the window. Draws come from ``generator`` alone: the same seed gives
-    the same tokens. Models that offer ``make_cache()`` are sampled with a KV
-    cache (unless ``use_cache=False``), which gives the same tokens faster.
+    the same tokens. Models with ``supports_kv_cache`` (and ``make_cache()``) are
+    sampled with a KV cache unless ``use_cache=False``: the same tokens, faster.
     """
     check_sampling_arguments(max_new_tokens, temperature, top_k)
-    cached = hasattr(model, "make_cache") if use_cache is None else use_cache
+    cached = getattr(model, "supports_kv_cache", False) if use_cache is None else use_cache
     window = model.context_length
     cache = None
     was_training = model.training
@@ -44,15 +49,18 @@ def sample_tokens(
             if cached and cache is None:  # feed the prompt (its last window) once
                 cache = model.make_cache()
                 logits, _ = model(ids[:, -window:], cache=cache)
-            elif cached and (cache.length < window or cache.can_slide):
-                if cache.length >= window:  # relative positions: sliding equals cropping
-                    cache.drop_oldest(1)
+            elif cached and cache.length < window:
                 logits, _ = model(ids[:, -1:], cache=cache)
             else:
-                # No cache, or a full window under absolute positions: every
-                # token's position shifts, so the whole window is recomputed.
+                # No cache, or the window is full: cropping drops the oldest
+                # token, which every cached key above the first layer has seen,
+                # so the whole window is recomputed, exactly as uncached.
                 logits, _ = model(ids[:, -window:])
-            logits = logits[:, -1, :].float() / temperature  # (B, V)
+            logits = logits[:, -1, :].float()  # (B, V)
+            # Scale the gap to the best token, not the logits, and by no less than
+            # float32's smallest normal number: nothing overflows or becomes 0/0,
+            # so a tiny temperature means greedy decoding rather than NaN.
+            logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, _SMALLEST_TEMPERATURE)
             if top_k is not None and top_k < logits.size(-1):
                 kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -27,9 +27,6 @@ class KVCache:
             self.positions = torch.cat((self.positions, positions))
         return self.k, self.v, self.positions
 
-    def drop_oldest(self, count: int) -> None:
-        self.k, self.v, self.positions = self.k[:, :, count:], self.v[:, :, count:], self.positions[count:]
-
 
 class CausalSelfAttention(nn.Module):
     """Heads side by side in one projection: (B, T, C) -> (B, T, C).

@@ -8,6 +8,8 @@ encoding or block works in any variant without touching this file.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -20,21 +22,16 @@ from .config import call_with_config
 
 
 class GenerationCache:
-    """Every layer's KV cache plus the position the next token will take."""
+    """Every layer's KV cache plus the position the next token will take.
 
-    def __init__(self, n_layer: int, relative_positions: bool):
+    There is deliberately no way to drop the oldest token: above the first
+    layer, every cached key was computed while attending to it, so sliding the
+    cache is not the same as cropping the window, even with relative positions.
+    """
+
+    def __init__(self, n_layer: int):
         self.layers = [KVCache() for _ in range(n_layer)]
-        self.length = 0  # tokens currently cached
-        self.next_position = 0
-        # Only when attention depends on distances alone (RoPE, ALiBi) does
-        # dropping the oldest token equal cropping the window; absolute
-        # encodings must refill the window instead.
-        self.can_slide = relative_positions
-
-    def drop_oldest(self, count: int = 1) -> None:
-        for layer in self.layers:
-            layer.drop_oldest(count)
-        self.length -= count
+        self.length = 0  # tokens cached so far
 
 
 class TransformerLanguageModel(nn.Module):
@@ -64,30 +61,33 @@ class TransformerLanguageModel(nn.Module):
             components["blocks"].create(block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm)
             for _ in range(n_layer)
         )
+        # A block written without a `cache` parameter still works; it is just sampled uncached.
+        self.supports_kv_cache = all("cache" in inspect.signature(block.forward).parameters for block in self.blocks)
         self.final_norm = nn.RMSNorm(d_model) if norm == "rmsnorm" else nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=bias)
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | None = None):
         B, T = idx.shape
-        start = cache.next_position if cache is not None else 0
-        window = T + (cache.length if cache is not None else 0)
+        start = cache.length if cache is not None else 0
+        window = start + T
         if window > self.context_length:
             raise ZooError(f"{window} tokens exceed the context window of {self.context_length}; crop the input")
         positions = torch.arange(start, start + T, device=idx.device)
         x = self.positions.embed(self.token_embedding(idx), positions)  # (B, T, C)
         maps = []
         for i, block in enumerate(self.blocks):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x, weights = block(x, positions, self.positions, need_weights, cache=layer_cache)
+            # Blocks written before caching existed stay usable: `cache` is only
+            # passed when there is one.
+            extra = {"cache": cache.layers[i]} if cache is not None else {}
+            x, weights = block(x, positions, self.positions, need_weights, **extra)
             maps.append(weights)
         if cache is not None:
             cache.length += T
-            cache.next_position += T
         return self.lm_head(self.final_norm(x)), maps  # (B, T, V)
 
     def make_cache(self) -> GenerationCache:
         """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""
-        return GenerationCache(len(self.blocks), getattr(self.positions, "relative", False))
+        return GenerationCache(len(self.blocks))
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
         logits, _ = self._run(idx, need_weights=False, cache=cache)

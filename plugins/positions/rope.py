@@ -3,8 +3,7 @@
 Each query and key is cut into pairs of features and each pair is rotated by an
 angle proportional to the token's position, with a different frequency per
 pair (theta_i = 10000^(-2i/d), as for sinusoids). The score between a query at
-m and a key at n then depends on m - n only, which is why a KV cache can slide
-past the context window without recomputing anything.
+m and a key at n then depends on m - n only.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from zoo_core.components import PositionEncodingBase
 
 
 class RotaryPositions(PositionEncodingBase):
-    relative = True  # scores depend on distances only: sliding a cache equals cropping
-
     def __init__(self, d_model: int, n_head: int, base: float = 10000.0, **_: object):
         super().__init__()
         head_size = d_model // n_head
