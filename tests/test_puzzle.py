@@ -189,7 +189,6 @@ def test_explain_shows_named_slots_and_every_head(puzzle):
 
 
 def test_png_draws_the_attention_maps(puzzle, tmp_path):
-    pytest.importorskip("matplotlib")
     picture = tmp_path / "maps.png"
     text = puzzle.network.ask(puzzle.tokenizer, SEED_PAIR[0], png=picture)
     assert text.splitlines()[-1] == f"attention maps written to {picture}"
@@ -200,7 +199,7 @@ def test_png_without_matplotlib_says_how_to_install_it(puzzle, tmp_path, monkeyp
     # None in sys.modules makes `import matplotlib.figure` fail as if it were not installed
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ZooError, match=r"^--png needs matplotlib: pip install 'zoo\[plots\]'$"):
+    with pytest.raises(ZooError, match=r"^drawing needs matplotlib: pip install 'zoo\[plots\]'$"):
         puzzle.network.ask(puzzle.tokenizer, SEED_PAIR[0], png=tmp_path / "maps.png")
 
 

@@ -15,6 +15,9 @@ from pathlib import Path
 
 from .errors import ZooError
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINTS = PROJECT_ROOT / "checkpoints"
+
 
 def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
@@ -33,7 +36,8 @@ def _summary(card) -> dict:
         positions = "one-hot" if positions else "none"
     block = config.get("block")
     norm = config.get("norm", "layernorm")
-    norm_label = f"{block.split('-')[0]}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm)}" if block else "-"
+    placement = "pre" if block and "pre-norm" in block else "post" if block and "post-norm" in block else block
+    norm_label = f"{placement}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm)}" if block else "-"
     return {
         "name": card.name,
         "architecture": card.architecture,
@@ -44,6 +48,7 @@ def _summary(card) -> dict:
         "parameters": card.parameters,
         "validation_loss": card.metrics.validation_loss,
         "tokenizer": card.tokenizer.kind,
+        "weights": card.checkpoint.sha256 is not None,
     }
 
 
@@ -62,7 +67,7 @@ def cmd_list(args) -> int:
     table = [
         [r["name"], r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
          f"{r['parameters']:,}" if r["parameters"] is not None else "-",
-         f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else "-"]
+         f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else "-" if r["weights"] else "no weights"]
         for r in rows
     ]
     print(_format_table(headers, table, right={2, 5, 6, 7}))
@@ -129,6 +134,80 @@ def cmd_sample(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from .compare import compare_variants
+    from .sampling import check_sampling_arguments
+
+    check_sampling_arguments(args.max_new_tokens, 1.0, None)
+    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{report['windows']} windows of {report['context']} tokens per split, seed {report['seed']}; "
+          f"losses in {report['unit']}, deltas against {report['baseline']}")
+    rows = [[m["name"], f"{m['parameters']:,}", f"{m['train_loss']:.4f}", f"{m['train_delta']:+.4f}",
+             f"{m['validation_loss']:.4f}", f"{m['validation_delta']:+.4f}"] for m in report["models"]]
+    print(_format_table(["name", "parameters", "train", "Δ train", "validation", "Δ validation"], rows, right={1, 2, 3, 4, 5}))
+    print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
+    for model in report["models"]:
+        print(f"\n--- {model['name']} ---\n{model['sample']}")
+    return 0
+
+
+def cmd_experiment(args) -> int:
+    from .experiment import StudyConfig, load_study, run_study
+
+    if bool(args.study) == bool(args.arms):
+        raise ZooError("name a study (see experiments/studies.toml) or give --arms, not both")
+    study = load_study(args.study) if args.study else StudyConfig(name="custom", arms=args.arms)
+    if args.cross_evaluate:
+        study.cross_evaluate = True
+    for key in ("steps", "seeds", "milestones", "eval_every", "eval_targets", "prompt"):
+        if getattr(args, key) is not None:
+            setattr(study, key, getattr(args, key))
+    if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
+        raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
+    out = args.out or Path("runs") / "experiments" / study.name
+    report = run_study(study, out, data=args.data, show_progress=not args.quiet)
+    print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
+    for arm in dict.fromkeys(run["arm"] for run in report["runs"]):
+        finals = [run["history"][-1]["validation"] for run in report["runs"] if run["arm"] == arm]
+        print(f"  {arm}: validation {sum(finals) / len(finals):.4f} (seeds {min(finals):.4f}–{max(finals):.4f})")
+    return 0
+
+
+def cmd_attention(args) -> int:
+    import torch
+
+    from .api import load
+    from .plots import attention_grid_png
+
+    model = load(args.name)
+    ids = model.encode_prompt(args.prompt)
+    if len(ids) > model.card.context_length:
+        raise ZooError(f"the prompt is {len(ids)} tokens; '{args.name}' attends over at most {model.card.context_length}")
+    with torch.no_grad():
+        maps = model.network.attention_maps(torch.tensor([ids]))
+    if not maps:
+        raise ZooError(f"'{args.name}' ({model.card.architecture}) has no attention to show")
+    labels = [model.tokenizer.decode([i]).replace("\n", "\\n") for i in ids]
+    if isinstance(maps, dict):  # named heads (the puzzle)
+        panels = [[(name, m.squeeze(0).numpy()) for name, m in maps.items()]]
+    else:
+        panels = [[(f"layer {layer + 1}, head {head + 1}", m[0, head].numpy()) for head in range(m.shape[1])] for layer, m in enumerate(maps)]
+    if args.out:
+        attention_grid_png(panels, labels, f"{args.name}: {args.prompt!r}", args.out)
+        print(f"{sum(len(row) for row in panels)} attention maps over {len(ids)} tokens written to {args.out}")
+        return 0
+    for row in panels:
+        for title, matrix in row:
+            print(f"{title}  (rows attend to columns)")
+            print(_format_table(["", *labels], [[label, *(f"{v:.2f}" for v in values)] for label, values in zip(labels, matrix)],
+                                right=set(range(1, len(labels) + 1))))
+            print()
+    return 0
+
+
 def cmd_eval(args) -> int:
     from .api import load
     from .evaluation import evaluate_language_model
@@ -158,7 +237,7 @@ def cmd_train(args) -> int:
 
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
-        publish=args.publish, show_progress=not args.quiet,
+        publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
     )
     metrics = card.metrics
     print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
@@ -166,6 +245,24 @@ def cmd_train(args) -> int:
     print(f"  card in {registry_file}")
     if not args.publish:
         print(f"  use it: ZOO_REGISTRY={registry_file} zoo sample {card.name} --prompt ...")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .verify import FAILED, verify_catalogue
+
+    rows = verify_catalogue(args.pattern)
+    if not rows:
+        raise ZooError(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered")
+    if args.json:
+        print(json.dumps([row.as_dict() for row in rows], indent=2))
+    else:
+        print(_format_table(["name", "plugin", "file", "status", "detail"],
+                            [[r.name, r.plugin, r.file, r.status, r.detail] for r in rows]))
+    failed = [row for row in rows if row.status == FAILED]
+    if failed:
+        shown = ", ".join(f"{row.name} ({row.file})" for row in failed[:3]) + (" …" if len(failed) > 3 else "")
+        raise ZooError(f"{len(failed)} of {len(rows)} failed verification: {shown}")
     return 0
 
 
@@ -213,16 +310,28 @@ def cmd_new_plugin(args) -> int:
 
 
 def cmd_train_tokenizer(args) -> int:
-    from plugins.bpe.tokenizer import write_ranks
-    from plugins.bpe.training import train_bpe
-
     from .data import read_corpus_text, split_text
     from .files import atomic_write
 
-    text, _ = split_text(read_corpus_text(args.data), args.train_fraction)
-    ranks = train_bpe(text, args.vocab_size)
-    atomic_write(args.out, lambda temporary: write_ranks(ranks, temporary))
-    print(f"{len(ranks)} tokens trained on {len(text):,} characters -> {args.out}")
+    text = read_corpus_text(args.data)
+    if args.kind == "char":
+        from plugins.chars.tokenizer import CharTokenizer
+
+        # Seed 004's vocabulary: every character of the whole corpus, so that
+        # validation text never holds an unknown one.
+        tokenizer = CharTokenizer.from_text(text)
+        out = args.out or CHECKPOINTS / f"char-{tokenizer.vocab_size}.json"
+        atomic_write(out, tokenizer.save)
+        print(f"{tokenizer.vocab_size} characters from {len(text):,} characters -> {out}")
+        return 0
+    from plugins.bpe.tokenizer import write_ranks
+    from plugins.bpe.training import train_bpe
+
+    train_text, _ = split_text(text, args.train_fraction)  # BPE never sees validation text
+    ranks = train_bpe(train_text, args.vocab_size)
+    out = args.out or CHECKPOINTS / f"bpe-{args.vocab_size}.tiktoken"
+    atomic_write(out, lambda temporary: write_ranks(ranks, temporary))
+    print(f"{len(ranks)} tokens trained on {len(train_text):,} characters -> {out}")
     return 0
 
 
@@ -272,7 +381,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
     p.add_argument("--publish", action="store_true", help="replace the variant's own checkpoint and card")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from its saved state (same --steps/--seed/--data/--out)")
     p.set_defaults(run=cmd_train)
+
+    p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("--windows", type=int, default=320, help="windows per split (default 320)")
+    p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
+    p.add_argument("--prompt", help="default: the start of the training text")
+    p.add_argument("--max-new-tokens", type=int, default=100)
+    p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_compare)
+
+    p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
+    p.add_argument("study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)")
+    p.add_argument("--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--seeds", type=int, nargs="+")
+    p.add_argument("--milestones", type=int, nargs="+")
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--eval-targets", type=int, help="target tokens scored per split (default 1024)")
+    p.add_argument("--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study")
+    p.add_argument("--prompt")
+    p.add_argument("--data", type=Path)
+    p.add_argument("--out", type=Path, help="default runs/experiments/STUDY")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(run=cmd_experiment)
+
+    p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
+    p.add_argument("name")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps")
+    p.set_defaults(run=cmd_attention)
+
+    p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")
+    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_verify)
 
     p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
     p.add_argument("--json", action="store_true")
@@ -283,11 +432,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, help="folder to write (default ./zoo-NAME); must be new or empty")
     p.set_defaults(run=cmd_new_plugin)
 
-    p = commands.add_parser("train-tokenizer", help="train the byte-level BPE vocabulary")
-    p.add_argument("--data", type=Path, default=Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare.txt")
-    p.add_argument("--vocab-size", type=int, default=1024)
-    p.add_argument("--train-fraction", type=float, default=0.9)
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "checkpoints" / "bpe-1024.tiktoken")
+    p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
+    p.add_argument("--kind", choices=["bpe", "char"], default="bpe")
+    p.add_argument("--data", type=Path, default=PROJECT_ROOT / "data" / "tinyshakespeare.txt")
+    p.add_argument("--vocab-size", type=int, default=1024, help="BPE only")
+    p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
+    p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
     return parser
 

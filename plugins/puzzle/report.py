@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from zoo_core.errors import ZooError
+from zoo_core.plots import attention_grid_png
 
 from .model import HEAD_TITLES, PuzzleTransformer, read_answer
 from .rule import expected_answer, well_formed_sentences
@@ -115,30 +116,8 @@ def explanation(network: PuzzleTransformer, words: list[str], trace, question: i
 
 
 def write_attention_png(network: PuzzleTransformer, words: list[str], trace, path: Path) -> None:
-    try:
-        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
-    except ImportError:
-        raise ZooError("--png needs matplotlib: pip install 'zoo[plots]'") from None
-    heads = network.head_names
-    figure = Figure(figsize=(4.4 * len(heads), 4.8), layout="constrained")
-    figure.suptitle(" ".join(words))
-    for axes, name in zip(figure.subplots(1, len(heads), squeeze=False)[0], heads):
-        attention = trace["attention"][name].numpy()
-        axes.imshow(attention, vmin=0.0, vmax=1.0, cmap="Blues")
-        axes.set_title(HEAD_TITLES[name])
-        axes.set_xticks(range(len(words)), words, rotation=45, ha="right")
-        axes.set_yticks(range(len(words)), words)
-        axes.set_xlabel("attended token (key)")
-        axes.set_ylabel("attending token (query)")
-        for row in range(len(words)):
-            for column in range(len(words)):
-                value = attention[row, column]
-                axes.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                          color="white" if value > 0.5 else "black")
-    try:
-        figure.savefig(path, dpi=120)
-    except OSError as exc:
-        raise ZooError(f"cannot write {path}: {exc.strerror or exc}") from None
+    panels = [[(HEAD_TITLES[name], trace["attention"][name].numpy()) for name in network.head_names]]
+    attention_grid_png(panels, words, " ".join(words), path, annotate=True)
 
 
 # -- the score ------------------------------------------------------------------------

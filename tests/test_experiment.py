@@ -1,0 +1,110 @@
+"""`zoo experiment`: paired seeds, shared starting values, identical batches, results on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import zoo_core
+from zoo_core.experiment import _share_initial_values
+
+
+def test_shared_components_start_equal_but_stay_separate():
+    torch.manual_seed(0)
+    bigram = zoo_core.build_network(zoo_core.get_variant("bigram"))
+    torch.manual_seed(1)
+    one = zoo_core.build_network(zoo_core.get_variant("transformer-1b-learned-ctx8"))
+    torch.manual_seed(2)
+    two = zoo_core.build_network(zoo_core.get_variant("transformer-2b-learned-ctx8"))
+    _share_initial_values([bigram, one, two])
+    assert torch.equal(bigram.token_embedding.weight, two.token_embedding.weight)
+    assert torch.equal(one.blocks[0].attention.qkv.weight, two.blocks[0].attention.qkv.weight)
+    assert bigram.token_embedding.weight is not two.token_embedding.weight
+    with torch.no_grad():
+        two.token_embedding.weight.add_(1.0)
+    assert not torch.equal(bigram.token_embedding.weight, two.token_embedding.weight)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    from zoo_core import cli
+
+    args = ["experiment", "--arms", "bigram", "transformer-1b-learned-ctx8", "transformer-1b-learned-post-ctx8",
+            "--steps", "30", "--seeds", "42", "43", "--milestones", "10", "30", "--eval-every", "10",
+            "--eval-targets", "64", "--out", str(out), "--quiet"]
+    assert cli.main(args) == 0
+    return out, args
+
+
+def test_results_json_holds_config_runs_and_source_hash(study):
+    out, _ = study
+    report = json.loads((out / "results.json").read_text())
+    assert report["config"]["seeds"] == [42, 43] and report["config"]["tokens_per_update"] == 256
+    assert len(report["source_sha256"]) == 64
+    assert [(r["arm"], r["seed"]) for r in report["runs"]] == [
+        (arm, seed) for seed in (42, 43) for arm in ("bigram", "transformer-1b-learned-ctx8", "transformer-1b-learned-post-ctx8")
+    ]
+    for run in report["runs"]:
+        assert [h["step"] for h in run["history"]] == [1, 10, 20, 30]
+        assert run["parameters"] > 0 and run["update_seconds"] > 0
+        assert set(run["samples"]) == {"10", "30"}
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "checkpoints" / "transformer-1b-learned-ctx8-seed43-step30.safetensors").exists()
+
+
+def test_arms_start_from_shared_values_per_seed(study):
+    out, _ = study
+    report = json.loads((out / "results.json").read_text())
+    for seed in (42, 43):
+        first_losses = [r["history"][0]["validation"] for r in report["runs"] if r["seed"] == seed]
+        # Shared embedding and head: after one identical update the two one-block arms differ only by norm placement.
+        assert abs(first_losses[1] - first_losses[2]) < 0.2
+    bigram = load_file(str(out / "checkpoints" / "bigram-seed42-step10.safetensors"))
+    block = load_file(str(out / "checkpoints" / "transformer-1b-learned-ctx8-seed42-step10.safetensors"))
+    assert bigram["token_embedding.weight"].shape == block["token_embedding.weight"].shape
+
+
+def test_the_same_command_gives_the_same_numbers(study, tmp_path):
+    out, args = study
+    from zoo_core import cli
+
+    again = tmp_path / "again"
+    assert cli.main([*args[:-3], "--out", str(again), "--quiet"]) == 0
+    first = json.loads((out / "results.json").read_text())["runs"]
+    second = json.loads((again / "results.json").read_text())["runs"]
+    assert [r["history"] for r in first] == [r["history"] for r in second]
+    assert [r["samples"] for r in first] == [r["samples"] for r in second]
+
+
+def test_cross_evaluation_scores_every_shorter_context(zoo, tmp_path):
+    result = zoo("experiment", "--arms", "transformer-1b-learned-ctx8", "transformer-4b-learned", "--steps", "5",
+                 "--seeds", "1", "--eval-every", "5", "--eval-targets", "32", "--cross-evaluate", "--out", str(tmp_path), "--quiet")
+    assert result.code == 0, result.err
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert set(runs[0]["cross_evaluation"]) == {"8"}
+    assert set(runs[1]["cross_evaluation"]) == {"8", "32"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["no-such-study"], "unknown study 'no-such-study'"),
+    (["depth-1-2", "--arms", "bigram"], "not both"),
+    (["--arms", "bigram", "puzzle-disobeys"], "hand-built"),
+    (["--arms", "bigram@x"], "context after '@' must be a positive number"),
+])
+def test_bad_studies_are_one_line(zoo, args, message):
+    result = zoo("experiment", *args, "--steps", "1")
+    assert result.code == 1 and message in result.err and result.err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_seed_000_study_runs_end_to_end(zoo, tmp_path):
+    result = zoo("experiment", "depth-1-2", "--steps", "200", "--eval-every", "100", "--out", str(tmp_path), "--quiet")
+    assert result.code == 0, result.err
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert len(report["runs"]) == 9 and (tmp_path / "loss.png").exists()
+    finals = {run["arm"]: run["history"][-1]["validation"] for run in report["runs"] if run["seed"] == 42}
+    assert finals["transformer-1b-learned-ctx8"] < finals["bigram"]

@@ -1,0 +1,89 @@
+"""`zoo compare`: several variants scored on exactly the same text.
+
+Every model sees the same sampled train and validation windows, cut to the
+shortest context among them so that each prediction has the same history; the
+deltas are against the first model named. Then each continues the same prompt
+with the same sampling seed. Losses per token only compare across models that
+share a tokenizer, so mixed tokenizers are refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .api import load
+from .data import Corpus, mean_loss, read_corpus_text
+from .errors import ZooError
+from .training import resolve_data_path
+
+
+def _shared_tokenizer(models) -> None:
+    first = models[0].card.tokenizer
+    for model in models[1:]:
+        spec = model.card.tokenizer
+        if (spec.kind, spec.vocab_size) != (first.kind, first.vocab_size):
+            raise ZooError(
+                f"'{models[0].name}' ({first.kind}, {first.vocab_size} tokens) and '{model.name}' "
+                f"({spec.kind}, {spec.vocab_size} tokens) use different tokenizers: their losses per token are not comparable"
+            )
+        if model.variant.tokenizer_path and models[0].variant.tokenizer_path:
+            if model.variant.tokenizer_path.read_bytes() != models[0].variant.tokenizer_path.read_bytes():
+                raise ZooError(f"'{models[0].name}' and '{model.name}' use different {spec.kind} vocabularies")
+
+
+def shared_windows(tokens: torch.Tensor, context: int, count: int, generator: torch.Generator):
+    starts = torch.randint(len(tokens) - context, (count,), generator=generator)
+    index = starts[:, None] + torch.arange(context)[None, :]
+    return tokens[index], tokens[index + 1]
+
+
+def compare_variants(
+    names: list[str],
+    windows: int = 320,
+    seed: int = 42,
+    prompt: str | None = None,
+    max_new_tokens: int = 100,
+    data: Path | None = None,
+) -> dict:
+    if len(names) < 2:
+        raise ZooError("compare needs at least two variants")
+    if windows < 1:
+        raise ZooError(f"--windows must be at least 1, not {windows}")
+    models = [load(name) for name in names]
+    for model in models:
+        if hasattr(model.network, "ask"):
+            raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
+    _shared_tokenizer(models)
+    first = models[0]
+    context = min(model.card.context_length for model in models)
+    text = read_corpus_text(resolve_data_path(first.card.recipe, first.variant.source, data))
+    corpus = Corpus.from_text(text, first.tokenizer, first.card.recipe.train_fraction)
+    # A generator of its own: comparing never moves any other random stream.
+    generator = torch.Generator().manual_seed(seed)
+    batches = {split: shared_windows(corpus.split(split), context, windows, generator) for split in ("train", "validation")}
+    if prompt is None:
+        prompt = first.tokenizer.decode(corpus.train[:context].tolist())
+    results = []
+    for model in models:
+        losses = {split: mean_loss(model.network, *batches[split]) for split in batches}
+        results.append({
+            "name": model.name,
+            "parameters": model.parameters(),
+            "train_loss": losses["train"],
+            "validation_loss": losses["validation"],
+            "sample": model.generate(prompt, max_new_tokens=max_new_tokens, seed=seed),
+        })
+    for result in results:
+        for split in ("train", "validation"):
+            result[f"{split}_delta"] = result[f"{split}_loss"] - results[0][f"{split}_loss"]
+    return {
+        "context": context,
+        "windows": windows,
+        "seed": seed,
+        "unit": f"nats per {first.card.tokenizer.kind} token",
+        "prompt": prompt,
+        "baseline": first.name,
+        "models": results,
+    }

@@ -1,0 +1,64 @@
+"""Pictures a person would rather look at than numbers: attention maps, loss curves.
+
+matplotlib is an optional extra (`pip install 'zoo[plots]'`); only the commands
+that draw need it. No pyplot: no GUI backend and no global state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .errors import ZooError
+
+
+def _figure_class():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ZooError("drawing needs matplotlib: pip install 'zoo[plots]'") from None
+    return Figure
+
+
+def _save(figure, path: Path) -> None:
+    try:
+        figure.savefig(path, dpi=120)
+    except OSError as exc:
+        raise ZooError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def attention_grid_png(
+    panels: Sequence[Sequence[tuple[str, "object"]]],
+    labels: Sequence[str],
+    title: str,
+    path: Path,
+    annotate: bool | None = None,
+) -> None:
+    """Write rows of attention maps (each a titled (T, T) array), tokens on both axes.
+
+    Cells show their weight as text when the maps are small enough to read.
+    """
+    Figure = _figure_class()
+    rows, columns = len(panels), max(len(row) for row in panels)
+    size = max(3.2, 0.32 * len(labels) + 1.6)
+    figure = Figure(figsize=(size * columns, size * rows + 0.6), layout="constrained")
+    figure.suptitle(title)
+    annotate = len(labels) <= 12 if annotate is None else annotate
+    grid = figure.subplots(rows, columns, squeeze=False)
+    for row_axes, row in zip(grid, panels):
+        for axes in row_axes[len(row):]:
+            axes.set_visible(False)
+        for axes, (panel_title, matrix) in zip(row_axes, row):
+            axes.imshow(matrix, vmin=0.0, vmax=1.0, cmap="Blues")
+            axes.set_title(panel_title, fontsize=10)
+            axes.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
+            axes.set_yticks(range(len(labels)), labels, fontsize=8)
+            axes.set_xlabel("attended token (key)", fontsize=8)
+            axes.set_ylabel("attending token (query)", fontsize=8)
+            if annotate:
+                for i in range(len(labels)):
+                    for j in range(len(labels)):
+                        value = float(matrix[i][j])
+                        axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                                  color="white" if value > 0.5 else "black")
+    _save(figure, path)
