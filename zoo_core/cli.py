@@ -63,6 +63,18 @@ def cmd_list(args) -> int:
     if not rows:
         print(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered", file=sys.stderr)
         return 1
+    if args.markdown:
+        print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
+        print("|---|---|---:|---|---|---:|---:|---:|---:|")
+        for variant, r in zip(variants, rows):
+            metrics = variant.card.metrics
+            cells = [f"`{r['name']}`", r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
+                     f"{r['parameters']:,}" if r["parameters"] is not None else "—",
+                     *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss))]
+            if metrics.accuracy is not None:  # task models are scored by accuracy, not loss
+                cells[-1] = f"accuracy {metrics.accuracy:.0%}"
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+        return 0
     headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss"]
     table = [
         [r["name"], r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
@@ -343,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
     p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
     p.set_defaults(run=cmd_list)
 
     p = commands.add_parser("show", help="show a variant's card")
@@ -355,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_load)
 
-    p = commands.add_parser("sample", help="continue a prompt")
+    p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)")
     p.add_argument("name")
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, default=100)

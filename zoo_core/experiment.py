@@ -251,7 +251,6 @@ def plot_losses(report: dict, path: Path) -> None:
             axes.fill_between(steps, values.min(0).values, values.max(0).values, color=line.get_color(), alpha=0.2)
         axes.set_title(f"{split} loss ({report['config']['loss_unit']}), mean and seed range", fontsize=9)
         axes.set_xlabel("update")
-        axes.set_xscale("log")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
     _save(figure, path)
