@@ -59,8 +59,12 @@ class CausalSelfAttention(nn.Module):
             k, v, k_positions = cache.append(k, v, positions)
         bias = encoding.bias(positions, k_positions)  # (H, Tq, Tk) or None
         dropout = self.dropout if self.training else 0.0
-        plain_causal = cache is None and bias is None
-        if need_weights or not plain_causal:
+        # Without a bias the common cases need no mask tensor at all: queries and
+        # keys are the same tokens (training, or filling an empty cache), or a
+        # single newest query that may see every cached key (decoding).
+        plain_causal = bias is None and k.shape[2] == T
+        sees_everything = bias is None and T == 1
+        if need_weights or not (plain_causal or sees_everything):
             allowed = k_positions[None, :] <= positions[:, None]  # (Tq, Tk): no looking ahead
         if need_weights:
             scores = (q @ k.transpose(-2, -1)) * self.head_size**-0.5  # (B, H, Tq, Tk)
@@ -72,6 +76,8 @@ class CausalSelfAttention(nn.Module):
             weights = None
             if plain_causal:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+            elif sees_everything:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
             else:
                 mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
                 if bias is not None:
