@@ -11,21 +11,31 @@ class KVCache:
     """One layer's keys and values so far, (B, H, T, D), with their absolute positions.
 
     Sampling appends one token at a time instead of recomputing the whole window.
+    The buffers are allocated once for the whole window and filled in place:
+    concatenating at every token copied the cache over and over.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.length = 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
 
     def append(self, k, v, positions):
+        B, H, T, D = k.shape
         if self.k is None:
-            self.k, self.v, self.positions = k, v, positions
-        else:
-            self.k = torch.cat((self.k, k), dim=2)
-            self.v = torch.cat((self.v, v), dim=2)
-            self.positions = torch.cat((self.positions, positions))
-        return self.k, self.v, self.positions
+            self.k = k.new_empty(B, H, self.capacity, D)
+            self.v = v.new_empty(B, H, self.capacity, D)
+            self.positions = positions.new_empty(self.capacity)
+        end = self.length + T
+        if end > self.capacity:
+            raise ValueError(f"the KV cache holds {self.capacity} tokens; {end} do not fit")
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.positions[self.length : end] = positions
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end], self.positions[:end]
 
 
 class CausalSelfAttention(nn.Module):

@@ -29,8 +29,8 @@ class GenerationCache:
     cache is not the same as cropping the window, even with relative positions.
     """
 
-    def __init__(self, n_layer: int):
-        self.layers = [KVCache() for _ in range(n_layer)]
+    def __init__(self, n_layer: int, capacity: int):
+        self.layers = [KVCache(capacity) for _ in range(n_layer)]
         self.length = 0  # tokens cached so far
 
 
@@ -87,7 +87,7 @@ class TransformerLanguageModel(nn.Module):
 
     def make_cache(self) -> GenerationCache:
         """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""
-        return GenerationCache(len(self.blocks))
+        return GenerationCache(len(self.blocks), self.context_length)
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
         logits, _ = self._run(idx, need_weights=False, cache=cache)
