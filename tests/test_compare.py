@@ -28,6 +28,12 @@ def test_compare_crops_to_the_shortest_context(zoo):
     assert report["context"] == 8
 
 
+def test_compare_writes_the_samples_side_by_side(zoo, tmp_path):
+    out = tmp_path / "samples.png"
+    result = zoo("compare", "bigram", "transformer-1b-learned-ctx8", "--windows", "8", "--max-new-tokens", "20", "--out", str(out))
+    assert result.code == 0 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_compare_text_shows_deltas_and_samples(zoo):
     result = zoo("compare", "bigram", "transformer-2b-learned-ctx8", "--windows", "32", "--prompt", "KING:", "--max-new-tokens", "5")
     assert result.code == 0

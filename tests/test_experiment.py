@@ -52,7 +52,7 @@ def test_results_json_holds_config_runs_and_source_hash(study):
         assert [h["step"] for h in run["history"]] == [1, 10, 20, 30]
         assert run["parameters"] > 0 and run["update_seconds"] > 0
         assert set(run["samples"]) == {"10", "30"}
-    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG" and (out / "samples.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "checkpoints" / "transformer-1b-learned-ctx8-seed43-step30.safetensors").exists()
 
 

@@ -152,6 +152,11 @@ def cmd_compare(args) -> int:
 
     check_sampling_arguments(args.max_new_tokens, 1.0, None)
     report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data)
+    if args.out:
+        from .plots import text_panels_png
+
+        panels = [(f"{m['name']}  (validation {m['validation_loss']:.4f})", m["sample"]) for m in report["models"]]
+        text_panels_png(panels, f"same prompt, temperature 1, sampling seed {report['seed']}", args.out)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -408,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=100)
     p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")

@@ -175,6 +175,7 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
     }
     atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
     plot_losses(report, out / "loss.png")
+    plot_samples(report, out / "samples.png")
     return report
 
 
@@ -254,3 +255,14 @@ def plot_losses(report: dict, path: Path) -> None:
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
     _save(figure, path)
+
+
+def plot_samples(report: dict, path: Path) -> None:
+    """The first seed's samples at the last milestone, one panel per arm."""
+    from .plots import text_panels_png
+
+    seed, last = report["config"]["seeds"][0], str(report["config"]["steps"])
+    runs = [run for run in report["runs"] if run["seed"] == seed]
+    panels = [(f"{run['arm']}  (validation {run['history'][-1]['validation']:.4f})", run["samples"][last]) for run in runs]
+    title = f"{report['study']}: seed {seed}, update {last}, sampling seed {report['config']['sample_seed']}"
+    text_panels_png(panels, title, path)

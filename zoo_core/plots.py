@@ -62,3 +62,21 @@ def attention_grid_png(
                         axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
                                   color="white" if value > 0.5 else "black")
     _save(figure, path)
+
+
+def text_panels_png(panels: Sequence[tuple[str, str]], title: str, path: Path, width: int = 60) -> None:
+    """Write texts side by side, one titled panel each (samples from several models)."""
+    import textwrap
+
+    Figure = _figure_class()
+    # Undertrained models emit control bytes; a font has no glyph for them.
+    printable = ["".join(c if c == "\n" or c.isprintable() else "·" for c in text) for _, text in panels]
+    wrapped = ["\n".join(textwrap.fill(line, width) or " " for line in text.splitlines()) for text in printable]
+    lines = max(text.count("\n") + 1 for text in wrapped)
+    figure = Figure(figsize=(4.6 * len(panels), 0.8 + 0.17 * lines), layout="constrained")
+    figure.suptitle(title, fontsize=10)
+    for axes, (panel_title, _), text in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, wrapped):
+        axes.set_axis_off()
+        axes.set_title(panel_title, fontsize=9)
+        axes.text(0.0, 1.0, text, family="monospace", fontsize=7, va="top", ha="left", transform=axes.transAxes)
+    _save(figure, path)
