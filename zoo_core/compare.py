@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .api import load
-from .data import Corpus, mean_loss, read_corpus_text
+from .data import Corpus, mean_loss, read_corpus_text, windows_at
 from .errors import ZooError
 from .training import resolve_data_path
 
@@ -35,8 +35,7 @@ def _shared_tokenizer(models) -> None:
 
 def shared_windows(tokens: torch.Tensor, context: int, count: int, generator: torch.Generator):
     starts = torch.randint(len(tokens) - context, (count,), generator=generator)
-    index = starts[:, None] + torch.arange(context)[None, :]
-    return tokens[index], tokens[index + 1]
+    return windows_at(tokens, starts, context)
 
 
 def compare_variants(

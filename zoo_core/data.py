@@ -61,7 +61,8 @@ class Corpus:
         return {"train": self.train, "validation": self.validation}[name]
 
 
-def _windows(tokens: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+def windows_at(tokens: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs (B, T) starting at ``starts`` and their targets, the same tokens shifted by one."""
     offsets = torch.arange(context)
     index = starts[:, None] + offsets[None, :]  # (B, T)
     return tokens[index], tokens[index + 1]
@@ -78,7 +79,7 @@ class BatchSampler:
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         starts = torch.randint(len(self.tokens) - self.context, (self.batch_size,), generator=self.generator)
-        return _windows(self.tokens, starts, self.context)
+        return windows_at(self.tokens, starts, self.context)
 
     def get_state(self) -> torch.Tensor:
         return self.generator.get_state()
@@ -94,7 +95,7 @@ def fixed_windows(tokens: torch.Tensor, context: int, count: int, seed: int = 12
         raise ZooError(f"a split of {len(tokens)} tokens is too short for windows of {context}")
     generator = torch.Generator().manual_seed(seed)
     starts = torch.randint(len(tokens) - context, (count,), generator=generator)
-    return _windows(tokens, starts, context)
+    return windows_at(tokens, starts, context)
 
 
 @torch.no_grad()

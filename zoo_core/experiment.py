@@ -30,7 +30,7 @@ from torch.nn import functional as F
 from .api import build_network, catalogue, load_tokenizer
 from .cards import Recipe
 from .checkpoints import save_checkpoint
-from .data import Corpus, read_corpus_text
+from .data import Corpus, read_corpus_text, windows_at
 from .errors import ZooError
 from .files import atomic_write_text
 from .plugin_manager import get_plugins
@@ -180,7 +180,6 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
 
 
 def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress):
-    torch.manual_seed(seed)
     networks = []
     for arm in arms:
         torch.manual_seed(seed)
@@ -197,8 +196,7 @@ def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, pl
     started = time.perf_counter()
     for step in range(1, study.steps + 1):
         starts = torch.randint(len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator)
-        index = starts[:, None] + torch.arange(longest)[None, :]
-        inputs, outputs = corpus.train[index], corpus.train[index + 1]
+        inputs, outputs = windows_at(corpus.train, starts, longest)
         for i, (arm, network, optimizer) in enumerate(zip(arms, networks, optimizers)):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate_at(step, recipe, study.steps)

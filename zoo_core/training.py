@@ -94,11 +94,11 @@ class Progress:
         self._last_draw = 0.0
         self._started = time.monotonic()
 
-    def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None, force: bool = False) -> None:
+    def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
-        if not (losses or force or (self.interactive and now - self._last_draw > 0.5)):
+        if not (losses or (self.interactive and now - self._last_draw > 0.5)):
             return
         self._last_draw = now
         rate = tokens / seconds if seconds else 0.0  # update time only: evaluation excluded

@@ -77,9 +77,6 @@ class BPETokenizer:
         # Sampled ids can split a multi-byte character; show U+FFFD rather than fail.
         return self.encoding.decode(ids, errors="replace")
 
-    def token_bytes(self, token_id: int) -> bytes:
-        return self.encoding.decode_single_token_bytes(token_id)
-
 
 def load_bpe_tokenizer(spec, path: Path | None) -> BPETokenizer:
     """Factory registered as 'bpe': the card's ``tokenizer.file`` holds the ranks."""
