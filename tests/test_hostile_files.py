@@ -23,8 +23,8 @@ import torch
 from safetensors.torch import load_file, save
 
 import zoo_core
-from plugins.bpe.tokenizer import load_bpe_tokenizer
-from plugins.chars.tokenizer import load_char_tokenizer
+from zoo_plugins.bpe.tokenizer import load_bpe_tokenizer
+from zoo_plugins.chars.tokenizer import load_char_tokenizer
 from zoo_core import hookimpl
 from zoo_core.api import catalogue
 from zoo_core.cards import CheckpointRef

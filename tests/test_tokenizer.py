@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.bpe.tokenizer import BPETokenizer, read_ranks, write_ranks
-from plugins.bpe.training import train_bpe
+from zoo_plugins.bpe.tokenizer import BPETokenizer, read_ranks, write_ranks
+from zoo_plugins.bpe.training import train_bpe
 from zoo_core.data import read_corpus_text, split_text
 from zoo_core.errors import ZooError
 

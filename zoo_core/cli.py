@@ -332,7 +332,7 @@ def cmd_train_tokenizer(args) -> int:
 
     text = read_corpus_text(args.data)
     if args.kind == "char":
-        from plugins.chars.tokenizer import CharTokenizer
+        from zoo_plugins.chars.tokenizer import CharTokenizer
 
         # Seed 004's vocabulary: every character of the whole corpus, so that
         # validation text never holds an unknown one.
@@ -341,8 +341,8 @@ def cmd_train_tokenizer(args) -> int:
         atomic_write(out, tokenizer.save)
         print(f"{tokenizer.vocab_size} characters from {len(text):,} characters -> {out}")
         return 0
-    from plugins.bpe.tokenizer import write_ranks
-    from plugins.bpe.training import train_bpe
+    from zoo_plugins.bpe.tokenizer import write_ranks
+    from zoo_plugins.bpe.training import train_bpe
 
     train_text, _ = split_text(text, args.train_fraction)  # BPE never sees validation text
     ranks = train_bpe(train_text, args.vocab_size)

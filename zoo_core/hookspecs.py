@@ -53,7 +53,7 @@ def register_blocks(register):
     an ``nn.Module`` satisfying ``zoo_core.protocols.Block``:
     ``block(x, positions, encoding, need_weights=False, cache=None) -> (x, weights | None)``,
     where ``weights`` has shape (batch, heads, queries, keys). The transformer
-    passes ``cache`` (the layer's ``plugins.blocks.attention.KVCache`` while
+    passes ``cache`` (the layer's ``zoo_plugins.blocks.attention.KVCache`` while
     sampling, else None) as a keyword: accept it and hand it to the attention.
     """
 

@@ -1,6 +1,6 @@
 """Write the puzzle's checkpoints and the registry tables that describe them.
 
-    python -m plugins.puzzle.build
+    python -m zoo_plugins.puzzle.build
 
 writes checkpoints/puzzle-disobeys.safetensors and
 checkpoints/puzzle-disobeys-nopos.safetensors (hand-set weights, the card in
@@ -103,7 +103,7 @@ def build_all(checkpoint_dir: Path, registry_dir: Path) -> list[ModelCard]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plugins.puzzle.build", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m zoo_plugins.puzzle.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--registry", type=Path, default=PROJECT_ROOT / "registry.toml",
                         help="registry file to update (checkpoint paths are relative to it)")
     parser.add_argument("--checkpoint-dir", type=Path, help="default: checkpoints/ beside the registry")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import zoo_alibi
-from plugins.blocks.attention import CausalSelfAttention
+from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_alibi.alibi import ALiBiPositions, alibi_slopes
 from zoo_alibi.swiglu import SwiGLUPreNormBlock
 from zoo_core.api import catalogue, load
