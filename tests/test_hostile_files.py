@@ -58,7 +58,7 @@ def hostile(tmp_path, monkeypatch):
     shutil.copyfile(BPE, tmp_path / "checkpoints" / BPE.name)
     registry = tmp_path / "registry.toml"
     checkpoint = tmp_path / real.checkpoint.path
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
 
     def install(raw: bytes, sha256: bool = True, card=None):
         card = card or real
@@ -69,7 +69,7 @@ def hostile(tmp_path, monkeypatch):
         return checkpoint
 
     yield install
-    monkeypatch.delenv("ZOO_REGISTRY")
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)
 
 

@@ -48,10 +48,10 @@ def puzzle_files(tmp_path_factory):
 def puzzle_zoo(puzzle_files, monkeypatch):
     """The built-in catalogue pointed at the puzzle registry; `zoo_core.load` works on it."""
     registry, _ = puzzle_files
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
     get_plugins(reload=True)
     yield registry
-    monkeypatch.delenv("ZOO_REGISTRY")
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)
 
 

@@ -43,7 +43,7 @@ def run_zoo(*args: str, path: tuple[Path, ...] = (), **env: str) -> Run:
     """`zoo ARGS` in a fresh process that sees only the packages on ``path``."""
     environment = {
         key: value for key, value in os.environ.items()
-        if key not in {"PYTHONPATH", "ZOO_REGISTRY", "ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD"}
+        if key not in {"PYTHONPATH", "ZOO_REGISTRY", "ZOO_BUILTIN_REGISTRY", "ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD"}
     }
     environment["OMP_NUM_THREADS"] = "1"  # tiny models; more threads only contend on a shared machine
     if path:

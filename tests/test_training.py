@@ -75,7 +75,7 @@ def test_zoo_train_writes_a_loadable_variant(zoo, tmp_path, monkeypatch):
     assert (out / "transformer-1b-learned-ctx8.safetensors").exists() and (out / "bpe-1024.tiktoken").exists()
     history = json.loads((out / "transformer-1b-learned-ctx8.history.json").read_text())
     assert history["history"][-1]["step"] == 40
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
     get_plugins(reload=True)
     try:
         model = zoo_core.load("transformer-1b-learned-ctx8")
@@ -84,7 +84,7 @@ def test_zoo_train_writes_a_loadable_variant(zoo, tmp_path, monkeypatch):
         shipped = load_file(str(ROOT / "checkpoints" / "transformer-1b-learned-ctx8.safetensors"))
         assert not torch.equal(shipped["lm_head.weight"], model.network.lm_head.weight)
     finally:
-        monkeypatch.delenv("ZOO_REGISTRY")
+        monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
         get_plugins(reload=True)
 
 

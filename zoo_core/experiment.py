@@ -30,12 +30,13 @@ from torch.nn import functional as F
 from .api import build_network, catalogue, load_tokenizer
 from .cards import Recipe
 from .checkpoints import save_checkpoint
-from .data import Corpus, read_corpus_text, windows_at
+from .data import Corpus, windows_at
+from .datasets import variant_text
 from .errors import ZooError
 from .files import atomic_write_text
 from .plugin_manager import get_plugins
 from .sampling import sample_tokens
-from .training import Progress, learning_rate_at, make_optimizer, resolve_data_path
+from .training import Progress, learning_rate_at, make_optimizer
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STUDIES_FILE = PROJECT_ROOT / "experiments" / "studies.toml"
@@ -156,7 +157,7 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
         raise ZooError(f"tokens_per_update ({study.tokens_per_update}) must be a multiple of the longest context ({longest})")
     first = arms[0].variant
     tokenizer = load_tokenizer(first, plugins)
-    text = read_corpus_text(resolve_data_path(first.card.recipe, first.source, data))
+    text = variant_text(first, data).text
     corpus = Corpus.from_text(text, tokenizer, first.card.recipe.train_fraction)
     targets = {split: _targets(corpus.split(split), study.eval_targets, longest, seed=1234) for split in ("train", "validation")}
     prompt_ids = tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()
