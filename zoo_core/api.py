@@ -41,12 +41,20 @@ def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
     return plugins.components["tokenizers"].create(spec.kind, spec, path)
 
 
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
+
+
 def check_tokenizer_file(path: Path, expected: str) -> None:
     """A tokenizer file must be the one the card names: a vocabulary of the same
     size with two tokens swapped loads fine and silently changes every sample."""
+    import os
+
     from .checkpoints import sha256_file
 
     try:
+        size = os.stat(path).st_size
+        if size > MAX_TOKENIZER_BYTES:  # hashing a hostile 1 TB file would take hours
+            raise ZooError(f"{path}: tokenizer file is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer can need")
         actual = sha256_file(path)
     except FileNotFoundError:
         raise ZooError(f"{path}: tokenizer file not found") from None

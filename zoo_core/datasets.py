@@ -118,7 +118,7 @@ def read_dataset(dataset: Dataset) -> ResolvedText:
 def read_text_file(path: Path) -> ResolvedText:
     """Any text file the user names (``--data PATH``): recorded by absolute path and sha256."""
     path = Path(path).expanduser().resolve()
-    text, actual = _read_text(path, "text file")
+    text, actual = _read_text(path, "corpus")
     return ResolvedText(text, str(path), actual, path)
 
 
