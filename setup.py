@@ -5,7 +5,7 @@ level (the layout of the design: a reader finds the catalogue first), but an
 installed zoo has no top level, only packages. Package data can only come from
 inside a package folder, and moving the files would break every checkout path,
 so this hook copies them, at build time, into ``zoo_plugins/shipped/`` of the
-build tree. `zoo_plugins.catalogue` reads them from there when it is installed
+build tree (and experiments/studies.toml into ``zoo_core/``). `zoo_plugins.catalogue` reads them from there when it is installed
 and from the repository's top level otherwise.
 
 Editable installs (``pip install -e .``) skip the copy: the package folder is
@@ -41,6 +41,8 @@ class build_py_with_catalogue(build_py):
                 shutil.copytree(source, target / name, ignore=NOT_SHIPPED)
             else:
                 shutil.copy2(source, target / name)
+        # `zoo experiment STUDY` reads the studies the repository keeps in experiments/.
+        shutil.copy2(ROOT / "experiments" / "studies.toml", Path(self.build_lib) / "zoo_core" / "studies.toml")
 
 
 setup(cmdclass={"build_py": build_py_with_catalogue})

@@ -235,14 +235,14 @@ def test_its_variant_is_listed_loaded_verified_and_sampled(alibi):
     assert rows[ALIBI_VARIANT] | {"norm": None} == {
         "name": ALIBI_VARIANT, "architecture": "transformer", "layers": 4, "positions": "alibi", "norm": None,
         "context": 32, "parameters": card["parameters"], "validation_loss": card["metrics"]["validation_loss"],
-        "tokenizer": "bpe", "weights": True,
+        "tokenizer": "bpe", "weights": True, "source": "plugin",
     }
     assert "alibi-swiglu-4b" in run_zoo("list", "alibi*", path=(alibi,)).out
 
     loaded = run_zoo("load", ALIBI_VARIANT, "--json", path=(alibi,))
     assert loaded.code == 0, loaded.err
     summary = loaded.json()
-    assert summary["verified"] == ["sha256", "names", "shapes", "parameters"]
+    assert summary["verified"] == ["sha256", "names", "shapes", "parameters", "tokenizer sha256"]
     assert summary["sha256"] == card["checkpoint"]["sha256"]
     assert Path(summary["checkpoint"]) == alibi / "zoo_alibi" / "variants" / "alibi-swiglu-4b.safetensors"
     assert summary["parameters"] == card["parameters"]

@@ -39,7 +39,10 @@ from .sampling import sample_tokens
 from .training import Progress, learning_rate_at, make_optimizer
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-STUDIES_FILE = PROJECT_ROOT / "experiments" / "studies.toml"
+# In a checkout the studies live in experiments/; a wheel carries a copy inside
+# zoo_core (setup.py's build hook), since an installed package has no top level.
+_PACKAGED_STUDIES = Path(__file__).resolve().parent / "studies.toml"
+STUDIES_FILE = _PACKAGED_STUDIES if _PACKAGED_STUDIES.is_file() else PROJECT_ROOT / "experiments" / "studies.toml"
 
 
 @dataclass
