@@ -39,6 +39,10 @@ def set_command_line_registries(paths: list[Path] | None) -> None:
     _command_line_registries[:] = [Path(p) for p in paths or []]
 
 
+def command_line_registries() -> list[Path]:
+    return list(_command_line_registries)
+
+
 def extra_registry_paths() -> list[Path]:
     from_environment = [Path(p) for p in os.environ.get("ZOO_REGISTRY", "").split(os.pathsep) if p.strip()]
     return [*from_environment, *_command_line_registries]

@@ -121,13 +121,13 @@ def train_variant(
 
 def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
     """The registry file and checkpoint a run writes."""
-    from .catalogue import extra_registry_paths
+    from .catalogue import command_line_registries
     from .locations import user_registry_path
 
     if not publish:
         out_dir = (out_dir or Path("runs") / target_name).resolve()
         return out_dir / "registry.toml", out_dir / f"{target_name}.safetensors"
-    named = [path for path in extra_registry_paths() if path]
+    named = command_line_registries()  # only an explicit --registry redirects publishing, not ZOO_REGISTRY
     registry_file = (named[-1] if named else user_registry_path()).expanduser().resolve()
     if registry_file == variant.source and target_name == variant.name:
         return registry_file, variant.checkpoint_path  # retraining a variant where it is declared
