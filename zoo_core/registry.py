@@ -103,7 +103,6 @@ class Catalogue:
     def __init__(self, variants: Iterable[Variant] = ()):
         self._variants: dict[str, Variant] = {}
         self.problems: list[str] = []  # declarations refused (a name already taken by an earlier layer)
-        self._refused: dict[str, str] = {}
         for variant in variants:
             self.add(variant)
 
@@ -126,10 +125,6 @@ class Catalogue:
         message = (f"variant '{variant.name}' is declared twice: in the {existing.layer} catalogue ({existing.source}) "
                    f"and in the {variant.layer} catalogue ({variant.source}); the second is ignored until one is renamed or removed")
         self.problems.append(message)
-        self._refused[variant.name] = message
-
-    def refused(self, name: str) -> str | None:
-        return self._refused.get(name)
 
     def add_all(self, variants: list[Variant]) -> None:
         """Add one registry file's variants: all of them, or (on a clash) none."""
