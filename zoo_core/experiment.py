@@ -109,7 +109,9 @@ def _arms(names: list[str], plugins) -> list[Arm]:
 def source_hash() -> str:
     """A hash of the zoo's own code, so a result can be matched to the code that made it."""
     digest = hashlib.sha256()
-    for path in sorted([*PROJECT_ROOT.glob("zoo_core/*.py"), *PROJECT_ROOT.glob("plugins/**/*.py")]):
+    # plugins/ in a checkout, zoo_plugins/ when installed from the wheel
+    built_in = [*PROJECT_ROOT.glob("plugins/**/*.py"), *PROJECT_ROOT.glob("zoo_plugins/**/*.py")]
+    for path in sorted([*PROJECT_ROOT.glob("zoo_core/*.py"), *built_in]):
         digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
