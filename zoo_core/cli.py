@@ -67,7 +67,8 @@ def cmd_list(args) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered", file=sys.stderr)
+        where = f" in the {args.source} catalogue" if args.source else ""
+        print(f"no variant matches '{args.pattern}'{where}" if args.pattern else f"no variants registered{where}", file=sys.stderr)
         return 1
     if args.markdown:
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
