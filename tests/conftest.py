@@ -31,9 +31,22 @@ def zoo(capsys):
     return run
 
 
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own user catalogue and cache folder: nothing a test
+    publishes or locks ever reaches the real ~/.local/share/zoo or ~/.cache/zoo,
+    and the developer's own catalogue never changes what a test sees."""
+    base = tmp_path_factory.mktemp("zoo-user")
+    monkeypatch.setenv("ZOO_HOME", str(base / "home"))
+    monkeypatch.setenv("ZOO_CACHE", str(base / "cache"))
+    monkeypatch.delenv("ZOO_REGISTRY", raising=False)
+    return base / "home"
+
+
 @pytest.fixture
 def private_catalogue(tmp_path, monkeypatch):
-    """A copy of registry.toml and checkpoints/ in tmp_path, made the built-in catalogue.
+    """A copy of registry.toml and checkpoints/ in tmp_path, made the built-in catalogue
+    (through ZOO_BUILTIN_REGISTRY, which replaces the built-in layer; ZOO_REGISTRY adds).
 
     Tests may corrupt or edit the copy freely; the real files are never touched.
     """
@@ -41,8 +54,8 @@ def private_catalogue(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "data", tmp_path / "data")
     registry = tmp_path / "registry.toml"
     shutil.copyfile(ROOT / "registry.toml", registry)
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
     get_plugins(reload=True)
     yield registry
-    monkeypatch.delenv("ZOO_REGISTRY")
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)

@@ -87,7 +87,8 @@ def test_seed_004_cards_beat_the_uniform_baseline_and_nanogpt():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_variant_loads_verified(name):
     model = zoo_core.load(name)
-    assert model.verification.checks == ["sha256", "names", "shapes", "parameters"]
+    tokenizer_checked = ["tokenizer sha256"] if model.card.tokenizer.file else []  # the puzzle's vocabulary is code
+    assert model.verification.checks == ["sha256", "names", "shapes", "parameters", *tokenizer_checked]
     assert model.parameters() == model.card.parameters
 
 
@@ -96,7 +97,16 @@ def test_checkpoint_header_holds_the_card(name):
     variant = zoo_core.get_variant(name)
     stored = ModelCard.model_validate(header_card(variant.checkpoint_path))
     card = variant.card
-    assert stored == card.model_copy(update={"checkpoint": card.checkpoint.model_copy(update={"sha256": None})})
+    # The registry has since gained checksums (tokenizer, text) and the dataset's
+    # name in place of its path; everything that identifies the weights is unchanged.
+    written_before = {"tokenizer": {"sha256"}, "recipe": {"data_sha256"}}
+    registry_side = card.weight_fields()
+    for section, keys in written_before.items():
+        for key in keys:
+            if key not in stored.weight_fields()[section]:
+                registry_side[section].pop(key, None)
+    assert stored.weight_fields() == registry_side
+    assert stored.checkpoint.path == card.checkpoint.path and stored.description == card.description
 
 
 def test_shipped_cards_rank_as_seed_000_expects():
@@ -115,7 +125,7 @@ def test_load_summary(zoo):
     result = zoo("load", "transformer-6b-sin", "--json")
     summary = json.loads(result.out)
     assert result.code == 0
-    assert summary["verified"] == ["sha256", "names", "shapes", "parameters"]
+    assert summary["verified"] == ["sha256", "names", "shapes", "parameters", "tokenizer sha256"]
     assert summary["parameters"] == zoo_core.get_variant("transformer-6b-sin").card.parameters
 
 

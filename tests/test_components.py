@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from plugins.blocks.attention import CausalSelfAttention
-from plugins.blocks.blocks import PostNormBlock, PreNormBlock
-from plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
+from zoo_plugins.blocks.attention import CausalSelfAttention
+from zoo_plugins.blocks.blocks import PostNormBlock, PreNormBlock
+from zoo_plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
 from zoo_core.errors import ZooError
 from zoo_core.plugin_manager import get_plugins
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import zoo_core
-from plugins.chars.tokenizer import CharTokenizer
-from plugins.positions.rope import RotaryPositions
+from zoo_plugins.chars.tokenizer import CharTokenizer
+from zoo_plugins.positions.rope import RotaryPositions
 from zoo_core.errors import ZooError
 from zoo_core.plugin_manager import get_plugins
 from zoo_core.sampling import sample_tokens
@@ -91,7 +91,7 @@ def test_cached_sampling_matches_uncached_past_the_window(positions):
 
 
 def test_a_block_without_cache_support_samples_uncached():
-    from plugins.blocks.blocks import PreNormBlock
+    from zoo_plugins.blocks.blocks import PreNormBlock
     from zoo_core import hookimpl
     from zoo_core.plugin_manager import PluginInfo, PluginSet
 

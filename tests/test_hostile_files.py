@@ -10,6 +10,7 @@ header) are the ones that must answer.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -23,8 +24,8 @@ import torch
 from safetensors.torch import load_file, save
 
 import zoo_core
-from plugins.bpe.tokenizer import load_bpe_tokenizer
-from plugins.chars.tokenizer import load_char_tokenizer
+from zoo_plugins.bpe.tokenizer import load_bpe_tokenizer
+from zoo_plugins.chars.tokenizer import load_char_tokenizer
 from zoo_core import hookimpl
 from zoo_core.api import catalogue
 from zoo_core.cards import CheckpointRef
@@ -58,7 +59,7 @@ def hostile(tmp_path, monkeypatch):
     shutil.copyfile(BPE, tmp_path / "checkpoints" / BPE.name)
     registry = tmp_path / "registry.toml"
     checkpoint = tmp_path / real.checkpoint.path
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
 
     def install(raw: bytes, sha256: bool = True, card=None):
         card = card or real
@@ -69,7 +70,7 @@ def hostile(tmp_path, monkeypatch):
         return checkpoint
 
     yield install
-    monkeypatch.delenv("ZOO_REGISTRY")
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)
 
 
@@ -395,4 +396,39 @@ def test_damaged_tokenizer_through_zoo_load(zoo, hostile, tmp_path):
     hostile(SHIPPED.read_bytes())
     ranks = tmp_path / "checkpoints" / BPE.name  # the catalogue's own copy
     ranks.write_bytes(ranks.read_bytes()[:5000])
-    _one_line_error(zoo("load", NAME), f"{ranks}: damaged tokenizer file")
+    _one_line_error(zoo("load", NAME), f"{ranks}: sha256 mismatch: the card has ", "(changed or replaced)")
+
+
+def _swap_two_tokens(data: bytes, first: bytes, second: bytes) -> bytes:
+    """The same ranks file with two tokens' ranks exchanged: same size, still valid."""
+    lines = data.splitlines()
+    encoded = [base64.b64encode(token) for token in (first, second)]
+    index = [next(i for i, line in enumerate(lines) if line.split()[0] == e) for e in encoded]
+    ranks = [lines[i].split()[1] for i in index]
+    lines[index[0]], lines[index[1]] = encoded[0] + b" " + ranks[1], encoded[1] + b" " + ranks[0]
+    return b"".join(line + b"\n" for line in lines)
+
+
+def test_a_same_size_vocabulary_swap_is_caught_by_load_and_verify(zoo, hostile, tmp_path):
+    # ' the' and ' and' exchanged: a valid vocabulary of the same size and length
+    # that would load and silently change every sample, were it not for the sha256.
+    hostile(SHIPPED.read_bytes())
+    ranks = tmp_path / "checkpoints" / BPE.name
+    before = ranks.read_bytes()
+    swapped = _swap_two_tokens(before, b" the", b" and")
+    assert len(swapped) == len(before) and swapped != before
+    ranks.write_bytes(swapped)
+    load_bpe_tokenizer(types.SimpleNamespace(vocab_size=1024), ranks)  # the parser alone accepts it
+    _one_line_error(zoo("load", NAME), f"{ranks}: sha256 mismatch")
+    result = zoo("verify", "--json")
+    assert result.code == 1 and result.err.count("\n") == 1, result.err
+    row = next(row for row in json.loads(result.out) if row["name"] == NAME)
+    assert row["status"] == "FAILED" and row["detail"].startswith(f"{ranks}: sha256 mismatch")
+
+
+def test_an_enormous_tokenizer_file_is_refused_before_hashing(zoo, hostile, tmp_path):
+    hostile(SHIPPED.read_bytes())
+    ranks = tmp_path / "checkpoints" / BPE.name
+    with open(ranks, "wb") as handle:
+        handle.truncate(2**40)
+    _one_line_error(_bounded(lambda: zoo("load", NAME), seconds=2, megabytes=4), f"{ranks}: tokenizer file is 1,099,511,627,776 bytes")

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from safetensors.torch import load
 
 import zoo_core
-from plugins.bpe.tokenizer import BPETokenizer
-from plugins.chars.tokenizer import CharTokenizer
+from zoo_plugins.bpe.tokenizer import BPETokenizer
+from zoo_plugins.chars.tokenizer import CharTokenizer
 from zoo_core.checkpoints import load_verified
 from zoo_core.errors import ZooError
 from zoo_core.sampling import sample_tokens

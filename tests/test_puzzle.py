@@ -16,11 +16,11 @@ from zoo_core.errors import ZooError
 from zoo_core.plugin_manager import get_plugins
 from zoo_core.registry import render_registry
 
-from plugins.puzzle.build import build_all
-from plugins.puzzle.model import PuzzleTransformer, build_puzzle, hand_set_state_dict
-from plugins.puzzle.rule import expected_answer, well_formed_sentences
-from plugins.puzzle.slots import VOCABULARY, slot_names
-from plugins.puzzle.tokenizer import PuzzleTokenizer
+from zoo_plugins.puzzle.build import build_all
+from zoo_plugins.puzzle.model import PuzzleTransformer, build_puzzle, hand_set_state_dict
+from zoo_plugins.puzzle.rule import expected_answer, well_formed_sentences
+from zoo_plugins.puzzle.slots import VOCABULARY, slot_names
+from zoo_plugins.puzzle.tokenizer import PuzzleTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ SEED_PAIR = ("Crow disobeys keep-flight swap-speech he-is?", "Crow keep-flight d
 
 @pytest.fixture(scope="module")
 def puzzle_files(tmp_path_factory):
-    """The two checkpoints as `python -m plugins.puzzle.build` writes them, and a registry for them."""
+    """The two checkpoints as `python -m zoo_plugins.puzzle.build` writes them, and a registry for them."""
     folder = tmp_path_factory.mktemp("puzzle-zoo")
     cards = build_all(folder / "checkpoints", folder)
     registry = folder / "registry.toml"
@@ -48,10 +48,10 @@ def puzzle_files(tmp_path_factory):
 def puzzle_zoo(puzzle_files, monkeypatch):
     """The built-in catalogue pointed at the puzzle registry; `zoo_core.load` works on it."""
     registry, _ = puzzle_files
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
     get_plugins(reload=True)
     yield registry
-    monkeypatch.delenv("ZOO_REGISTRY")
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)
 
 

@@ -57,7 +57,7 @@ def one_thread():
 
 def test_kill_9_then_resume_gives_the_uninterrupted_weights(zoo, tmp_path, small_text, one_thread):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    environment = {key: value for key, value in os.environ.items() if key != "ZOO_REGISTRY"}
+    environment = {key: value for key, value in os.environ.items() if key not in ("ZOO_REGISTRY", "ZOO_BUILTIN_REGISTRY")}
     victim = subprocess.Popen([str(ZOO), *_train_args(killed, small_text)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**environment, "OMP_NUM_THREADS": "1"})
     state = training_state_path(killed / f"{NAME}.safetensors")

@@ -43,7 +43,7 @@ def run_zoo(*args: str, path: tuple[Path, ...] = (), **env: str) -> Run:
     """`zoo ARGS` in a fresh process that sees only the packages on ``path``."""
     environment = {
         key: value for key, value in os.environ.items()
-        if key not in {"PYTHONPATH", "ZOO_REGISTRY", "ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD"}
+        if key not in {"PYTHONPATH", "ZOO_REGISTRY", "ZOO_BUILTIN_REGISTRY", "ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD"}
     }
     environment["OMP_NUM_THREADS"] = "1"  # tiny models; more threads only contend on a shared machine
     if path:
@@ -235,14 +235,14 @@ def test_its_variant_is_listed_loaded_verified_and_sampled(alibi):
     assert rows[ALIBI_VARIANT] | {"norm": None} == {
         "name": ALIBI_VARIANT, "architecture": "transformer", "layers": 4, "positions": "alibi", "norm": None,
         "context": 32, "parameters": card["parameters"], "validation_loss": card["metrics"]["validation_loss"],
-        "tokenizer": "bpe", "weights": True,
+        "tokenizer": "bpe", "weights": True, "source": "plugin",
     }
     assert "alibi-swiglu-4b" in run_zoo("list", "alibi*", path=(alibi,)).out
 
     loaded = run_zoo("load", ALIBI_VARIANT, "--json", path=(alibi,))
     assert loaded.code == 0, loaded.err
     summary = loaded.json()
-    assert summary["verified"] == ["sha256", "names", "shapes", "parameters"]
+    assert summary["verified"] == ["sha256", "names", "shapes", "parameters", "tokenizer sha256"]
     assert summary["sha256"] == card["checkpoint"]["sha256"]
     assert Path(summary["checkpoint"]) == alibi / "zoo_alibi" / "variants" / "alibi-swiglu-4b.safetensors"
     assert summary["parameters"] == card["parameters"]
@@ -337,7 +337,7 @@ def test_a_misspelled_hook_is_reported_instead_of_silently_doing_nothing(broken)
     report = run_zoo("plugins", "--json", path=(broken,), ZOO_PLUGINS="typo-hook").json()
     assert _plugins(report)["typo-hook"]["errors"] == [
         "'register_position' is not a zoo hook and is never called "
-        "(hooks: register_blocks, register_models, register_positions, register_tokenizers, register_variants)"
+        "(hooks: register_blocks, register_datasets, register_models, register_positions, register_tokenizers, register_variants)"
     ]
 
 

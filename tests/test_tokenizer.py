@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.bpe.tokenizer import BPETokenizer, read_ranks, write_ranks
-from plugins.bpe.training import train_bpe
-from zoo_core.data import read_corpus_text, split_text
+from zoo_plugins.bpe.tokenizer import BPETokenizer, read_ranks, write_ranks
+from zoo_plugins.bpe.training import train_bpe
+from zoo_core.data import split_text
+from zoo_core.datasets import read_text_file
 from zoo_core.errors import ZooError
 
 from .conftest import ROOT
@@ -69,5 +70,5 @@ def test_damaged_ranks_files_are_refused(tmp_path, content, message):
 
 @pytest.mark.slow
 def test_shipped_ranks_are_retrainable_from_the_training_split():
-    train_text, _ = split_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), 0.9)
+    train_text, _ = split_text(read_text_file(ROOT / "data" / "tinyshakespeare.txt").text, 0.9)
     assert train_bpe(train_text, 1024) == read_ranks(RANKS)

@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 
 import zoo_core
 from zoo_core.cards import Recipe
-from zoo_core.data import BatchSampler, Corpus, fixed_windows, read_corpus_text
+from zoo_core.data import BatchSampler, Corpus, fixed_windows
+from zoo_core.datasets import read_text_file
 from zoo_core.errors import ZooError
 from zoo_core.plugin_manager import get_plugins
 from zoo_core.training import StandardTrainer, learning_rate_at, seeded_network
@@ -21,7 +22,7 @@ from .conftest import ROOT
 @pytest.fixture(scope="module")
 def corpus():
     tokenizer = zoo_core.load_tokenizer(zoo_core.get_variant("bigram"))
-    return Corpus.from_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), tokenizer, 0.9)
+    return Corpus.from_text(read_text_file(ROOT / "data" / "tinyshakespeare.txt").text, tokenizer, 0.9)
 
 
 def test_split_is_train_first(corpus):
@@ -75,7 +76,7 @@ def test_zoo_train_writes_a_loadable_variant(zoo, tmp_path, monkeypatch):
     assert (out / "transformer-1b-learned-ctx8.safetensors").exists() and (out / "bpe-1024.tiktoken").exists()
     history = json.loads((out / "transformer-1b-learned-ctx8.history.json").read_text())
     assert history["history"][-1]["step"] == 40
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
     get_plugins(reload=True)
     try:
         model = zoo_core.load("transformer-1b-learned-ctx8")
@@ -84,7 +85,7 @@ def test_zoo_train_writes_a_loadable_variant(zoo, tmp_path, monkeypatch):
         shipped = load_file(str(ROOT / "checkpoints" / "transformer-1b-learned-ctx8.safetensors"))
         assert not torch.equal(shipped["lm_head.weight"], model.network.lm_head.weight)
     finally:
-        monkeypatch.delenv("ZOO_REGISTRY")
+        monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
         get_plugins(reload=True)
 
 

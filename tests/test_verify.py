@@ -18,7 +18,7 @@ def test_the_shipped_catalogue_verifies(zoo):
     failed = {name: row["detail"] for name, row in rows.items() if row["status"] == "FAILED"}
     assert result.code == 0 and not failed, failed
     assert rows["transformer-6b-sin"]["status"] == "ok"
-    assert rows["transformer-6b-sin"]["detail"].endswith("checked sha256, names, shapes, parameters, card")
+    assert rows["transformer-6b-sin"]["detail"].endswith("checked sha256, names, shapes, parameters, tokenizer sha256, card")
     assert rows["puzzle-disobeys"]["plugin"] == "catalogue"
     assert rows["gpt-char"]["status"] == "no weights"  # declared, not trained: listed, not a failure
 

@@ -13,26 +13,14 @@ from pathlib import Path
 from .cards import ModelCard
 from .errors import ZooError
 from .plugin_manager import PluginSet, get_plugins
-from .registry import Catalogue, Variant, read_registry_file
+from .registry import Catalogue, Variant
 
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
-    """Every variant every loaded plugin contributes.
+    """Every variant of every layer (see ``zoo_core.catalogue``)."""
+    from .catalogue import build_catalogue
 
-    A broken registry file of the zoo's own is an error; a third-party plugin's
-    broken file is reported against that plugin and skipped.
-    """
-    plugins = plugins or get_plugins()
-    result = Catalogue()
-    for path, plugin in plugins.variant_files:
-        info = plugins.plugins[plugin]
-        try:
-            result.add_all(read_registry_file(Path(path), plugin))
-        except ZooError as exc:
-            if info.builtin:
-                raise
-            info.errors.append(str(exc))
-    return result
+    return build_catalogue(plugins)
 
 
 def list_variants(pattern: str | None = None) -> list[ModelCard]:
@@ -47,7 +35,33 @@ def get_variant(name: str) -> Variant:
 def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
     plugins = plugins or get_plugins()
     spec = variant.card.tokenizer
-    return plugins.components["tokenizers"].create(spec.kind, spec, variant.tokenizer_path)
+    path = variant.tokenizer_path
+    if spec.sha256 is not None and path is not None:
+        check_tokenizer_file(path, spec.sha256)
+    return plugins.components["tokenizers"].create(spec.kind, spec, path)
+
+
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
+
+
+def check_tokenizer_file(path: Path, expected: str) -> None:
+    """A tokenizer file must be the one the card names: a vocabulary of the same
+    size with two tokens swapped loads fine and silently changes every sample."""
+    import os
+
+    from .checkpoints import sha256_file
+
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_TOKENIZER_BYTES:  # hashing a hostile 1 TB file would take hours
+            raise ZooError(f"{path}: tokenizer file is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer can need")
+        actual = sha256_file(path)
+    except FileNotFoundError:
+        raise ZooError(f"{path}: tokenizer file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read tokenizer file: {exc.strerror or exc}") from None
+    if actual != expected:
+        raise ZooError(f"{path}: sha256 mismatch: the card has {expected[:16]}…, the tokenizer file has {actual[:16]}… (changed or replaced)")
 
 
 def build_network(variant: Variant, plugins: PluginSet | None = None):
@@ -91,4 +105,6 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None):
     card = variant.card
     verification = load_verified(variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card)
     network.eval()
+    if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
+        verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)

@@ -7,6 +7,7 @@ Unknown fields are errors everywhere: a typo must not silently become a default.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
@@ -22,6 +23,7 @@ class TokenizerSpec(_Strict):
     kind: str = Field(description="registered tokenizer name, e.g. 'bpe'")
     vocab_size: int = Field(gt=0)
     file: str | None = Field(None, description="path relative to the registry file")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="of the file; checked on every load")
 
 
 class Recipe(_Strict):
@@ -42,7 +44,13 @@ class Recipe(_Strict):
     seed: int = 42
     eval_every: int = Field(500, gt=0)
     eval_windows: int = Field(320, gt=0, description="fixed windows per split for train/val loss")
-    data: str = Field("data/tinyshakespeare.txt", description="corpus, relative to the registry")
+    data: str = Field(
+        "tinyshakespeare",
+        description="a registered dataset's name (`zoo datasets`), or a text file's path relative to the registry",
+    )
+    data_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="sha256 of the text trained on; checked whenever the text is read"
+    )
     train_fraction: float = Field(0.9, gt=0, lt=1)
     notes: str = ""
 
@@ -72,6 +80,9 @@ class Metrics(_Strict):
 class CheckpointRef(_Strict):
     path: str = Field(description="safetensors file, relative to the registry file")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+
+VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
 class ModelCard(_Strict):
@@ -108,6 +119,22 @@ class ModelCard(_Strict):
             "context_length": self.context_length,
             "vocab_size": self.tokenizer.vocab_size,
         }
+
+    def weight_fields(self) -> dict[str, Any]:
+        """The fields that identify the weights, for comparing a checkpoint's
+        card with the registry's: the name, architecture, config, context,
+        tokenizer, recipe, parameter count and the metrics measured on them.
+        Descriptive fields (description, lineage, license, tags, the recipe's
+        notes) and locations (checkpoint, tokenizer file, the dataset's name or
+        path) may be edited without retraining. Checksums of the tokenizer and
+        the text are compared by the caller when both cards record them: older
+        checkpoints predate those fields."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        for key in ("description", "lineage", "license", "tags", "checkpoint"):
+            data.pop(key, None)
+        data["recipe"] = {key: value for key, value in data["recipe"].items() if key not in ("notes", "data")}
+        data["tokenizer"] = {key: value for key, value in data["tokenizer"].items() if key != "file"}
+        return data
 
     def header_json(self) -> dict[str, Any]:
         """The card as stored in a safetensors header: without its own checksum,

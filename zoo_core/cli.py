@@ -15,8 +15,7 @@ from pathlib import Path
 
 from .errors import ZooError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINTS = PROJECT_ROOT / "checkpoints"
+CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working folder
 
 
 def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
@@ -52,16 +51,24 @@ def _summary(card) -> dict:
     }
 
 
+def _warn_catalogue_problems(found) -> None:
+    for problem in found.problems:
+        print(f"zoo: warning: {problem}", file=sys.stderr)
+
+
 def cmd_list(args) -> int:
     from .api import catalogue
 
-    variants = catalogue().match(args.pattern)
-    rows = [_summary(v.card) for v in variants]
+    found = catalogue()
+    _warn_catalogue_problems(found)
+    variants = [v for v in found.match(args.pattern) if args.source is None or v.layer == args.source]
+    rows = [{**_summary(v.card), "source": v.layer} for v in variants]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered", file=sys.stderr)
+        where = f" in the {args.source} catalogue" if args.source else ""
+        print(f"no variant matches '{args.pattern}'{where}" if args.pattern else f"no variants registered{where}", file=sys.stderr)
         return 1
     if args.markdown:
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
@@ -75,11 +82,11 @@ def cmd_list(args) -> int:
                 cells[-1] = f"accuracy {metrics.accuracy:.0%}"
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
-    headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss"]
+    headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss", "source"]
     table = [
         [r["name"], r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
          f"{r['parameters']:,}" if r["parameters"] is not None else "-",
-         f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else "-" if r["weights"] else "no weights"]
+         f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else "-" if r["weights"] else "no weights", r["source"]]
         for r in rows
     ]
     print(_format_table(headers, table, right={2, 5, 6, 7}))
@@ -94,7 +101,7 @@ def cmd_show(args) -> int:
     if args.json:
         print(json.dumps(variant.card.model_dump(mode="json", exclude_none=True), indent=2))
     else:
-        print(f"# from {variant.source} (plugin '{variant.plugin}')")
+        print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
         print(render_registry([variant.card]), end="")
     return 0
 
@@ -151,7 +158,10 @@ def cmd_compare(args) -> int:
     from .sampling import check_sampling_arguments
 
     check_sampling_arguments(args.max_new_tokens, 1.0, None)
-    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data)
+    if args.data is not None and args.dataset is not None:
+        raise ZooError("give --data PATH or --dataset NAME, not both")
+    override = args.dataset if args.dataset is not None else args.data
+    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, override)
     if args.out:
         from .plots import text_panels_png
 
@@ -160,7 +170,7 @@ def cmd_compare(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{report['windows']} windows of {report['context']} tokens per split, seed {report['seed']}; "
+    print(f"{report['windows']} windows of {report['context']} tokens per split of {report['dataset']}, seed {report['seed']}; "
           f"losses in {report['unit']}, deltas against {report['baseline']}")
     rows = [[m["name"], f"{m['parameters']:,}", f"{m['train_loss']:.4f}", f"{m['train_delta']:+.4f}",
              f"{m['validation_loss']:.4f}", f"{m['validation_delta']:+.4f}"] for m in report["models"]]
@@ -255,13 +265,15 @@ def cmd_train(args) -> int:
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
+        new_name=args.new_name,
     )
     metrics = card.metrics
     print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
           f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)")
     print(f"  card in {registry_file}")
     if not args.publish:
-        print(f"  use it: ZOO_REGISTRY={registry_file} zoo sample {card.name} --prompt ...")
+        print(f"  use it: zoo --registry {registry_file} sample {card.name} --prompt ...  "
+              f"(beside a variant of the same name: train with --name NEW)")
     return 0
 
 
@@ -326,13 +338,39 @@ def cmd_new_plugin(args) -> int:
     return 0
 
 
-def cmd_train_tokenizer(args) -> int:
-    from .data import read_corpus_text, split_text
-    from .files import atomic_write
+def cmd_datasets(args) -> int:
+    from .plugin_manager import get_plugins
 
-    text = read_corpus_text(args.data)
+    datasets = list(get_plugins().datasets)
+    rows = [{"name": d.name, "plugin": d.plugin, "file": str(d.path), "sha256": d.sha256,
+             "train_fraction": d.train_fraction, "description": d.description} for d in datasets]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        raise ZooError("no datasets registered")
+    print(_format_table(["name", "plugin", "split", "sha256", "file"],
+                        [[r["name"], r["plugin"], f"{r['train_fraction']:.0%} train", r["sha256"][:16] + "…", r["file"]] for r in rows]))
+    return 0
+
+
+def cmd_remove(args) -> int:
+    from .removal import remove_variant
+
+    deleted = remove_variant(args.name)
+    print(f"removed '{args.name}' from your catalogue" + "".join(f"\n  deleted {path}" for path in deleted))
+    return 0
+
+
+def cmd_train_tokenizer(args) -> int:
+    from .data import split_text
+    from .datasets import resolve_named_or_path
+    from .files import atomic_write
+    from .plugin_manager import get_plugins
+
+    text = resolve_named_or_path(args.data if args.data is not None else "tinyshakespeare", get_plugins().datasets).text
     if args.kind == "char":
-        from plugins.chars.tokenizer import CharTokenizer
+        from zoo_plugins.chars.tokenizer import CharTokenizer
 
         # Seed 004's vocabulary: every character of the whole corpus, so that
         # validation text never holds an unknown one.
@@ -341,8 +379,8 @@ def cmd_train_tokenizer(args) -> int:
         atomic_write(out, tokenizer.save)
         print(f"{tokenizer.vocab_size} characters from {len(text):,} characters -> {out}")
         return 0
-    from plugins.bpe.tokenizer import write_ranks
-    from plugins.bpe.training import train_bpe
+    from zoo_plugins.bpe.tokenizer import write_ranks
+    from zoo_plugins.bpe.training import train_bpe
 
     train_text, _ = split_text(text, args.train_fraction)  # BPE never sees validation text
     ranks = train_bpe(train_text, args.vocab_size)
@@ -355,12 +393,16 @@ def cmd_train_tokenizer(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--registry", action="append", type=Path, metavar="FILE", default=[],
+                        help="also read variants from this registry file (repeatable; added after ZOO_REGISTRY)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
     p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
     p.add_argument("--json", action="store_true")
     p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
+    p.add_argument("--source", choices=["built-in", "plugin", "user", "extra"],
+                   help="only variants of this catalogue layer (default: all)")
     p.set_defaults(run=cmd_list)
 
     p = commands.add_parser("show", help="show a variant's card")
@@ -397,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="override the recipe's seed")
     p.add_argument("--data", type=Path, help="train on this text file instead of the recipe's corpus")
     p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
-    p.add_argument("--publish", action="store_true", help="replace the variant's own checkpoint and card")
+    p.add_argument("--publish", action="store_true",
+                   help="add the result to your catalogue ($ZOO_HOME, default ~/.local/share/zoo), or to the last --registry FILE")
+    p.add_argument("--name", dest="new_name", metavar="NEW", help="name of the trained variant (default: the variant's own name)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
@@ -412,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", help="default: the start of the training text")
     p.add_argument("--max-new-tokens", type=int, default=100)
     p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
+    p.add_argument("--dataset", metavar="NAME", help="score on this registered dataset (`zoo datasets`); needed when the variants were trained on different text")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG")
     p.set_defaults(run=cmd_compare)
@@ -451,19 +496,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, help="folder to write (default ./zoo-NAME); must be new or empty")
     p.set_defaults(run=cmd_new_plugin)
 
+    p = commands.add_parser("datasets", help="list the registered datasets: name, plugin, split rule, sha256, file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=cmd_datasets)
+
+    p = commands.add_parser("remove", help="delete one of your own variants (card and weights) from your catalogue")
+    p.add_argument("name", help="a variant of your catalogue (zoo list --source user)")
+    p.set_defaults(run=cmd_remove)
+
     p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
     p.add_argument("--kind", choices=["bpe", "char"], default="bpe")
-    p.add_argument("--data", type=Path, default=PROJECT_ROOT / "data" / "tinyshakespeare.txt")
+    p.add_argument("--data", help="a registered dataset's name or a text file (default: tinyshakespeare)")
     p.add_argument("--vocab-size", type=int, default=1024, help="BPE only")
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
+    for subparser in commands.choices.values():  # `zoo list --registry F` works as well as `zoo --registry F list`
+        subparser.add_argument("--registry", action="append", type=Path, metavar="FILE", dest="sub_registry", default=[],
+                               help="also read variants from this registry file (repeatable)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .catalogue import set_command_line_registries
+
+    set_command_line_registries([*args.registry, *args.sub_registry])
     try:
         return args.run(args)
     except ZooError as exc:

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from .api import load
-from .data import Corpus, mean_loss, read_corpus_text, windows_at
+from .data import Corpus, mean_loss, windows_at
+from .datasets import ResolvedText, variant_text
 from .errors import ZooError
-from .training import resolve_data_path
 
 
 def _shared_tokenizer(models) -> None:
@@ -33,6 +33,24 @@ def _shared_tokenizer(models) -> None:
                 raise ZooError(f"'{models[0].name}' and '{model.name}' use different {spec.kind} vocabularies")
 
 
+def shared_text(models, override: Path | str | None) -> ResolvedText:
+    """The one text every model is scored on: ``override`` (``--data PATH`` or
+    ``--dataset NAME``) when given, else the dataset all their cards name.
+    Variants trained on different text are refused, whatever the order they are
+    named in: the first one's text would favour it."""
+    if override is not None:
+        return variant_text(models[0].variant, override)
+    texts = [variant_text(model.variant) for model in models]
+    for model, text in zip(models[1:], texts[1:]):
+        if text.sha256 != texts[0].sha256:
+            raise ZooError(
+                f"'{models[0].name}' was trained on {texts[0].name} and '{model.name}' on {text.name} "
+                f"(sha256 {texts[0].sha256[:12]}… and {text.sha256[:12]}…); choose the text to score both on "
+                f"with --dataset NAME or --data PATH"
+            )
+    return texts[0]
+
+
 def shared_windows(tokens: torch.Tensor, context: int, count: int, generator: torch.Generator):
     starts = torch.randint(len(tokens) - context, (count,), generator=generator)
     return windows_at(tokens, starts, context)
@@ -44,7 +62,7 @@ def compare_variants(
     seed: int = 42,
     prompt: str | None = None,
     max_new_tokens: int = 100,
-    data: Path | None = None,
+    data: Path | str | None = None,
 ) -> dict:
     if len(names) < 2:
         raise ZooError("compare needs at least two variants")
@@ -57,8 +75,8 @@ def compare_variants(
     _shared_tokenizer(models)
     first = models[0]
     context = min(model.card.context_length for model in models)
-    text = read_corpus_text(resolve_data_path(first.card.recipe, first.variant.source, data))
-    corpus = Corpus.from_text(text, first.tokenizer, first.card.recipe.train_fraction)
+    text = shared_text(models, data)
+    corpus = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
     generator = torch.Generator().manual_seed(seed)
     batches = {split: shared_windows(corpus.split(split), context, windows, generator) for split in ("train", "validation")}
@@ -82,6 +100,8 @@ def compare_variants(
         "windows": windows,
         "seed": seed,
         "unit": f"nats per {first.card.tokenizer.kind} token",
+        "dataset": text.name,
+        "dataset_sha256": text.sha256,
         "prompt": prompt,
         "baseline": first.name,
         "models": results,

@@ -7,36 +7,11 @@ never sees validation text.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from .errors import ZooError
-
-
-def read_corpus_text(path: Path) -> str:
-    """The corpus text; if a ``.sha256`` file lies beside it, the text must match it."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ZooError(f"{path}: corpus not found (pass --data PATH)") from None
-    except OSError as exc:
-        raise ZooError(f"{path}: cannot read corpus: {exc.strerror or exc}") from None
-    checksum_file = path.with_name(path.name + ".sha256")
-    if checksum_file.exists():
-        expected = checksum_file.read_text().split()[0]
-        actual = hashlib.sha256(raw).hexdigest()
-        if actual != expected:
-            raise ZooError(f"{path}: sha256 {actual[:12]}… does not match {checksum_file.name} ({expected[:12]}…)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ZooError(f"{path}: corpus is not UTF-8 text (byte {exc.start})") from None
-    if len(text) < 100:
-        raise ZooError(f"{path}: corpus has only {len(text)} characters; training needs real text")
-    return text
 
 
 def split_text(text: str, train_fraction: float) -> tuple[str, str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .data import Corpus, fixed_windows, mean_loss, read_corpus_text
-from .training import resolve_data_path
+from .data import Corpus, fixed_windows, mean_loss
+from .datasets import variant_text
 
 
 def evaluate_language_model(model, windows: int | None = None, data: Path | None = None) -> dict:
@@ -14,8 +14,8 @@ def evaluate_language_model(model, windows: int | None = None, data: Path | None
     uniform baseline ln(V) that a model which learned nothing would score."""
     card = model.card
     recipe = card.recipe
-    text = read_corpus_text(resolve_data_path(recipe, model.variant.source, data))
-    corpus = Corpus.from_text(text, model.tokenizer, recipe.train_fraction)
+    text = variant_text(model.variant, data)
+    corpus = Corpus.from_text(text.text, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
     losses = {
         split: mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
@@ -29,5 +29,7 @@ def evaluate_language_model(model, windows: int | None = None, data: Path | None
         "uniform_loss": uniform,
         "uniform_perplexity": float(card.tokenizer.vocab_size),
         "windows": count,
+        "dataset": text.name,
+        "dataset_sha256": text.sha256,
         "loss_unit": card.metrics.loss_unit,
     }

@@ -30,15 +30,19 @@ from torch.nn import functional as F
 from .api import build_network, catalogue, load_tokenizer
 from .cards import Recipe
 from .checkpoints import save_checkpoint
-from .data import Corpus, read_corpus_text, windows_at
+from .data import Corpus, windows_at
+from .datasets import variant_text
 from .errors import ZooError
 from .files import atomic_write_text
 from .plugin_manager import get_plugins
 from .sampling import sample_tokens
-from .training import Progress, learning_rate_at, make_optimizer, resolve_data_path
+from .training import Progress, learning_rate_at, make_optimizer
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-STUDIES_FILE = PROJECT_ROOT / "experiments" / "studies.toml"
+# In a checkout the studies live in experiments/; a wheel carries a copy inside
+# zoo_core (setup.py's build hook), since an installed package has no top level.
+_PACKAGED_STUDIES = Path(__file__).resolve().parent / "studies.toml"
+STUDIES_FILE = _PACKAGED_STUDIES if _PACKAGED_STUDIES.is_file() else PROJECT_ROOT / "experiments" / "studies.toml"
 
 
 @dataclass
@@ -105,7 +109,9 @@ def _arms(names: list[str], plugins) -> list[Arm]:
 def source_hash() -> str:
     """A hash of the zoo's own code, so a result can be matched to the code that made it."""
     digest = hashlib.sha256()
-    for path in sorted([*PROJECT_ROOT.glob("zoo_core/*.py"), *PROJECT_ROOT.glob("plugins/**/*.py")]):
+    # plugins/ in a checkout, zoo_plugins/ when installed from the wheel
+    built_in = [*PROJECT_ROOT.glob("plugins/**/*.py"), *PROJECT_ROOT.glob("zoo_plugins/**/*.py")]
+    for path in sorted([*PROJECT_ROOT.glob("zoo_core/*.py"), *built_in]):
         digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -156,7 +162,7 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
         raise ZooError(f"tokens_per_update ({study.tokens_per_update}) must be a multiple of the longest context ({longest})")
     first = arms[0].variant
     tokenizer = load_tokenizer(first, plugins)
-    text = read_corpus_text(resolve_data_path(first.card.recipe, first.source, data))
+    text = variant_text(first, data).text
     corpus = Corpus.from_text(text, tokenizer, first.card.recipe.train_fraction)
     targets = {split: _targets(corpus.split(split), study.eval_targets, longest, seed=1234) for split in ("train", "validation")}
     prompt_ids = tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()

@@ -67,11 +67,30 @@ def read_limited(path: Path, limit: int, what: str) -> bytes:
         return handle.read(size)  # exactly: read(n) sets aside n bytes before it reads any
 
 
+def lock_file_for(path: Path) -> Path:
+    """Where the lock guarding ``path`` lives: in the user's cache folder, never
+    beside ``path``. A lock file left inside an installed package would outlive
+    `pip uninstall` (the folder stays behind, and a later install of the same
+    plugin then finds a stale folder); a read-only location could not hold one
+    at all. The name is derived from the absolute path, so every process that
+    means the same file takes the same lock."""
+    import hashlib
+
+    from .locations import cache_dir
+
+    absolute = str(Path(path).expanduser().resolve())
+    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return cache_dir() / "locks" / f"{digest}-{Path(path).name[:80]}.lock"
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
-    """Hold ``path.lock`` exclusively; with ``wait=False`` a held lock is an error."""
-    lock_path = path.with_name(path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    """Hold the lock of ``path`` exclusively; with ``wait=False`` a held lock is an error."""
+    lock_path = lock_file_for(path)
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ZooError(f"{lock_path.parent}: cannot create the zoo's lock folder: {exc.strerror or exc} (set ZOO_CACHE)") from None
     with open(lock_path, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -85,12 +104,13 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
 
 @contextlib.contextmanager
 def shared_lock(path: Path) -> Iterator[None]:
-    """Hold ``path.lock`` shared, so that no writer (``exclusive_lock``) is half way
-    through while a reader looks at ``path`` and what it refers to. A file in a
-    folder the reader cannot write (an installed package) is read unlocked:
-    nobody can be rewriting it there either."""
-    lock_path = path.with_name(path.name + ".lock")
+    """Hold the lock of ``path`` shared, so that no writer (``exclusive_lock``) is
+    half way through while a reader looks at ``path`` and what it refers to. When
+    the cache folder cannot be written the file is read unlocked rather than not
+    at all."""
+    lock_path = lock_file_for(path)
     try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(lock_path, "a")
     except OSError:
         lock = None

@@ -53,7 +53,7 @@ def register_blocks(register):
     an ``nn.Module`` satisfying ``zoo_core.protocols.Block``:
     ``block(x, positions, encoding, need_weights=False, cache=None) -> (x, weights | None)``,
     where ``weights`` has shape (batch, heads, queries, keys). The transformer
-    passes ``cache`` (the layer's ``plugins.blocks.attention.KVCache`` while
+    passes ``cache`` (the layer's ``zoo_plugins.blocks.attention.KVCache`` while
     sampling, else None) as a keyword: accept it and hand it to the attention.
     """
 
@@ -78,4 +78,17 @@ def register_variants(register):
     Each table of that file is one variant's card (see ``zoo show`` for the
     fields); checkpoint and tokenizer paths are relative to the file, so a plugin
     package ships its registry and safetensors files side by side.
+    """
+
+
+@hookspec
+def register_datasets(register):
+    """Contribute datasets: ``register(name, path, sha256=..., train_fraction=0.9, description="")``.
+
+    ``path`` is a UTF-8 text file the plugin ships (locate it from your
+    package's ``__file__`` so it works installed); ``sha256`` is its checksum,
+    checked every time the text is read; ``train_fraction`` is the split rule:
+    the first share of the characters trains, the rest validates. A recipe then
+    names the dataset (``data = "tinyshakespeare"``) instead of a path, and
+    `zoo datasets` lists it. Names are global, like component names.
     """

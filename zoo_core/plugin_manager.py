@@ -24,6 +24,7 @@ from typing import Any, Callable
 import pluggy
 
 from . import hookspecs
+from .datasets import Dataset, DatasetRegistry
 from .errors import UnknownName, ZooError
 
 BUILTIN_DISTRIBUTION = "zoo"
@@ -109,6 +110,7 @@ class PluginSet:
         self.plugins: dict[str, PluginInfo] = {}
         self.components = {kind: Components(kind) for kind in COMPONENT_KINDS}
         self.variant_files: list[tuple[Path, str]] = []
+        self.datasets = DatasetRegistry()
         self.manager = pluggy.PluginManager("zoo")
         self.manager.add_hookspecs(hookspecs)
 
@@ -159,6 +161,7 @@ class PluginSet:
         for kind in COMPONENT_KINDS:
             self._call(info, f"register_{kind}", self._component_registrar(kind, info))
         self._call(info, "register_variants", self._variant_registrar(info))
+        self._call(info, "register_datasets", self._dataset_registrar(info))
 
     def _call(self, info: PluginInfo, hook_name: str, register: Callable[..., None]) -> None:
         caller = getattr(self.manager.hook, hook_name)
@@ -184,6 +187,13 @@ class PluginSet:
 
         return register
 
+    def _dataset_registrar(self, info: PluginInfo) -> Callable[..., None]:
+        def register(name: str, path: str | os.PathLike[str], *, sha256: str, train_fraction: float = 0.9, description: str = "") -> None:
+            self.datasets.add(Dataset(name, Path(path), sha256, float(train_fraction), description, info.name))
+            info.registered.setdefault("datasets", []).append(name)
+
+        return register
+
     # -- reporting -------------------------------------------------------------
 
     def conflict_messages(self) -> list[str]:
@@ -191,6 +201,8 @@ class PluginSet:
         for kind, components in self.components.items():
             for name, owners in components.conflicts().items():
                 messages.append(f"{kind[:-1]} '{name}' is registered by " + " and ".join(f"'{o}'" for o in owners))
+        for name, owners in self.datasets.conflicts().items():
+            messages.append(f"dataset '{name}' is registered by " + " and ".join(f"'{o}'" for o in owners))
         return messages
 
 

@@ -32,7 +32,8 @@ class Variant:
 
     card: ModelCard
     source: Path  # the registry file that declares it
-    plugin: str  # the plugin that contributed that file
+    plugin: str  # the plugin that contributed that file ("user"/"extra" for the user's own)
+    layer: str = "built-in"  # see zoo_core.catalogue.LAYERS
 
     @property
     def name(self) -> str:
@@ -65,7 +66,7 @@ def describe_validation_error(error: ValidationError) -> str:
 MAX_REGISTRY_BYTES = 64 * 1024 * 1024  # thousands of variants fit in far less
 
 
-def read_registry_file(path: Path, plugin: str) -> list[Variant]:
+def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list[Variant]:
     """Parse and validate one registry file; errors name the file, variant and field."""
     from .files import read_limited
 
@@ -92,7 +93,7 @@ def read_registry_file(path: Path, plugin: str) -> list[Variant]:
             card = ModelCard.model_validate({"name": name, **table})
         except ValidationError as exc:
             raise ZooError(f"{path}: variant '{shown}': {describe_validation_error(exc)}") from None
-        variants.append(Variant(card=card, source=path.resolve(), plugin=plugin))
+        variants.append(Variant(card=card, source=path.resolve(), plugin=plugin, layer=layer))
     return variants
 
 
@@ -101,6 +102,7 @@ class Catalogue:
 
     def __init__(self, variants: Iterable[Variant] = ()):
         self._variants: dict[str, Variant] = {}
+        self.problems: list[str] = []  # declarations refused (a name already taken by an earlier layer)
         for variant in variants:
             self.add(variant)
 
@@ -112,6 +114,17 @@ class Catalogue:
                 f"({existing.source}) and by plugin '{variant.plugin}' ({variant.source})"
             )
         self._variants[variant.name] = variant
+
+    def add_or_refuse(self, variant: Variant) -> None:
+        """Add a user's variant; one whose name is taken is refused and reported,
+        naming both files, while the rest of its file is kept."""
+        existing = self._variants.get(variant.name)
+        if existing is None:
+            self._variants[variant.name] = variant
+            return
+        message = (f"variant '{variant.name}' is declared twice: in the {existing.layer} catalogue ({existing.source}) "
+                   f"and in the {variant.layer} catalogue ({variant.source}); the second is ignored until one is renamed or removed")
+        self.problems.append(message)
 
     def add_all(self, variants: list[Variant]) -> None:
         """Add one registry file's variants: all of them, or (on a clash) none."""
@@ -129,6 +142,9 @@ class Catalogue:
 
     def names(self) -> list[str]:
         return list(self._variants)
+
+    def find(self, name: str) -> Variant | None:
+        return self._variants.get(name)
 
     def get(self, name: str) -> Variant:
         try:

@@ -195,6 +195,3 @@ def seeded_network(build, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     return build()
 
-
-def resolve_data_path(recipe: Recipe, registry_file: Path, override: Path | None) -> Path:
-    return override if override is not None else (registry_file.parent / recipe.data).resolve()

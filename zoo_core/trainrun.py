@@ -15,14 +15,15 @@ import sys
 from pathlib import Path
 
 from .api import build_network, catalogue, load_tokenizer
-from .cards import Metrics, ModelCard
-from .checkpoints import save_checkpoint
-from .data import Corpus, read_corpus_text
-from .errors import ZooError
+from .cards import VARIANT_NAME, Metrics, ModelCard
+from .checkpoints import save_checkpoint, sha256_file
+from .data import Corpus
+from .datasets import variant_text
+from .errors import ZooError, printable
 from .files import atomic_copy, atomic_write_text, exclusive_lock, remove_stale_temporaries
 from .plugin_manager import get_plugins
 from .registry import Variant, upsert_registry_entry
-from .training import Progress, StandardTrainer, resolve_data_path, seeded_network
+from .training import Progress, StandardTrainer, seeded_network
 from .trainstate import read_training_state, run_identity, training_state_path, write_training_state
 
 
@@ -37,12 +38,15 @@ def train_variant(
     show_progress: bool = True,
     resume: bool = False,
     checkpoint_every: int | None = None,
+    new_name: str | None = None,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
     By default the result goes to ``out_dir`` (``runs/NAME``) as a one-variant
-    registry that `ZOO_REGISTRY` can point at; ``publish`` replaces the variant's
-    own checkpoint and registry entry instead. Every ``checkpoint_every`` steps
+    registry that `--registry` can name; ``publish`` writes it into the user
+    catalogue (``$ZOO_HOME``), or into the last ``--registry`` file when one was
+    given, under ``new_name`` or the variant's own name (refused when another
+    layer already holds that name). Every ``checkpoint_every`` steps
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
     beside the checkpoint, and ``resume`` continues from it. Returns the new card
     and the registry file that holds it.
@@ -55,19 +59,24 @@ def train_variant(
     if checkpoint_every is not None and checkpoint_every < 0:
         raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {checkpoint_every}")
     overrides = {key: value for key, value in (("steps", steps), ("seed", seed)) if value is not None}
-    if data is not None:  # recorded absolute: the recipe's path is read relative to the registry file
-        data = data.resolve()
-        overrides["data"] = str(data)
+    text = variant_text(variant, data)
+    # The card records what the weights were trained on: a dataset's name, or
+    # the absolute path of the file given with --data; and its sha256 either way.
+    overrides.update(data=text.name, data_sha256=text.sha256)
     recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
-    registry_file, checkpoint_path = _destination(variant, publish, out_dir)
+    target_name = new_name or name
+    if target_name != name:
+        if not VARIANT_NAME.fullmatch(target_name):
+            raise ZooError(f"--name '{printable(target_name)}': a variant name is lower-case letters, digits, '.' and '-', starting with a letter or digit")
+        card = card.model_copy(update={"name": target_name})
+    registry_file, checkpoint_path = _destination(variant, target_name, publish, out_dir, plugins)
     state_path = training_state_path(checkpoint_path)
     if resume and not state_path.exists():  # checked first: nothing is written for a run that cannot start
         raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
 
     tokenizer = load_tokenizer(variant, plugins)
-    text = read_corpus_text(resolve_data_path(card.recipe, variant.source, data))
-    corpus = Corpus.from_text(text, tokenizer, recipe.train_fraction)
-    identity = run_identity(card, recipe, text)
+    corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction)
+    identity = run_identity(card, recipe, text.text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
 
     with exclusive_lock(checkpoint_path, wait=False):  # one run per destination, for the whole run
@@ -92,11 +101,10 @@ def train_variant(
                 print(f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}", file=sys.stderr)
             raise
         new_card = _trained_card(card, recipe, result, network)
-        if not publish and variant.tokenizer_path is not None:
-            copied = registry_file.parent / variant.tokenizer_path.name
-            if copied.resolve() != variant.tokenizer_path:  # --out may be the variant's own folder
-                atomic_copy(variant.tokenizer_path, copied)
-            new_card = new_card.model_copy(update={"tokenizer": new_card.tokenizer.model_copy(update={"file": copied.name})})
+        if variant.tokenizer_path is not None:
+            copied = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
+            new_card = new_card.model_copy(update={"tokenizer": new_card.tokenizer.model_copy(update={
+                "file": _relative(copied, registry_file.parent), "sha256": sha256_file(copied)})})
         new_card = new_card.model_copy(
             update={"checkpoint": new_card.checkpoint.model_copy(update={"path": _relative(checkpoint_path, registry_file.parent)})}
         )
@@ -111,12 +119,52 @@ def train_variant(
     return new_card, registry_file
 
 
-def _destination(variant: Variant, publish: bool, out_dir: Path | None) -> tuple[Path, Path]:
+def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
     """The registry file and checkpoint a run writes."""
-    if publish:
-        return variant.source, variant.checkpoint_path
-    out_dir = (out_dir or Path("runs") / variant.name).resolve()
-    return out_dir / "registry.toml", out_dir / f"{variant.name}.safetensors"
+    from .catalogue import command_line_registries
+    from .locations import user_registry_path
+
+    if not publish:
+        out_dir = (out_dir or Path("runs") / target_name).resolve()
+        return out_dir / "registry.toml", out_dir / f"{target_name}.safetensors"
+    named = command_line_registries()  # only an explicit --registry redirects publishing, not ZOO_REGISTRY
+    registry_file = (named[-1] if named else user_registry_path()).expanduser().resolve()
+    if registry_file == variant.source and target_name == variant.name:
+        return registry_file, variant.checkpoint_path  # retraining a variant where it is declared
+    holder = _holder(target_name, plugins)
+    if holder is not None and holder.source != registry_file:
+        raise ZooError(
+            f"variant '{target_name}' already exists in the {holder.layer} catalogue ({holder.source}); "
+            f"publish under a new name with --name NEW"
+        )
+    if _inside_installed_package(registry_file):
+        raise ZooError(f"{registry_file}: is inside an installed package; publish into your own catalogue (the default) or a file of yours")
+    return registry_file, registry_file.parent / "checkpoints" / f"{target_name}.safetensors"
+
+
+def _holder(name: str, plugins) -> Variant | None:
+    return catalogue(plugins).find(name)
+
+
+def _inside_installed_package(path: Path) -> bool:
+    import sysconfig
+
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    return any(folder == path or folder in path.parents for folder in installed)
+
+
+def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> Path:
+    """Copy the tokenizer file beside the new checkpoint, sharing an identical
+    copy already there (variants of one vocabulary compare as such)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / source.name
+    if target.resolve() == source.resolve():
+        return target
+    if target.exists() and sha256_file(target) != sha256_file(source):
+        target = folder / f"{variant_name}-{source.name}"
+    if not target.exists() or sha256_file(target) != sha256_file(source):
+        atomic_copy(source, target)
+    return target
 
 
 def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:

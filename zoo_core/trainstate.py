@@ -50,7 +50,8 @@ def run_identity(card: ModelCard, recipe: Recipe, corpus_text: str) -> dict[str,
         "variant": card.name,
         "architecture": card.architecture,
         "config": card.architecture_config(),
-        "recipe": recipe.model_dump(mode="json"),
+        # The text's checksum is corpus_sha256 below, checked with its own message.
+        "recipe": recipe.model_dump(mode="json", exclude={"data_sha256"}),
         "corpus_sha256": hashlib.sha256(corpus_text.encode("utf-8")).hexdigest(),
     }
 

@@ -23,6 +23,7 @@ from .api import has_published_weights, load_variant
 from .errors import ZooError
 from .files import shared_lock
 from .plugin_manager import PluginSet, get_plugins
+from .catalogue import registry_files
 from .registry import Catalogue, read_registry_file
 
 OK, FAILED, NO_WEIGHTS = "ok", "FAILED", "no weights"
@@ -47,13 +48,19 @@ def verify_catalogue(pattern: str | None = None, plugins: PluginSet | None = Non
     rows: list[VerifyRow] = []
     catalogue = Catalogue()
     with contextlib.ExitStack() as locks:
-        for path, plugin in plugins.variant_files:
-            path = Path(path)
-            locks.enter_context(shared_lock(path))
+        for file in registry_files(plugins):
+            locks.enter_context(shared_lock(file.path))
             try:
-                catalogue.add_all(read_registry_file(path, plugin))
+                variants = read_registry_file(file.path, file.plugin, layer=file.layer)
+                if file.layer in ("user", "extra"):
+                    for variant in variants:
+                        catalogue.add_or_refuse(variant)
+                else:
+                    catalogue.add_all(variants)
             except ZooError as exc:
-                rows.append(VerifyRow("-", plugin, _shown(path), FAILED, str(exc).removeprefix(f"{path}: ")))
+                rows.append(VerifyRow("-", file.plugin, _shown(file.path), FAILED, str(exc).removeprefix(f"{file.path}: ")))
+        for problem in catalogue.problems:
+            rows.append(VerifyRow("-", "-", "-", FAILED, problem))
         for variant in catalogue:
             if not pattern or fnmatch.fnmatchcase(variant.name, pattern):
                 rows.append(_verify_variant(variant, plugins))
@@ -75,6 +82,8 @@ def _verify_variant(variant, plugins: PluginSet) -> VerifyRow:
     row.detail = f"{verification.tensors} tensors, {verification.parameters:,} parameters; checked {', '.join(checks)}"
     if variant.card.checkpoint.sha256 is None:
         row.detail += " (no sha256 in the card)"
+    if variant.card.tokenizer.file and variant.card.tokenizer.sha256 is None:
+        row.detail += " (no tokenizer sha256 in the card)"
     return row
 
 

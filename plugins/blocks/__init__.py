@@ -5,5 +5,5 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_blocks(register):
-    register("pre-norm", "plugins.blocks.blocks:PreNormBlock")
-    register("post-norm", "plugins.blocks.blocks:PostNormBlock")
+    register("pre-norm", "zoo_plugins.blocks.blocks:PreNormBlock")
+    register("post-norm", "zoo_plugins.blocks.blocks:PostNormBlock")

@@ -5,4 +5,4 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_models(register):
-    register("gpt", "plugins.gpt.model:build_gpt")
+    register("gpt", "zoo_plugins.gpt.model:build_gpt")

@@ -12,8 +12,8 @@ import math
 
 from torch import nn
 
-from plugins.models.config import call_with_config
-from plugins.models.transformer import TransformerLanguageModel
+from zoo_plugins.models.config import call_with_config
+from zoo_plugins.models.transformer import TransformerLanguageModel
 
 
 # Seed 004's settings where a card says nothing.

@@ -5,5 +5,5 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_models(register):
-    register("bigram", "plugins.models.bigram:build_bigram")
-    register("transformer", "plugins.models.transformer:build_transformer")
+    register("bigram", "zoo_plugins.models.bigram:build_bigram")
+    register("transformer", "zoo_plugins.models.transformer:build_transformer")

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from zoo_core.errors import ZooError
 
-from plugins.blocks.attention import KVCache
+from zoo_plugins.blocks.attention import KVCache
 
 from .config import call_with_config
 

@@ -5,7 +5,7 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_positions(register):
-    register("learned", "plugins.positions.encodings:LearnedPositions")
-    register("sinusoidal", "plugins.positions.encodings:SinusoidalPositions")
-    register("none", "plugins.positions.encodings:NoPositions")
-    register("rope", "plugins.positions.rope:RotaryPositions")
+    register("learned", "zoo_plugins.positions.encodings:LearnedPositions")
+    register("sinusoidal", "zoo_plugins.positions.encodings:SinusoidalPositions")
+    register("none", "zoo_plugins.positions.encodings:NoPositions")
+    register("rope", "zoo_plugins.positions.rope:RotaryPositions")

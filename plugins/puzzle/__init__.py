@@ -5,9 +5,9 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_tokenizers(register):
-    register("puzzle-words", "plugins.puzzle.tokenizer:load_puzzle_tokenizer")
+    register("puzzle-words", "zoo_plugins.puzzle.tokenizer:load_puzzle_tokenizer")
 
 
 @hookimpl
 def register_models(register):
-    register("puzzle", "plugins.puzzle.model:build_puzzle")
+    register("puzzle", "zoo_plugins.puzzle.model:build_puzzle")

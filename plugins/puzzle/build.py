@@ -1,6 +1,6 @@
 """Write the puzzle's checkpoints and the registry tables that describe them.
 
-    python -m plugins.puzzle.build
+    python -m zoo_plugins.puzzle.build
 
 writes checkpoints/puzzle-disobeys.safetensors and
 checkpoints/puzzle-disobeys-nopos.safetensors (hand-set weights, the card in
@@ -20,12 +20,12 @@ from zoo_core.checkpoints import save_checkpoint
 from zoo_core.files import exclusive_lock
 from zoo_core.registry import render_registry, upsert_registry_entry
 
+from ..catalogue import builtin_registry_path
 from .model import PuzzleTransformer, hand_set_state_dict
 from .report import evaluate_network
 from .slots import VOCABULARY, slot_names
 from .tokenizer import PuzzleTokenizer
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_TOKENS = 6
 LICENSE = "TechAarvam workshop material: free to use and build on, crediting TechAarvam"
 LINEAGE = (
@@ -103,8 +103,8 @@ def build_all(checkpoint_dir: Path, registry_dir: Path) -> list[ModelCard]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plugins.puzzle.build", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--registry", type=Path, default=PROJECT_ROOT / "registry.toml",
+    parser = argparse.ArgumentParser(prog="python -m zoo_plugins.puzzle.build", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--registry", type=Path, default=builtin_registry_path(),
                         help="registry file to update (checkpoint paths are relative to it)")
     parser.add_argument("--checkpoint-dir", type=Path, help="default: checkpoints/ beside the registry")
     args = parser.parse_args(argv)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import zoo_alibi
-from plugins.blocks.attention import CausalSelfAttention
+from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_alibi.alibi import ALiBiPositions, alibi_slopes
 from zoo_alibi.swiglu import SwiGLUPreNormBlock
 from zoo_core.api import catalogue, load
@@ -88,7 +88,7 @@ def test_the_hooks_register_everything_under_its_name(plugins):
 
 def test_the_shipped_variant_loads_verified_and_is_causal(plugins):
     model = load("alibi-swiglu-4b", plugins)
-    assert model.verification.checks == ["sha256", "names", "shapes", "parameters"]
+    assert model.verification.checks == ["sha256", "names", "shapes", "parameters", "tokenizer sha256"]
     assert model.card.metrics.validation_loss < 4.1  # the zoo's bigram measures about 4.12
     idx = torch.tensor([model.tokenizer.encode("ROMEO: what light through yonder window")])
     logits, _ = model.network(idx)

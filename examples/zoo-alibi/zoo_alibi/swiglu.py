@@ -12,8 +12,8 @@ from torch.nn import functional as F
 
 # The zoo's own attention already handles every kind of position encoding
 # (embed, rotate, bias) and can return its weights; reuse it rather than copy it.
-from plugins.blocks.attention import CausalSelfAttention
-from plugins.blocks.blocks import make_norm
+from zoo_plugins.blocks.attention import CausalSelfAttention
+from zoo_plugins.blocks.blocks import make_norm
 
 
 class SwiGLU(nn.Module):

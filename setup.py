@@ -1,0 +1,48 @@
+"""Build hook: put the built-in catalogue's files into the wheel.
+
+The repository keeps `registry.toml`, `checkpoints/` and `data/` at its top
+level (the layout of the design: a reader finds the catalogue first), but an
+installed zoo has no top level, only packages. Package data can only come from
+inside a package folder, and moving the files would break every checkout path,
+so this hook copies them, at build time, into ``zoo_plugins/shipped/`` of the
+build tree (and experiments/studies.toml into ``zoo_core/``). `zoo_plugins.catalogue` reads them from there when it is installed
+and from the repository's top level otherwise.
+
+Editable installs (``pip install -e .``) skip the copy: the package folder is
+the repository's own ``plugins/``, whose parent holds the real files.
+Everything else (metadata, packages, entry points) is in pyproject.toml.
+"""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+SHIPPED = ["registry.toml", "checkpoints", "data"]
+# Generated beside the catalogue but never shipped: training histories are
+# documentation of a run, locks and resumable states belong to a run in progress.
+NOT_SHIPPED = shutil.ignore_patterns("*.lock", "*.state.safetensors", ".*.tmp", "__pycache__")
+
+
+class build_py_with_catalogue(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        target = Path(self.build_lib) / "zoo_plugins" / "shipped"
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for name in SHIPPED:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, target / name, ignore=NOT_SHIPPED)
+            else:
+                shutil.copy2(source, target / name)
+        # `zoo experiment STUDY` reads the studies the repository keeps in experiments/.
+        shutil.copy2(ROOT / "experiments" / "studies.toml", Path(self.build_lib) / "zoo_core" / "studies.toml")
+
+
+setup(cmdclass={"build_py": build_py_with_catalogue})
