@@ -115,6 +115,7 @@ GHOST_REGISTRY = """\
     architecture = "transformer"
     context_length = 8
     lineage = "test"
+    license = "MIT"
 
     [ghost-2b.config]
     d_model = 16

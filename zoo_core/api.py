@@ -54,9 +54,8 @@ def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
     card = variant.card
-    factory = plugins.components["models"].factory(card.architecture)
     try:
-        return factory(card.architecture_config(), plugins.components)
+        return plugins.components["models"].create(card.architecture, card.architecture_config(), plugins.components)
     except ZooError:
         raise
     except (TypeError, ValueError) as exc:

@@ -257,8 +257,12 @@ def cmd_train(args) -> int:
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
     )
     metrics = card.metrics
-    print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
-          f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)")
+    if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
+        measured = ", ".join(f"{key} {value}" for key, value in metrics.model_dump(exclude_none=True).items() if key != "loss_unit")
+        print(f"{card.name}: {card.recipe.kind}: {measured or 'no metrics'}; sha256 {card.checkpoint.sha256}")
+    else:
+        print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
+              f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)")
     print(f"  card in {registry_file}")
     if not args.publish:
         print(f"  use it: ZOO_REGISTRY={registry_file} zoo sample {card.name} --prompt ...")

@@ -11,3 +11,8 @@ def register_tokenizers(register):
 @hookimpl
 def register_models(register):
     register("puzzle", "plugins.puzzle.model:build_puzzle")
+
+
+@hookimpl
+def register_trainers(register):
+    register("hand-built", "plugins.puzzle.trainer:HandBuiltTrainer")
