@@ -108,6 +108,14 @@ class Components:
             value = entry.extras[key] = _import_attribute(value, entry.plugin)
         return value
 
+    def problem(self, name: str) -> str | None:
+        """Why ``name`` cannot be used now (unknown, or claimed twice), without importing anything."""
+        if name in self._conflicts:
+            return f"{self.kind[:-1]} '{name}' is registered by " + " and ".join(f"'{p}'" for p in self._conflicts[name])
+        if name not in self._entries:
+            return f"no {self.kind[:-1]} named '{name}' is registered"
+        return None
+
     def conflicts(self) -> dict[str, list[str]]:
         return dict(self._conflicts)
 

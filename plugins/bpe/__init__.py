@@ -5,4 +5,4 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_tokenizers(register):
-    register("bpe", "plugins.bpe.tokenizer:load_bpe_tokenizer")
+    register("bpe", "plugins.bpe.tokenizer:load_bpe_tokenizer", train="plugins.bpe.training:train_tokenizer")

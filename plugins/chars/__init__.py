@@ -5,4 +5,4 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_tokenizers(register):
-    register("char", "plugins.chars.tokenizer:load_char_tokenizer")
+    register("char", "plugins.chars.tokenizer:load_char_tokenizer", train="plugins.chars.tokenizer:train_char_tokenizer")
