@@ -236,7 +236,7 @@ def test_its_variant_is_listed_loaded_verified_and_sampled(alibi):
     assert rows[ALIBI_VARIANT] | {"norm": None} == {
         "name": ALIBI_VARIANT, "architecture": "transformer", "layers": 4, "positions": "alibi", "norm": None,
         "context": 32, "parameters": card["parameters"], "validation_loss": card["metrics"]["validation_loss"],
-        "tokenizer": "bpe", "weights": True,
+        "tokenizer": "bpe", "weights": True, "unbuildable": None,
     }
     assert "alibi-swiglu-4b" in run_zoo("list", "alibi*", path=(alibi,)).out
 
@@ -290,7 +290,12 @@ def test_a_plugin_that_fails_to_import_is_reported_and_everything_else_works(ali
     assert failed["errors"] == ["failed to import 'zoo_broken_import': ModuleNotFoundError: No module named 'zoo_missing_dependency'"]
     assert _plugins(report)["alibi"]["errors"] == []
     text = run_zoo("plugins", path=path, **env)
-    assert text.code == 0 and "broken-import 0.0.1 (zoo-broken-import)\n  ERROR: failed to import 'zoo_broken_import'" in text.out
+    assert "broken-import 0.0.1 (zoo-broken-import)\n  ERROR: failed to import 'zoo_broken_import'" in text.out
+    # A problem fails the command, so `zoo plugins` can gate a plugin author's CI.
+    assert text.code == 1 and text.err == (
+        "zoo: error: 1 plugin problem (first: plugin 'broken-import': failed to import 'zoo_broken_import': "
+        "ModuleNotFoundError: No module named 'zoo_missing_dependency')\n"
+    )
     listed = run_zoo("list", "--json", path=path, **env)
     assert listed.code == 0 and {row["name"] for row in listed.json()} == {row["name"] for row in bare["list"]} | {ALIBI_VARIANT}
     assert run_zoo("show", ALIBI_VARIANT, path=path, **env).code == 0
@@ -313,14 +318,17 @@ def test_a_name_already_taken_is_an_error_naming_both_plugins(alibi, broken):
     path, env = (alibi, broken), {"ZOO_PLUGINS": "alibi,clash"}
     report = run_zoo("plugins", "--json", path=path, **env).json()
     assert report["conflicts"] == ["position 'alibi' is registered by 'alibi' and 'clash'"]
-    assert "CONFLICT: position 'alibi' is registered by 'alibi' and 'clash'" in run_zoo("plugins", path=path, **env).out
+    shown = run_zoo("plugins", path=path, **env)
+    assert "CONFLICT: position 'alibi' is registered by 'alibi' and 'clash'" in shown.out and shown.code == 1
     # Neither silently wins: the variant that needs the name refuses to build.
     loaded = run_zoo("load", ALIBI_VARIANT, path=path, **env)
     assert loaded.code == 1
     assert loaded.err == (
         "zoo: error: position 'alibi' is registered by more than one plugin ('alibi' and 'clash'); uninstall or disable one\n"
     )
-    assert run_zoo("list", path=path, **env).code == 0
+    listed = run_zoo("list", path=path, **env)
+    assert listed.code == 0
+    assert f"cannot build {ALIBI_VARIANT}: position 'alibi' is registered by 'alibi' and 'clash'" in listed.out
 
 
 def test_a_variant_whose_checkpoint_is_missing_is_listed_and_load_says_so_in_one_line(broken):
@@ -338,7 +346,7 @@ def test_a_misspelled_hook_is_reported_instead_of_silently_doing_nothing(broken)
     report = run_zoo("plugins", "--json", path=(broken,), ZOO_PLUGINS="typo-hook").json()
     assert _plugins(report)["typo-hook"]["errors"] == [
         "'register_position' is not a zoo hook and is never called "
-        "(hooks: register_blocks, register_models, register_positions, register_tokenizers, register_variants)"
+        "(hooks: register_blocks, register_models, register_positions, register_tokenizers, register_trainers, register_variants)"
     ]
 
 
