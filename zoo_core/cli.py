@@ -365,12 +365,12 @@ def cmd_check_plugin(args) -> int:
 
     results = check_plugin(args.name, deep=not args.quick)
     for result in results:
-        mark = "ok  " if result.passed else "FAIL"
-        print(f"{mark} {result.subject}: {result.check}" + ("" if result.passed else f": {result.detail}"))
+        print(f"{result.status:<4} {result.subject}: {result.check}" + (f": {result.detail}" if result.detail else ""))
     failed = [r for r in results if not r.passed]
     if failed:
         raise ZooError(f"plugin '{args.name}': {len(failed)} of {len(results)} checks failed (first: {failed[0].subject}: {failed[0].check})")
-    print(f"plugin '{args.name}': all {len(results)} checks passed")
+    skipped = sum(r.status == "skip" for r in results)
+    print(f"plugin '{args.name}': {len(results) - skipped} checks passed" + (f", {skipped} skipped (reasons above)" if skipped else ""))
     return 0
 
 

@@ -268,7 +268,7 @@ def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
 
 def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None) -> list[CheckResult]:
     """Run the kit on everything plugin ``name`` registers (``deep=False``: conformance only)."""
-    from .api import catalogue, load_tokenizer, load_variant
+    from .api import catalogue, has_published_weights, load_tokenizer, load_variant
 
     plugins = plugins or get_plugins()
     if name not in plugins.plugins:
@@ -320,6 +320,10 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
         results.append(_outcome(subject, "satisfies the protocol and round-trips text", round_trip))
     for variant in variants:
         subject = f"variant '{variant.name}'"
+        if not has_published_weights(variant):
+            results.append(CheckResult(subject, "loads with verified weights", "skip",
+                                       f"no weights yet: `zoo train {variant.name} --publish` makes them"))
+            continue
         loaded = {}
 
         def load_it(v=variant):
