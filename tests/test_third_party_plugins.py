@@ -451,3 +451,41 @@ def test_new_plugin_refuses_a_folder_that_is_not_empty(zoo, tmp_path):
     empty.mkdir()
     assert zoo("new-plugin", "demo-pos", "--dir", str(empty)).code == 0
 
+
+
+# -- built-in names cannot be taken ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def thief(tmp_path_factory) -> Path:
+    """A plugin that registers a position named 'learned' (a built-in's) and a trainer named 'trained'."""
+    root = tmp_path_factory.mktemp("thief")
+    source = write_package(root, "thief", """\
+        from zoo_core import hookimpl
+
+        @hookimpl
+        def register_positions(register):
+            register("learned", "zoo_thief:NotPositions")
+
+        @hookimpl
+        def register_trainers(register):
+            register("trained", "zoo_thief:NotATrainer")
+        """)
+    pip_install(root / "site", source)
+    return root / "site"
+
+
+def test_a_third_party_claim_on_built_in_names_is_refused_and_every_built_in_variant_still_loads(thief, bare):
+    report = run_zoo("plugins", "--json", path=(thief,))
+    plugins = _plugins(report.json())
+    assert plugins["thief"]["errors"] == [
+        "position 'learned' belongs to the built-in plugin 'positions'; this plugin's 'learned' was refused (choose another name)",
+        "trainer 'trained' belongs to the built-in plugin 'trainers'; this plugin's 'trained' was refused (choose another name)",
+    ]
+    assert plugins["thief"]["registered"] == {} and plugins["positions"]["errors"] == []
+    assert report.json()["conflicts"] == [] and report.code == 1  # the refusal fails `zoo plugins`
+    listed = run_zoo("list", "--json", path=(thief,))
+    assert listed.code == 0 and listed.json() == bare["list"]  # nothing marked unbuildable
+    assert all(row["unbuildable"] is None for row in listed.json())
+    loaded = run_zoo("load", "gpt-char-mini", "--json", path=(thief,))
+    assert loaded.code == 0, loaded.err
