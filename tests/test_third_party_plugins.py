@@ -115,6 +115,7 @@ GHOST_REGISTRY = """\
     architecture = "transformer"
     context_length = 8
     lineage = "test"
+    license = "MIT"
 
     [ghost-2b.config]
     d_model = 16
@@ -235,7 +236,7 @@ def test_its_variant_is_listed_loaded_verified_and_sampled(alibi):
     assert rows[ALIBI_VARIANT] | {"norm": None} == {
         "name": ALIBI_VARIANT, "architecture": "transformer", "layers": 4, "positions": "alibi", "norm": None,
         "context": 32, "parameters": card["parameters"], "validation_loss": card["metrics"]["validation_loss"],
-        "tokenizer": "bpe", "weights": True, "source": "plugin",
+        "tokenizer": "bpe", "weights": True, "source": "plugin", "unbuildable": None,
     }
     assert "alibi-swiglu-4b" in run_zoo("list", "alibi*", path=(alibi,)).out
 
@@ -266,7 +267,7 @@ def test_the_example_passes_its_own_tests_against_the_installed_package(alibi):
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], cwd=tests.parent,
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(alibi), "OMP_NUM_THREADS": "1"}, timeout=300,
     )
-    assert done.returncode == 0 and "7 passed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "9 passed" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_shipped_variant_beats_the_bigram_baseline(alibi):
@@ -289,7 +290,12 @@ def test_a_plugin_that_fails_to_import_is_reported_and_everything_else_works(ali
     assert failed["errors"] == ["failed to import 'zoo_broken_import': ModuleNotFoundError: No module named 'zoo_missing_dependency'"]
     assert _plugins(report)["alibi"]["errors"] == []
     text = run_zoo("plugins", path=path, **env)
-    assert text.code == 0 and "broken-import 0.0.1 (zoo-broken-import)\n  ERROR: failed to import 'zoo_broken_import'" in text.out
+    assert "broken-import 0.0.1 (zoo-broken-import)\n  ERROR: failed to import 'zoo_broken_import'" in text.out
+    # A problem fails the command, so `zoo plugins` can gate a plugin author's CI.
+    assert text.code == 1 and text.err == (
+        "zoo: error: 1 plugin problem (first: plugin 'broken-import': failed to import 'zoo_broken_import': "
+        "ModuleNotFoundError: No module named 'zoo_missing_dependency')\n"
+    )
     listed = run_zoo("list", "--json", path=path, **env)
     assert listed.code == 0 and {row["name"] for row in listed.json()} == {row["name"] for row in bare["list"]} | {ALIBI_VARIANT}
     assert run_zoo("show", ALIBI_VARIANT, path=path, **env).code == 0
@@ -312,14 +318,17 @@ def test_a_name_already_taken_is_an_error_naming_both_plugins(alibi, broken):
     path, env = (alibi, broken), {"ZOO_PLUGINS": "alibi,clash"}
     report = run_zoo("plugins", "--json", path=path, **env).json()
     assert report["conflicts"] == ["position 'alibi' is registered by 'alibi' and 'clash'"]
-    assert "CONFLICT: position 'alibi' is registered by 'alibi' and 'clash'" in run_zoo("plugins", path=path, **env).out
+    shown = run_zoo("plugins", path=path, **env)
+    assert "CONFLICT: position 'alibi' is registered by 'alibi' and 'clash'" in shown.out and shown.code == 1
     # Neither silently wins: the variant that needs the name refuses to build.
     loaded = run_zoo("load", ALIBI_VARIANT, path=path, **env)
     assert loaded.code == 1
     assert loaded.err == (
         "zoo: error: position 'alibi' is registered by more than one plugin ('alibi' and 'clash'); uninstall or disable one\n"
     )
-    assert run_zoo("list", path=path, **env).code == 0
+    listed = run_zoo("list", path=path, **env)
+    assert listed.code == 0
+    assert f"cannot build {ALIBI_VARIANT}: position 'alibi' is registered by 'alibi' and 'clash'" in listed.out
 
 
 def test_a_variant_whose_checkpoint_is_missing_is_listed_and_load_says_so_in_one_line(broken):
@@ -337,7 +346,7 @@ def test_a_misspelled_hook_is_reported_instead_of_silently_doing_nothing(broken)
     report = run_zoo("plugins", "--json", path=(broken,), ZOO_PLUGINS="typo-hook").json()
     assert _plugins(report)["typo-hook"]["errors"] == [
         "'register_position' is not a zoo hook and is never called "
-        "(hooks: register_blocks, register_datasets, register_models, register_positions, register_tokenizers, register_variants)"
+        "(hooks: register_blocks, register_datasets, register_models, register_positions, register_tokenizers, register_trainers, register_variants)"
     ]
 
 
@@ -390,13 +399,22 @@ def test_a_generated_skeleton_installs_shows_up_and_passes_its_own_tests(zoo, tm
     report = run_zoo("plugins", "--json", path=(tmp_path / "site",)).json()
     assert _plugins(report)["cope-demo"] == {
         "name": "cope-demo", "distribution": "zoo-cope-demo", "version": "0.1.0", "builtin": False,
-        "registered": {"positions": ["cope-demo"]}, "errors": [],
+        "registered": {
+            "tokenizers": ["cope-demo-bytes"], "positions": ["cope-demo"], "blocks": ["cope-demo-block"],
+            "models": ["cope-demo-lm"], "trainers": ["cope-demo-trainer"],
+            "variant files": [str(tmp_path / "site" / "zoo_cope_demo" / "variants" / "registry.toml")],
+        },
+        "errors": [],
     }
+    # The installed skeleton passes the kit; its variant is listed, waiting for its weights.
+    checked = run_zoo("check-plugin", "cope-demo", "--quick", path=(tmp_path / "site",))
+    assert checked.code == 0, checked.out + checked.err
+    assert "skip variant 'cope-demo-tiny': loads with verified weights: no weights yet" in checked.out
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=folder, capture_output=True, text=True,
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site"), "OMP_NUM_THREADS": "1"}, timeout=300,
     )
-    assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
+    assert tests.returncode == 0 and "3 passed" in tests.stdout, tests.stdout + tests.stderr
 
 
 def test_new_plugin_writes_zoo_name_in_the_current_folder_by_default(zoo, tmp_path, monkeypatch):
@@ -433,3 +451,41 @@ def test_new_plugin_refuses_a_folder_that_is_not_empty(zoo, tmp_path):
     empty.mkdir()
     assert zoo("new-plugin", "demo-pos", "--dir", str(empty)).code == 0
 
+
+
+# -- built-in names cannot be taken ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def thief(tmp_path_factory) -> Path:
+    """A plugin that registers a position named 'learned' (a built-in's) and a trainer named 'trained'."""
+    root = tmp_path_factory.mktemp("thief")
+    source = write_package(root, "thief", """\
+        from zoo_core import hookimpl
+
+        @hookimpl
+        def register_positions(register):
+            register("learned", "zoo_thief:NotPositions")
+
+        @hookimpl
+        def register_trainers(register):
+            register("trained", "zoo_thief:NotATrainer")
+        """)
+    pip_install(root / "site", source)
+    return root / "site"
+
+
+def test_a_third_party_claim_on_built_in_names_is_refused_and_every_built_in_variant_still_loads(thief, bare):
+    report = run_zoo("plugins", "--json", path=(thief,))
+    plugins = _plugins(report.json())
+    assert plugins["thief"]["errors"] == [
+        "position 'learned' belongs to the built-in plugin 'positions'; this plugin's 'learned' was refused (choose another name)",
+        "trainer 'trained' belongs to the built-in plugin 'trainers'; this plugin's 'trained' was refused (choose another name)",
+    ]
+    assert plugins["thief"]["registered"] == {} and plugins["positions"]["errors"] == []
+    assert report.json()["conflicts"] == [] and report.code == 1  # the refusal fails `zoo plugins`
+    listed = run_zoo("list", "--json", path=(thief,))
+    assert listed.code == 0 and listed.json() == bare["list"]  # nothing marked unbuildable
+    assert all(row["unbuildable"] is None for row in listed.json())
+    loaded = run_zoo("load", "gpt-char-mini", "--json", path=(thief,))
+    assert loaded.code == 0, loaded.err

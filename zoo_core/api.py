@@ -23,6 +23,22 @@ def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     return build_catalogue(plugins)
 
 
+def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> str | None:
+    """Why the variant cannot be built now (a component it names is missing or
+    claimed twice), from names alone: `zoo list` stays free of torch."""
+    plugins = plugins or get_plugins()
+    card = variant.card
+    needed = [("models", card.architecture), ("tokenizers", card.tokenizer.kind)]
+    # The zoo's transformer-like architectures name their parts in these config keys.
+    needed += [(kind, card.config[key]) for kind, key in (("positions", "positions"), ("blocks", "block"))
+               if isinstance(card.config.get(key), str)]
+    for kind, name in needed:
+        problem = plugins.components[kind].problem(name)
+        if problem:
+            return problem
+    return None
+
+
 def list_variants(pattern: str | None = None) -> list[ModelCard]:
     """Cards of the variants whose names match ``pattern`` (shell wildcards)."""
     return [variant.card for variant in catalogue().match(pattern)]
@@ -68,9 +84,8 @@ def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
     card = variant.card
-    factory = plugins.components["models"].factory(card.architecture)
     try:
-        return factory(card.architecture_config(), plugins.components)
+        return plugins.components["models"].create(card.architecture, card.architecture_config(), plugins.components)
     except ZooError:
         raise
     except (TypeError, ValueError) as exc:

@@ -3,6 +3,11 @@
 A card is validated from one `registry.toml` table and written, as JSON, into the
 header of the variant's safetensors file, so a checkpoint describes itself.
 Unknown fields are errors everywhere: a typo must not silently become a default.
+
+Fields marked ``WEIGHTS`` (``json_schema_extra``) define the weights: change one
+and the checkpoint no longer matches its card. The others describe or measure.
+`zoo card-schema` prints the JSON Schema and `docs/cards.md` is generated from
+these models (`zoo_core.card_docs`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
+WEIGHTS = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
+NAME_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
@@ -20,29 +29,34 @@ class _Strict(BaseModel):
 class TokenizerSpec(_Strict):
     """Which registered tokenizer encodes this variant's text, and its data file."""
 
-    kind: str = Field(description="registered tokenizer name, e.g. 'bpe'")
-    vocab_size: int = Field(gt=0)
-    file: str | None = Field(None, description="path relative to the registry file")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="of the file; checked on every load")
+    kind: str = Field(description="registered tokenizer name, e.g. 'bpe' (`zoo plugins` lists them)", json_schema_extra=WEIGHTS)
+    vocab_size: int = Field(gt=0, description="number of token ids; the embedding and output layers' size", json_schema_extra=WEIGHTS)
+    file: str | None = Field(None, description="the tokenizer's data file (BPE ranks, character list), relative to the registry file")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="of the tokenizer's file; checked on every load")
 
 
 class Recipe(_Strict):
     """How the weights came to be: a training run, or set by hand."""
 
-    kind: Literal["trained", "hand-built"] = "trained"
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    learning_rate: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.999, ge=0, lt=1)
-    grad_clip: float | None = Field(None, gt=0, description="clip the gradient norm to this value")
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
-    min_learning_rate: float = Field(0.0, ge=0)
-    steps: int = Field(1, gt=0)
-    batch_size: int = Field(32, gt=0)
-    seed: int = 42
-    eval_every: int = Field(500, gt=0)
+    kind: str = Field(
+        "trained", pattern=NAME_PATTERN,
+        description="the registered trainer `zoo train` uses: 'trained' (the standard AdamW/SGD trainer), "
+        "'hand-built' (the puzzle's hand-set weights) or a plugin's trainer",
+        json_schema_extra=WEIGHTS,
+    )
+    optimizer: Literal["adamw", "sgd"] = Field("adamw", description="the standard trainer's optimizer", json_schema_extra=WEIGHTS)
+    learning_rate: float = Field(1e-3, gt=0, description="peak learning rate", json_schema_extra=WEIGHTS)
+    weight_decay: float = Field(0.0, ge=0, description="decoupled weight decay (AdamW) or L2 penalty (SGD)", json_schema_extra=WEIGHTS)
+    beta1: float = Field(0.9, ge=0, lt=1, description="first-moment decay (AdamW, Lion)", json_schema_extra=WEIGHTS)
+    beta2: float = Field(0.999, ge=0, lt=1, description="second-moment decay (AdamW, Lion)", json_schema_extra=WEIGHTS)
+    grad_clip: float | None = Field(None, gt=0, description="clip the gradient norm to this value", json_schema_extra=WEIGHTS)
+    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="constant, or linear warm-up then cosine decay", json_schema_extra=WEIGHTS)
+    warmup_steps: int = Field(0, ge=0, description="warm-up steps of the cosine schedule", json_schema_extra=WEIGHTS)
+    min_learning_rate: float = Field(0.0, ge=0, description="where the cosine schedule ends", json_schema_extra=WEIGHTS)
+    steps: int = Field(1, gt=0, description="optimizer updates", json_schema_extra=WEIGHTS)
+    batch_size: int = Field(32, gt=0, description="windows per update", json_schema_extra=WEIGHTS)
+    seed: int = Field(42, description="fixes initialisation, dropout and the order of batches", json_schema_extra=WEIGHTS)
+    eval_every: int = Field(500, gt=0, description="steps between evaluations (and, by default, saved training states)")
     eval_windows: int = Field(320, gt=0, description="fixed windows per split for train/val loss")
     data: str = Field(
         "tinyshakespeare",
@@ -51,8 +65,8 @@ class Recipe(_Strict):
     data_sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$", description="sha256 of the text trained on; checked whenever the text is read"
     )
-    train_fraction: float = Field(0.9, gt=0, lt=1)
-    notes: str = ""
+    train_fraction: float = Field(0.9, gt=0, lt=1, description="the corpus's leading share trained on; the rest is validation", json_schema_extra=WEIGHTS)
+    notes: str = Field("", description="free text about how the weights were made")
 
     @model_serializer(mode="wrap")
     def _only_what_applies(self, handler):
@@ -67,19 +81,21 @@ class Recipe(_Strict):
 class Metrics(_Strict):
     """Measured, never claimed: filled in by `zoo train` (or `zoo eval`)."""
 
-    train_loss: float | None = None
-    validation_loss: float | None = None
+    train_loss: float | None = Field(None, description="mean loss on the recipe's fixed training windows")
+    validation_loss: float | None = Field(None, description="mean loss on the fixed validation windows")
     validation_perplexity: float | None = Field(None, description="exp(validation_loss)")
     uniform_loss: float | None = Field(None, description="ln(vocabulary size): what guessing uniformly scores")
-    loss_unit: str = "nats per token"
-    training_seconds: float | None = None
-    tokens_per_second: float | None = None
-    accuracy: float | None = None
+    loss_unit: str = Field("nats per token", description="the unit of the losses")
+    training_seconds: float | None = Field(None, description="time spent in updates (evaluation excluded)")
+    tokens_per_second: float | None = Field(None, description="training throughput over the updates")
+    accuracy: float | None = Field(None, description="task models (the puzzle): share of answers right")
 
 
 class CheckpointRef(_Strict):
+    """Where the weights are and their checksum."""
+
     path: str = Field(description="safetensors file, relative to the registry file")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="the file's sha256, checked on every load; none until trained")
 
 
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
@@ -88,19 +104,22 @@ VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 class ModelCard(_Strict):
     """Everything the zoo knows about one variant."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
-    description: str
-    architecture: str = Field(description="registered model name, e.g. 'transformer'")
-    config: dict[str, Any] = Field(default_factory=dict, description="the architecture's settings")
-    tokenizer: TokenizerSpec
-    context_length: int = Field(gt=0)
-    recipe: Recipe = Field(default_factory=Recipe)
-    checkpoint: CheckpointRef
-    parameters: int | None = Field(None, ge=0)
-    metrics: Metrics = Field(default_factory=Metrics)
+    name: str = Field(pattern=NAME_PATTERN, description="the variant's name (the registry table's key)", json_schema_extra=WEIGHTS)
+    description: str = Field(description="one or two sentences for `zoo list` and `zoo show`")
+    architecture: str = Field(description="registered model name, e.g. 'transformer'", json_schema_extra=WEIGHTS)
+    config: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra=WEIGHTS,
+        description="the architecture's settings (for 'transformer': d_model, n_layer, n_head, d_ff, positions, block, norm, dropout, bias)",
+    )
+    tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
+    context_length: int = Field(gt=0, description="the most tokens the network attends over", json_schema_extra=WEIGHTS)
+    recipe: Recipe = Field(default_factory=Recipe, description="how the weights were made", json_schema_extra=WEIGHTS)
+    checkpoint: CheckpointRef = Field(description="the weights file")
+    parameters: int | None = Field(None, ge=0, description="trainable parameters, counted by `zoo train`", json_schema_extra=WEIGHTS)
+    metrics: Metrics = Field(default_factory=Metrics, description="measured by `zoo train` (never claimed by hand)", json_schema_extra=WEIGHTS)
     lineage: str = Field(description="the document this variant reproduces")
-    license: str = "MIT"
-    tags: list[str] = Field(default_factory=list)
+    license: str = Field(description="the weights' license; required: a card never gets one by default")
+    tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")
 
     @model_validator(mode="after")
     def _context_in_config(self) -> "ModelCard":
@@ -121,20 +140,13 @@ class ModelCard(_Strict):
         }
 
     def weight_fields(self) -> dict[str, Any]:
-        """The fields that identify the weights, for comparing a checkpoint's
-        card with the registry's: the name, architecture, config, context,
-        tokenizer, recipe, parameter count and the metrics measured on them.
-        Descriptive fields (description, lineage, license, tags, the recipe's
-        notes) and locations (checkpoint, tokenizer file, the dataset's name or
-        path) may be edited without retraining. Checksums of the tokenizer and
-        the text are compared by the caller when both cards record them: older
-        checkpoints predate those fields."""
-        data = self.model_dump(mode="json", exclude_none=True)
-        for key in ("description", "lineage", "license", "tags", "checkpoint"):
-            data.pop(key, None)
-        data["recipe"] = {key: value for key, value in data["recipe"].items() if key not in ("notes", "data")}
-        data["tokenizer"] = {key: value for key, value in data["tokenizer"].items() if key != "file"}
-        return data
+        """The fields marked ``WEIGHTS``, for comparing a checkpoint's card with
+        the registry's. Descriptive fields (description, lineage, license, tags,
+        the recipe's notes) and locations (checkpoint, tokenizer file, the
+        dataset's name or path) may be edited without retraining. Checksums of
+        the tokenizer and the text are compared by the caller when both cards
+        record them: older checkpoints predate those fields."""
+        return _marked(self, self.model_dump(mode="json", exclude_none=True))
 
     def header_json(self) -> dict[str, Any]:
         """The card as stored in a safetensors header: without its own checksum,
@@ -142,6 +154,20 @@ class ModelCard(_Strict):
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
         return data
+
+
+def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    """``dumped`` (``model`` as JSON) cut to its ``WEIGHTS`` fields; a nested card
+    section with marked fields of its own is cut the same way."""
+    kept = {}
+    for key, field in type(model).model_fields.items():
+        if key not in dumped or not (field.json_schema_extra or {}).get("defines_weights"):
+            continue
+        value = getattr(model, key)
+        nested = isinstance(value, BaseModel) and any(
+            (f.json_schema_extra or {}).get("defines_weights") for f in type(value).model_fields.values())
+        kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
+    return kept
 
 
 _ABSENT = object()

@@ -57,12 +57,12 @@ def _warn_catalogue_problems(found) -> None:
 
 
 def cmd_list(args) -> int:
-    from .api import catalogue
+    from .api import catalogue, unbuildable_reason
 
     found = catalogue()
     _warn_catalogue_problems(found)
     variants = [v for v in found.match(args.pattern) if args.source is None or v.layer == args.source]
-    rows = [{**_summary(v.card), "source": v.layer} for v in variants]
+    rows = [{**_summary(v.card), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -86,10 +86,16 @@ def cmd_list(args) -> int:
     table = [
         [r["name"], r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
          f"{r['parameters']:,}" if r["parameters"] is not None else "-",
+         "cannot build" if r["unbuildable"] else
          f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else "-" if r["weights"] else "no weights", r["source"]]
         for r in rows
     ]
     print(_format_table(headers, table, right={2, 5, 6, 7}))
+    blocked = [r for r in rows if r["unbuildable"]]
+    if blocked:
+        print()
+        for r in blocked:
+            print(f"cannot build {r['name']}: {r['unbuildable']}")
     return 0
 
 
@@ -268,8 +274,12 @@ def cmd_train(args) -> int:
         new_name=args.new_name,
     )
     metrics = card.metrics
-    print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
-          f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)")
+    if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
+        measured = ", ".join(f"{key} {value}" for key, value in metrics.model_dump(exclude_none=True).items() if key != "loss_unit")
+        print(f"{card.name}: {card.recipe.kind}: {measured or 'no metrics'}; sha256 {card.checkpoint.sha256}")
+    else:
+        print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
+              f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)")
     print(f"  card in {registry_file}")
     if not args.publish:
         print(f"  use it: zoo --registry {registry_file} sample {card.name} --prompt ...  "
@@ -314,7 +324,7 @@ def cmd_plugins(args) -> int:
             ],
             "conflicts": conflicts,
         }, indent=2))
-        return 0
+        return _plugin_problems_status(plugins)
     for info in plugins.plugins.values():
         origin = "built-in" if info.builtin else info.distribution
         print(f"{info.name} {info.version} ({origin})")
@@ -324,6 +334,15 @@ def cmd_plugins(args) -> int:
             print(f"  ERROR: {error}")
     for message in conflicts:
         print(f"CONFLICT: {message}")
+    return _plugin_problems_status(plugins)
+
+
+def _plugin_problems_status(plugins) -> int:
+    """Non-zero when any plugin has an error or a conflict: `zoo plugins` can gate a CI."""
+    problems = plugins.problems()
+    if problems:
+        print(f"zoo: error: {len(problems)} plugin problem{'s' * (len(problems) > 1)} (first: {problems[0]})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -363,30 +382,31 @@ def cmd_remove(args) -> int:
 
 
 def cmd_train_tokenizer(args) -> int:
-    from .data import split_text
-    from .datasets import resolve_named_or_path
-    from .files import atomic_write
-    from .plugin_manager import get_plugins
+    from .tokenizer_training import train_tokenizer
 
-    text = resolve_named_or_path(args.data if args.data is not None else "tinyshakespeare", get_plugins().datasets).text
-    if args.kind == "char":
-        from zoo_plugins.chars.tokenizer import CharTokenizer
+    out, summary = train_tokenizer(args.kind, args.data, args.vocab_size, args.train_fraction, args.out, CHECKPOINTS)
+    print(f"{summary} -> {out}")
+    return 0
 
-        # Seed 004's vocabulary: every character of the whole corpus, so that
-        # validation text never holds an unknown one.
-        tokenizer = CharTokenizer.from_text(text)
-        out = args.out or CHECKPOINTS / f"char-{tokenizer.vocab_size}.json"
-        atomic_write(out, tokenizer.save)
-        print(f"{tokenizer.vocab_size} characters from {len(text):,} characters -> {out}")
-        return 0
-    from zoo_plugins.bpe.tokenizer import write_ranks
-    from zoo_plugins.bpe.training import train_bpe
 
-    train_text, _ = split_text(text, args.train_fraction)  # BPE never sees validation text
-    ranks = train_bpe(train_text, args.vocab_size)
-    out = args.out or CHECKPOINTS / f"bpe-{args.vocab_size}.tiktoken"
-    atomic_write(out, lambda temporary: write_ranks(ranks, temporary))
-    print(f"{len(ranks)} tokens trained on {len(train_text):,} characters -> {out}")
+def cmd_card_schema(args) -> int:
+    from .card_docs import card_schema, cards_markdown
+
+    print(cards_markdown() if args.markdown else json.dumps(card_schema(), indent=2))
+    return 0
+
+
+def cmd_check_plugin(args) -> int:
+    from .testing import check_plugin
+
+    results = check_plugin(args.name, deep=not args.quick)
+    for result in results:
+        print(f"{result.status:<4} {result.subject}: {result.check}" + (f": {result.detail}" if result.detail else ""))
+    failed = [r for r in results if not r.passed]
+    if failed:
+        raise ZooError(f"plugin '{args.name}': {len(failed)} of {len(results)} checks failed (first: {failed[0].subject}: {failed[0].check})")
+    skipped = sum(r.status == "skip" for r in results)
+    print(f"plugin '{args.name}': {len(results) - skipped} checks passed" + (f", {skipped} skipped (reasons above)" if skipped else ""))
     return 0
 
 
@@ -505,12 +525,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_remove)
 
     p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
-    p.add_argument("--kind", choices=["bpe", "char"], default="bpe")
-    p.add_argument("--data", help="a registered dataset's name or a text file (default: tinyshakespeare)")
+    p.add_argument("--kind", default="bpe",
+                   help="a registered tokenizer that can be trained: 'bpe', 'char' or a plugin's (default: bpe)")
+    p.add_argument("--data", default="tinyshakespeare",
+                   help="a registered dataset's name or a text file (default: tinyshakespeare)")
     p.add_argument("--vocab-size", type=int, default=1024, help="BPE only")
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
+
+    p = commands.add_parser("card-schema", help="print the JSON Schema of a variant's card (registry table)")
+    p.add_argument("--markdown", action="store_true", help="print the field reference of docs/cards.md instead")
+    p.set_defaults(run=cmd_card_schema)
+
+    p = commands.add_parser("check-plugin", help="run the authors' testing kit on everything a plugin registers")
+    p.add_argument("name", help="the plugin's name as `zoo plugins` shows it")
+    p.add_argument("--quick", action="store_true", help="conformance only: build each component, skip the model checks")
+    p.set_defaults(run=cmd_check_plugin)
+
     for subparser in commands.choices.values():  # `zoo list --registry F` works as well as `zoo --registry F list`
         subparser.add_argument("--registry", action="append", type=Path, metavar="FILE", dest="sub_registry", default=[],
                                help="also read variants from this registry file (repeatable)")

@@ -10,8 +10,11 @@ the group ``zoo``::
 Every hook receives a ``register`` callable and returns nothing. Factories may be
 given as callables or as ``"package.module:attribute"`` strings; strings are only
 imported when a variant needs them, which keeps ``zoo list`` free of torch.
-Names are global per component kind: if two plugins register the same name, the
-zoo refuses to use it and names both plugins.
+Names are global per component kind: if two third-party plugins register the
+same name, the zoo refuses to use it and names both plugins; a name a built-in
+plugin registers cannot be taken by a third party (its registration is refused
+and reported against it). What a factory returns is checked against its
+protocol in ``zoo_core.protocols`` when it is created.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ def register_tokenizers(register):
     path of ``spec.file`` (or None) and returns an object satisfying
     ``zoo_core.protocols.Tokenizer``: ``encode(text) -> list[int]``,
     ``decode(ids) -> str`` and ``vocab_size``.
+
+    A tokenizer that can be trained (`zoo train-tokenizer --kind NAME`) also
+    passes ``train=``, a callable or ``"module:attribute"``:
+    ``train(text, vocab_size=..., train_fraction=...)`` returns a
+    ``zoo_core.tokenizer_training.TrainedTokenizer``.
     """
 
 
@@ -68,6 +76,20 @@ def register_models(register):
     ``zoo_core.plugin_manager.Components``, to build registered parts by name
     (``components["blocks"].create("pre-norm", d_model=...)``); it returns an
     ``nn.Module`` satisfying ``zoo_core.protocols.LanguageModel``.
+    """
+
+
+@hookspec
+def register_trainers(register):
+    """Register trainers: ``register(name, factory)``.
+
+    A card's ``recipe.kind`` names the trainer `zoo train` uses (``trained`` is
+    the standard AdamW/SGD trainer, ``hand-built`` sets the puzzle's weights).
+    ``factory()`` returns an object satisfying ``zoo_core.protocols.Trainer``:
+    ``uses_corpus`` and ``run(network, job) -> TrainingResult``, where ``job`` is
+    a ``zoo_core.training.TrainingJob``. Subclass
+    ``zoo_core.training.StandardTrainer`` and override ``make_optimizer`` to
+    train with another optimizer and keep seeding, evaluation and resumable state.
     """
 
 

@@ -4,8 +4,15 @@ Built-in plugins are found the same way as third-party ones. A plugin that fails
 to import, or whose hook raises, is recorded and skipped: the rest of the zoo
 keeps working and `zoo plugins` shows the error; so does a hook whose name is not
 a zoo hook (a typo would otherwise do nothing) and a second package claiming a
-plugin name already taken. Two plugins registering the same component name make
-that name unusable, with an error naming both, rather than letting one silently win.
+plugin name already taken. Two third-party plugins registering the same component
+name make that name unusable, with an error naming both, rather than letting one
+silently win; a third-party claim on a built-in's name is refused instead, and
+reported against the third-party plugin, so installing a plugin can never take
+a built-in variant away.
+
+What a factory returns is checked against its protocol (`zoo_core.protocols`)
+when it is created: a mismatch is one line naming the plugin, the component and
+what is missing, instead of a failure deep inside torch.
 
 Environment:
     ZOO_DISABLE_PLUGIN_AUTOLOAD=1  load only the zoo's own built-in plugins
@@ -26,9 +33,10 @@ import pluggy
 from . import hookspecs
 from .datasets import Dataset, DatasetRegistry
 from .errors import UnknownName, ZooError
+from .protocols import conformance_problem
 
 BUILTIN_DISTRIBUTION = "zoo"
-COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models")
+COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers")
 
 
 @dataclass
@@ -45,6 +53,16 @@ class PluginInfo:
 class _Registration:
     factory: Any  # callable, or "module:attribute" to import on first use
     plugin: str
+    builtin: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)  # e.g. a tokenizer's train=
+
+
+class BuiltinNameTaken(ZooError):
+    """A third-party plugin registered a name a built-in plugin owns."""
+
+    def __init__(self, message: str, refused: str):
+        super().__init__(message)
+        self.refused = refused  # the third-party plugin the error is reported against
 
 
 class Components:
@@ -55,16 +73,49 @@ class Components:
         self._entries: dict[str, _Registration] = {}
         self._conflicts: dict[str, list[str]] = {}
 
-    def add(self, name: str, factory: Any, plugin: str) -> None:
+    def add(self, name: str, factory: Any, plugin: str, builtin: bool = False, **extras: Any) -> None:
+        """Register ``factory`` under ``name``. Raises BuiltinNameTaken when a
+        third-party plugin claims a built-in's name (the built-in keeps it)."""
         if not isinstance(name, str) or not name:
             raise ZooError(f"plugin '{plugin}' registered a {self.kind[:-1]} with an empty or non-text name")
         if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
             raise ZooError(f"plugin '{plugin}' registered {self.kind[:-1]} '{name}' with a factory that is neither callable nor 'module:attribute'")
+        existing = self._entries.get(name)
+        if existing is not None and existing.builtin != builtin:
+            if not builtin:
+                raise BuiltinNameTaken(
+                    f"{self.kind[:-1]} '{name}' belongs to the built-in plugin '{existing.plugin}'; "
+                    f"this plugin's '{name}' was refused (choose another name)", refused=plugin
+                )
+            # A built-in registering after a third party (not the usual order): the built-in wins all the same.
+            self._entries[name] = _Registration(factory, plugin, builtin, extras)
+            raise BuiltinNameTaken(
+                f"{self.kind[:-1]} '{name}' belongs to the built-in plugin '{plugin}'; "
+                f"plugin '{existing.plugin}' registered it too and was refused", refused=existing.plugin
+            )
         if name in self._entries or name in self._conflicts:
             owners = self._conflicts.setdefault(name, [self._entries.pop(name).plugin] if name in self._entries else [])
             owners.append(plugin)
             return
-        self._entries[name] = _Registration(factory, plugin)
+        self._entries[name] = _Registration(factory, plugin, builtin, extras)
+
+    def extra(self, name: str, key: str) -> Any:
+        """What the plugin registered beside the factory (``register(name, factory, key=...)``),
+        imported if it was given as 'module:attribute'; None when it gave none."""
+        self.factory(name)  # the same errors as using the component: unknown, conflicting
+        entry = self._entries[name]
+        value = entry.extras.get(key)
+        if isinstance(value, str) and ":" in value:
+            value = entry.extras[key] = _import_attribute(value, entry.plugin)
+        return value
+
+    def problem(self, name: str) -> str | None:
+        """Why ``name`` cannot be used now (unknown, or claimed twice), without importing anything."""
+        if name in self._conflicts:
+            return f"{self.kind[:-1]} '{name}' is registered by " + " and ".join(f"'{p}'" for p in self._conflicts[name])
+        if name not in self._entries:
+            return f"no {self.kind[:-1]} named '{name}' is registered"
+        return None
 
     def conflicts(self) -> dict[str, list[str]]:
         return dict(self._conflicts)
@@ -89,7 +140,12 @@ class Components:
         return entry.factory
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self.factory(name)(*args, **kwargs)
+        """Call the factory and check what it returns against the kind's protocol."""
+        made = self.factory(name)(*args, **kwargs)
+        problem = conformance_problem(self.kind, made)
+        if problem:
+            raise ZooError(f"plugin '{self.plugin_of(name)}': {self.kind[:-1]} '{name}': the factory returned {problem}")
+        return made
 
 
 def _import_attribute(reference: str, plugin: str) -> Any:
@@ -174,8 +230,15 @@ class PluginSet:
                 info.errors.append(f"hook {hook_name} raised {type(exc).__name__}: {exc}")
 
     def _component_registrar(self, kind: str, info: PluginInfo) -> Callable[..., None]:
-        def register(name: str, factory: Any) -> None:
-            self.components[kind].add(name, factory, info.name)
+        def register(name: str, factory: Any, **extras: Any) -> None:
+            try:
+                self.components[kind].add(name, factory, info.name, info.builtin, **extras)
+            except BuiltinNameTaken as exc:
+                # Reported against the third-party plugin, whichever registered first.
+                owner = self.plugins.get(exc.refused, info)
+                owner.errors.append(str(exc))
+                if not info.builtin:
+                    return
             info.registered.setdefault(kind, []).append(name)
 
         return register
@@ -195,6 +258,11 @@ class PluginSet:
         return register
 
     # -- reporting -------------------------------------------------------------
+
+    def problems(self) -> list[str]:
+        """Every plugin error and name conflict, one line each ('' when all is well)."""
+        lines = [f"plugin '{info.name}': {error}" for info in self.plugins.values() for error in info.errors]
+        return lines + self.conflict_messages()
 
     def conflict_messages(self) -> list[str]:
         messages = []

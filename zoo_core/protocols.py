@@ -74,7 +74,49 @@ class LanguageModel(Protocol):
 
 @runtime_checkable
 class Trainer(Protocol):
-    """Turns a freshly built model and a recipe into trained weights and metrics."""
+    """Turns a freshly built network and a card's recipe into weights and metrics.
 
-    def train(self, model: Any, recipe: Any, corpus: Any) -> Any:
-        """Run the recipe; return a result with the loss history and final metrics."""
+    `zoo train` builds the network (seeded with the recipe's seed), hands it to
+    ``run`` with a ``zoo_core.training.TrainingJob`` and writes whatever weights
+    the network holds afterwards. ``uses_corpus`` False (hand-set weights) means
+    the job carries no corpus and `zoo train` refuses --steps, --seed and --data.
+    """
+
+    uses_corpus: bool
+
+    def run(self, network: Any, job: Any) -> Any:
+        """Train ``network`` in place; return a ``zoo_core.training.TrainingResult``."""
+
+
+# What each kind of registered factory must return, and the members checked.
+PROTOCOLS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
+    # kind: (protocol, methods, attributes)
+    "tokenizers": (Tokenizer, ("encode", "decode"), ("vocab_size",)),
+    "positions": (PositionEncoding, ("embed", "rotate", "bias"), ()),
+    "blocks": (Block, ("__call__",), ()),
+    "models": (LanguageModel, ("__call__", "attention_maps"), ("context_length",)),
+    "trainers": (Trainer, ("run",), ("uses_corpus",)),
+}
+
+
+def conformance_problem(kind: str, made: Any) -> str | None:
+    """Why ``made`` does not satisfy ``kind``'s protocol, in words (None if it does).
+
+    Checked by shape, without importing torch: the methods must be callable and
+    the attributes present (integers where the protocol says int)."""
+    if kind not in PROTOCOLS:
+        return None
+    protocol, methods, attributes = PROTOCOLS[kind]
+    missing = [f"{name}()" for name in methods if not callable(getattr(made, name, None))]
+    missing += [name for name in attributes if not hasattr(made, name)]
+    wrong = [
+        f"{name} (an int, not {type(getattr(made, name)).__name__})"
+        for name in ("vocab_size", "context_length")
+        if name in attributes and hasattr(made, name)
+        and (not isinstance(getattr(made, name), int) or isinstance(getattr(made, name), bool))
+    ]
+    if not missing and not wrong:
+        return None
+    what = type(made).__name__ if made is not None else "None"
+    parts = ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"needs {', '.join(wrong)}"] if wrong else [])
+    return f"a {what}, which {' and '.join(parts)} (zoo_core.protocols.{protocol.__name__})"

@@ -6,6 +6,10 @@ generator of their own). Evaluation uses fixed windows, the same at every step
 and for every model of the same context, so losses are comparable; it draws on
 no generator that training uses, so it never changes what training does.
 
+`zoo train` reaches trainers through the plugin manager (hook
+``register_trainers``); the standard trainer below is registered by a built-in
+plugin under the name ``trained``, and a third-party trainer may subclass it.
+
 A run can be stopped and continued: every ``checkpoint_every`` steps the trainer
 hands a ``TrainingState`` (weights, optimizer state, both generators, history) to
 ``on_checkpoint``, and ``resume=`` that state continues as if never stopped.
@@ -18,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 import torch
 
@@ -32,6 +36,9 @@ class TrainingResult:
     history: list[dict] = field(default_factory=list)
     update_seconds: float = 0.0
     tokens_seen: int = 0
+    # Metrics a trainer measured itself (the card's `metrics` fields, e.g. a hand-built
+    # network's accuracy); None: `zoo train` derives losses from the last history entry.
+    metrics: dict[str, Any] | None = None
 
     @property
     def final(self) -> dict:
@@ -55,6 +62,24 @@ class TrainingState:
     history: list[dict]
     update_seconds: float
     tokens_seen: int
+
+
+@dataclass
+class TrainingJob:
+    """What `zoo train` hands a trainer's ``run(network, job)``.
+
+    ``corpus`` is None for a trainer whose ``uses_corpus`` is False. Every
+    ``checkpoint_every`` steps a resumable trainer calls ``on_checkpoint`` with a
+    ``TrainingState``; ``resume``, when given, is the state to continue from."""
+
+    card: Any  # the variant's ModelCard (its config, tokenizer, context)
+    recipe: Recipe  # the card's recipe with the command's overrides applied
+    corpus: Corpus | None
+    context_length: int
+    progress: "Progress | None" = None
+    resume: "TrainingState | None" = None
+    checkpoint_every: int = 0
+    on_checkpoint: "Callable[[TrainingState], None] | None" = None
 
 
 def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
@@ -117,7 +142,22 @@ class Progress:
 
 
 class StandardTrainer:
-    """AdamW or SGD on seeded random windows, evaluated every ``eval_every`` steps."""
+    """AdamW or SGD on seeded random windows, evaluated every ``eval_every`` steps.
+
+    Subclasses may override ``make_optimizer`` alone: seeding, schedules,
+    evaluation and the resumable state (any optimizer's ``state_dict``) stay."""
+
+    uses_corpus = True
+
+    def make_optimizer(self, model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+        return make_optimizer(model, recipe)
+
+    def run(self, network: torch.nn.Module, job: TrainingJob) -> TrainingResult:
+        """The trainer protocol's entry point: `train` with the job's parts."""
+        return self.train(
+            network, job.recipe, job.corpus, job.context_length, job.progress,
+            resume=job.resume, checkpoint_every=job.checkpoint_every, on_checkpoint=job.on_checkpoint,
+        )
 
     def train(
         self,
@@ -136,7 +176,7 @@ class StandardTrainer:
         steps = recipe.steps
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
         windows = {split: fixed_windows(corpus.split(split), context_length, recipe.eval_windows) for split in ("train", "validation")}
-        optimizer = make_optimizer(model, recipe)
+        optimizer = self.make_optimizer(model, recipe)
         result = TrainingResult(steps=steps)
         first_step = 1 if resume is None else _restore(resume, model, optimizer, sampler, result) + 1
         model.train()

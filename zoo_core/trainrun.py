@@ -23,7 +23,7 @@ from .errors import ZooError, printable
 from .files import atomic_copy, atomic_write_text, exclusive_lock, remove_stale_temporaries
 from .plugin_manager import get_plugins
 from .registry import Variant, upsert_registry_entry
-from .training import Progress, StandardTrainer, seeded_network
+from .training import Progress, TrainingJob, seeded_network
 from .trainstate import read_training_state, run_identity, training_state_path, write_training_state
 
 
@@ -54,15 +54,21 @@ def train_variant(
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
-    if card.recipe.kind != "trained":
-        raise ZooError(f"variant '{name}' is {card.recipe.kind}; it has no training recipe")
+    trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
     if checkpoint_every is not None and checkpoint_every < 0:
         raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {checkpoint_every}")
+    if not trainer.uses_corpus:
+        given = [option for option, value in (("--steps", steps), ("--seed", seed), ("--data", data)) if value is not None]
+        if given or resume:
+            raise ZooError(f"variant '{name}' is {card.recipe.kind}: its trainer reads no text and takes no "
+                           f"{', '.join(given) or '--resume'}")
     overrides = {key: value for key, value in (("steps", steps), ("seed", seed)) if value is not None}
-    text = variant_text(variant, data)
-    # The card records what the weights were trained on: a dataset's name, or
-    # the absolute path of the file given with --data; and its sha256 either way.
-    overrides.update(data=text.name, data_sha256=text.sha256)
+    text = None
+    if trainer.uses_corpus:
+        text = variant_text(variant, data)
+        # The card records what the weights were trained on: a dataset's name, or
+        # the absolute path of the file given with --data; and its sha256 either way.
+        overrides.update(data=text.name, data_sha256=text.sha256)
     recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
     target_name = new_name or name
     if target_name != name:
@@ -74,9 +80,11 @@ def train_variant(
     if resume and not state_path.exists():  # checked first: nothing is written for a run that cannot start
         raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
 
-    tokenizer = load_tokenizer(variant, plugins)
-    corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction)
-    identity = run_identity(card, recipe, text.text)
+    corpus, identity = None, None
+    if text is not None:
+        tokenizer = load_tokenizer(variant, plugins)
+        corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction)
+        identity = run_identity(card, recipe, text.text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
 
     with exclusive_lock(checkpoint_path, wait=False):  # one run per destination, for the whole run
@@ -89,13 +97,15 @@ def train_variant(
             print(f"{name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
                   f"--resume continues it instead", file=sys.stderr)
         every = recipe.eval_every if checkpoint_every is None else checkpoint_every
-        progress = Progress(name, recipe.steps, enabled=show_progress, start_step=state.step if state else 0)
+        progress = Progress(name, recipe.steps, enabled=show_progress and trainer.uses_corpus,
+                            start_step=state.step if state else 0)
+        job = TrainingJob(
+            card=card, recipe=recipe, corpus=corpus, context_length=card.context_length, progress=progress,
+            resume=state, checkpoint_every=every if trainer.uses_corpus else 0,
+            on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
+        )
         try:
-            result = StandardTrainer().train(
-                network, recipe, corpus, card.context_length, progress,
-                resume=state, checkpoint_every=every,
-                on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
-            )
+            result = trainer.run(network, job)
         except KeyboardInterrupt:
             if state_path.exists():
                 print(f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}", file=sys.stderr)
@@ -114,7 +124,8 @@ def train_variant(
             new_card = new_card.model_copy(update={"checkpoint": new_card.checkpoint.model_copy(update={"sha256": sha})})
             upsert_registry_entry(registry_file, new_card)
         history_path = checkpoint_path.with_suffix(".history.json")
-        atomic_write_text(history_path, json.dumps({"variant": name, "recipe": recipe.model_dump(), "history": result.history}, indent=1) + "\n")
+        if result.history:  # hand-set weights have no history to keep
+            atomic_write_text(history_path, json.dumps({"variant": name, "recipe": recipe.model_dump(), "history": result.history}, indent=1) + "\n")
         state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
     return new_card, registry_file
 
@@ -168,6 +179,9 @@ def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> Path:
 
 
 def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:
+    parameters = sum(p.numel() for p in network.parameters())
+    if result.metrics is not None:  # the trainer measured what matters for its kind of network
+        return card.model_copy(update={"recipe": recipe, "metrics": Metrics(**result.metrics), "parameters": parameters})
     final = result.final
     metrics = Metrics(
         train_loss=round(final["train"], 4),
@@ -178,7 +192,7 @@ def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:
         tokens_per_second=round(result.tokens_per_second),
     )
     return card.model_copy(
-        update={"recipe": recipe, "metrics": metrics, "parameters": sum(p.numel() for p in network.parameters())}
+        update={"recipe": recipe, "metrics": metrics, "parameters": parameters}
     )
 
 

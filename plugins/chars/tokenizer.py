@@ -71,3 +71,16 @@ def load_char_tokenizer(spec, path: Path | None) -> CharTokenizer:
     if tokenizer.vocab_size != spec.vocab_size:
         raise ZooError(f"{path}: tokenizer has {tokenizer.vocab_size} characters but the card says {spec.vocab_size}")
     return tokenizer
+
+
+def train_char_tokenizer(text: str, vocab_size: int | None = None, train_fraction: float | None = None):
+    """`zoo train-tokenizer --kind char`: seed 004's vocabulary, every character of
+    the whole corpus, so that validation text never holds an unknown one
+    (``vocab_size`` and ``train_fraction`` do not apply)."""
+    from zoo_core.tokenizer_training import TrainedTokenizer
+
+    tokenizer = CharTokenizer.from_text(text)
+    return TrainedTokenizer(
+        f"char-{tokenizer.vocab_size}.json", tokenizer.save,
+        f"{tokenizer.vocab_size} characters from {len(text):,} characters",
+    )

@@ -11,3 +11,8 @@ def register_tokenizers(register):
 @hookimpl
 def register_models(register):
     register("puzzle", "zoo_plugins.puzzle.model:build_puzzle")
+
+
+@hookimpl
+def register_trainers(register):
+    register("hand-built", "zoo_plugins.puzzle.trainer:HandBuiltTrainer")

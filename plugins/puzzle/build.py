@@ -1,4 +1,9 @@
-"""Write the puzzle's checkpoints and the registry tables that describe them.
+"""Write the puzzle's cards (first time) and checkpoints outside `zoo train`.
+
+Once the cards are in the registry, `zoo train puzzle-disobeys --publish` (the
+trainer `hand-built`, plugins/puzzle/trainer.py) rebuilds each checkpoint byte
+for byte through the path every variant takes; this script remains for
+writing the cards themselves.
 
     python -m zoo_plugins.puzzle.build
 

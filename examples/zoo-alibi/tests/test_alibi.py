@@ -106,3 +106,24 @@ def test_sampling_past_the_window_is_the_same_with_and_without_the_cache(plugins
     ]
     assert runs[0].shape == (1, ids.shape[1] + 40)  # beyond the 32-token window
     assert torch.equal(runs[0], runs[1])
+
+
+# -- the zoo's testing kit ----------------------------------------------------------------
+
+
+def test_alibi_and_the_swiglu_block_keep_the_zoo_contracts(plugins):
+    from zoo_core import testing
+
+    build = testing.tiny_transformer_builder(plugins, positions="alibi", block="swiglu-pre-norm")
+    testing.assert_causal(build())
+    testing.assert_kv_cache_matches_uncached(build())  # past the window, and the cache really used
+    testing.assert_checkpoint_round_trip(build)
+    testing.assert_deterministic(build)
+
+
+def test_zoo_check_plugin_passes_on_everything_it_registers(plugins):
+    from zoo_core import testing
+
+    results = testing.check_plugin("alibi", plugins=plugins)
+    assert [r for r in results if not r.passed] == []
+    assert {r.subject for r in results} >= {"position 'alibi'", "block 'swiglu-pre-norm'", "variant 'alibi-swiglu-4b'"}
