@@ -27,7 +27,7 @@ def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     for path, plugin in plugins.variant_files:
         info = plugins.plugins[plugin]
         try:
-            result.add_all(read_registry_file(Path(path), plugin))
+            result.add_all(read_registry_file(Path(path), plugin, may_allow_external_paths=info.builtin))
         except ZooError as exc:
             if info.builtin:
                 raise
@@ -50,10 +50,22 @@ def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
     return plugins.components["tokenizers"].create(spec.kind, spec, variant.tokenizer_path)
 
 
+def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
+    """Refuse, before anything is allocated, a card whose network would be too
+    big to build or run (see zoo_core.limits); returns the estimate."""
+    from .limits import check_budget
+
+    plugins = plugins or get_plugins()
+    card = variant.card
+    factory = plugins.components["models"].factory(card.architecture)
+    return check_budget(card.name, card.architecture_config(), getattr(factory, "estimate_parameters", None))
+
+
 def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
     card = variant.card
+    check_variant_budget(variant, plugins)
     factory = plugins.components["models"].factory(card.architecture)
     try:
         return factory(card.architecture_config(), plugins.components)
@@ -71,7 +83,7 @@ def load(name: str, plugins: PluginSet | None = None):
 
 def has_published_weights(variant: Variant) -> bool:
     """False for a variant declared before it was trained: no checksum, no file."""
-    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
+    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists() or variant.checkpoint_path.is_symlink()
 
 
 def load_variant(variant: Variant, plugins: PluginSet | None = None):
@@ -81,6 +93,7 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None):
 
     plugins = plugins or get_plugins()
     name = variant.name
+    check_variant_budget(variant, plugins)  # first: a hostile card costs nothing
     if not has_published_weights(variant):
         raise ZooError(
             f"{variant.checkpoint_path}: checkpoint file not found; variant '{name}' has no published weights yet "

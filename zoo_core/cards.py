@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from .limits import check_config_shape
 
 
 class _Strict(BaseModel):
@@ -20,7 +22,7 @@ class TokenizerSpec(_Strict):
     """Which registered tokenizer encodes this variant's text, and its data file."""
 
     kind: str = Field(description="registered tokenizer name, e.g. 'bpe'")
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, strict=True)  # strict: 1024.5 or "1024" is not a size
     file: str | None = Field(None, description="path relative to the registry file")
 
 
@@ -39,7 +41,7 @@ class Recipe(_Strict):
     min_learning_rate: float = Field(0.0, ge=0)
     steps: int = Field(1, gt=0)
     batch_size: int = Field(32, gt=0)
-    seed: int = 42
+    seed: int = Field(42, ge=-(2**63), lt=2**64, strict=True, description="any 64-bit seed; distinct seeds, distinct streams")
     eval_every: int = Field(500, gt=0)
     eval_windows: int = Field(320, gt=0, description="fixed windows per split for train/val loss")
     data: str = Field("data/tinyshakespeare.txt", description="corpus, relative to the registry")
@@ -82,7 +84,7 @@ class ModelCard(_Strict):
     architecture: str = Field(description="registered model name, e.g. 'transformer'")
     config: dict[str, Any] = Field(default_factory=dict, description="the architecture's settings")
     tokenizer: TokenizerSpec
-    context_length: int = Field(gt=0)
+    context_length: int = Field(gt=0, strict=True)
     recipe: Recipe = Field(default_factory=Recipe)
     checkpoint: CheckpointRef
     parameters: int | None = Field(None, ge=0)
@@ -90,6 +92,17 @@ class ModelCard(_Strict):
     lineage: str = Field(description="the document this variant reproduces")
     license: str = "MIT"
     tags: list[str] = Field(default_factory=list)
+    allow_external_paths: bool = Field(
+        False,
+        description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
+        "symlinks out); honoured only in the user's own catalogue, never in a plugin's",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _possible_shape(cls, config: dict[str, Any]) -> dict[str, Any]:
+        check_config_shape(config)  # before anything could be built from it
+        return config
 
     @model_validator(mode="after")
     def _context_in_config(self) -> "ModelCard":
@@ -114,6 +127,7 @@ class ModelCard(_Strict):
         which cannot be known before the file is written."""
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
+        data.pop("allow_external_paths", None)  # where files may live, not what the weights are
         return data
 
 

@@ -16,6 +16,7 @@ import torch
 from .api import load
 from .data import Corpus, mean_loss, read_corpus_text, windows_at
 from .errors import ZooError
+from .seeding import seeded_generator
 from .training import resolve_data_path
 
 
@@ -57,10 +58,10 @@ def compare_variants(
     _shared_tokenizer(models)
     first = models[0]
     context = min(model.card.context_length for model in models)
-    text = read_corpus_text(resolve_data_path(first.card.recipe, first.variant.source, data))
+    text = read_corpus_text(resolve_data_path(first.card.recipe, first.variant.source, data, first.card.allow_external_paths))
     corpus = Corpus.from_text(text, first.tokenizer, first.card.recipe.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     batches = {split: shared_windows(corpus.split(split), context, windows, generator) for split in ("train", "validation")}
     if prompt is None:
         prompt = first.tokenizer.decode(corpus.train[:context].tolist())

@@ -14,22 +14,31 @@ from pathlib import Path
 import torch
 
 from .errors import ZooError
+from .seeding import seeded_generator
+
+
+MAX_CORPUS_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
 
 
 def read_corpus_text(path: Path) -> str:
     """The corpus text; if a ``.sha256`` file lies beside it, the text must match it."""
+    from .files import describe_os_error, read_limited
+
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path, MAX_CORPUS_BYTES, "corpus")
     except FileNotFoundError:
         raise ZooError(f"{path}: corpus not found (pass --data PATH)") from None
     except OSError as exc:
-        raise ZooError(f"{path}: cannot read corpus: {exc.strerror or exc}") from None
+        raise ZooError(f"{path}: cannot read corpus: {describe_os_error(exc)}") from None
     checksum_file = path.with_name(path.name + ".sha256")
     if checksum_file.exists():
-        expected = checksum_file.read_text().split()[0]
+        try:
+            expected = (read_limited(checksum_file, 4096, "checksum file").decode("ascii", "replace").split() or [""])[0]
+        except OSError as exc:
+            raise ZooError(f"{checksum_file}: cannot read checksum file: {describe_os_error(exc)}") from None
         actual = hashlib.sha256(raw).hexdigest()
         if actual != expected:
-            raise ZooError(f"{path}: sha256 {actual[:12]}… does not match {checksum_file.name} ({expected[:12]}…)")
+            raise ZooError(f"{path}: sha256 {actual[:12]}… does not match {checksum_file.name}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -75,7 +84,7 @@ class BatchSampler:
         if len(tokens) <= context + 1:
             raise ZooError(f"the training split has {len(tokens)} tokens, too few for a context of {context}")
         self.tokens, self.context, self.batch_size = tokens, context, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = seeded_generator(seed, "recipe.seed")
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         starts = torch.randint(len(self.tokens) - self.context, (self.batch_size,), generator=self.generator)

@@ -14,7 +14,7 @@ def evaluate_language_model(model, windows: int | None = None, data: Path | None
     uniform baseline ln(V) that a model which learned nothing would score."""
     card = model.card
     recipe = card.recipe
-    text = read_corpus_text(resolve_data_path(recipe, model.variant.source, data))
+    text = read_corpus_text(resolve_data_path(recipe, model.variant.source, data, model.card.allow_external_paths))
     corpus = Corpus.from_text(text, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
     losses = {

@@ -156,7 +156,7 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
         raise ZooError(f"tokens_per_update ({study.tokens_per_update}) must be a multiple of the longest context ({longest})")
     first = arms[0].variant
     tokenizer = load_tokenizer(first, plugins)
-    text = read_corpus_text(resolve_data_path(first.card.recipe, first.source, data))
+    text = read_corpus_text(resolve_data_path(first.card.recipe, first.source, data, first.card.allow_external_paths))
     corpus = Corpus.from_text(text, tokenizer, first.card.recipe.train_fraction)
     targets = {split: _targets(corpus.split(split), study.eval_targets, longest, seed=1234) for split in ("train", "validation")}
     prompt_ids = tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()

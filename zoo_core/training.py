@@ -192,9 +192,17 @@ def _restore(state: TrainingState, model, optimizer, sampler: BatchSampler, resu
 
 def seeded_network(build, seed: int) -> torch.nn.Module:
     """Build a network with torch's global generator at ``seed`` (dropout included)."""
-    torch.manual_seed(seed)
+    from .seeding import seed_global
+
+    seed_global(seed)
     return build()
 
 
-def resolve_data_path(recipe: Recipe, registry_file: Path, override: Path | None) -> Path:
-    return override if override is not None else (registry_file.parent / recipe.data).resolve()
+def resolve_data_path(recipe: Recipe, registry_file: Path, override: Path | None, allow_outside: bool = False) -> Path:
+    """The corpus: ``override`` (the user's --data) as given, else the recipe's
+    path, kept inside the registry's folder (see zoo_core.paths)."""
+    from .paths import resolve_inside
+
+    if override is not None:
+        return override
+    return resolve_inside(registry_file.parent, recipe.data, what="recipe.data", allow_outside=allow_outside)

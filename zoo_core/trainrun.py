@@ -65,7 +65,7 @@ def train_variant(
         raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
 
     tokenizer = load_tokenizer(variant, plugins)
-    text = read_corpus_text(resolve_data_path(card.recipe, variant.source, data))
+    text = read_corpus_text(resolve_data_path(card.recipe, variant.source, data, card.allow_external_paths))
     corpus = Corpus.from_text(text, tokenizer, recipe.train_fraction)
     identity = run_identity(card, recipe, text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
@@ -100,6 +100,9 @@ def train_variant(
         new_card = new_card.model_copy(
             update={"checkpoint": new_card.checkpoint.model_copy(update={"path": _relative(checkpoint_path, registry_file.parent)})}
         )
+        if data is not None and registry_file.parent.resolve() not in data.parents:
+            # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
+            new_card = new_card.model_copy(update={"allow_external_paths": True})
 
         with exclusive_lock(registry_file):
             sha = save_checkpoint(checkpoint_path, network.state_dict(), new_card.header_json())
