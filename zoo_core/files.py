@@ -30,6 +30,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except (FileExistsError, NotADirectoryError):
+        raise ZooError(f"{path}: cannot write here: part of the folder path is a file, not a folder") from None
     except OSError as exc:
         raise ZooError(f"{path}: cannot write here: {describe_os_error(exc)}") from None
     os.close(handle)
@@ -138,6 +140,8 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(lock_path, "w")
+    except (FileExistsError, NotADirectoryError):
+        raise ZooError(f"{path}: cannot write here: part of the folder path is a file, not a folder") from None
     except OSError as exc:
         raise ZooError(f"{path}: cannot write here: {describe_os_error(exc)}") from None
     with lock:

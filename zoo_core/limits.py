@@ -45,25 +45,33 @@ def _is_whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class ShapeError(ValueError):
+    """An impossible size in a card's config; ``field`` names the key."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 def check_config_shape(config: dict[str, Any]) -> None:
-    """Refuse impossible shapes with a ValueError naming the field (pydantic
-    turns it into one line naming the card and field)."""
+    """Refuse impossible shapes with a ShapeError naming the field (pydantic
+    turns it into one line naming the registry, the variant and the field)."""
     for key in SIZE_KEYS:
         if key not in config or (key == "d_ff" and config[key] is None):
             continue
         value = config[key]
         if not _is_whole(value):
-            raise ValueError(f"config.{key} must be a whole number, not {value!r}")
+            raise ShapeError(key, f"must be a whole number, not {value!r}")
         if value < 1:
-            raise ValueError(f"config.{key} must be at least 1, not {value}")
+            raise ShapeError(key, f"must be at least 1, not {value}")
     for key in FRACTION_KEYS:
         if key in config:
             value = config[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ValueError(f"config.{key} must be a number from 0 up to (not including) 1, not {value!r}")
+                raise ShapeError(key, f"must be a number from 0 up to (not including) 1, not {value!r}")
     d_model, n_head = config.get("d_model"), config.get("n_head")
     if d_model is not None and n_head is not None and d_model % n_head:
-        raise ValueError(f"config.n_head: width d_model = {d_model} is not divisible by n_head = {n_head}")
+        raise ShapeError("n_head", f"the width d_model = {d_model} is not divisible by {n_head} heads")
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,10 @@ def estimate_cost(config: dict[str, Any], estimate_parameters: Callable[[dict], 
         H = int(config.get("n_head", 1))
         F = int(config.get("d_ff") or 4 * C)
         per_layer = 4 * C * C + 2 * C * F + F + 9 * C  # q, k, v, out; up, down; biases and norms
-        parameters = 2 * V * C + V + T * C + L * per_layer + 2 * C  # embedding, head, positions (at most), blocks
-        activations = L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C  # per-layer, scores, logits, KV cache
+        # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
+        learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
+        parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
+        activations = L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C + T * C  # per layer, scores, logits, KV cache, positions
     else:
         # Not transformer-shaped: bound by the largest size the config holds.
         sizes = [v for v in config.values() if _is_whole(v)] + [len(v) for v in config.values() if isinstance(v, (list, str))]

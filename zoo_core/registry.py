@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from .cards import ModelCard
 from .errors import UnknownName, ZooError, printable
+from .limits import ShapeError
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,10 @@ def describe_validation_error(error: ValidationError) -> str:
     if first["type"] == "extra_forbidden":
         message = "unknown field"
     elif first["type"] == "value_error":
-        message = str(first["ctx"]["error"])
+        raised = first["ctx"]["error"]
+        message = str(raised)
+        if isinstance(raised, ShapeError):  # raised for the whole config table; name the key
+            field = f"{field}.{raised.field}"
     more = len(error.errors()) - 1
     suffix = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
     return f"field '{field}': {message}{suffix}"
