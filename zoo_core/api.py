@@ -83,7 +83,7 @@ def load(name: str, plugins: PluginSet | None = None):
 
 def has_published_weights(variant: Variant) -> bool:
     """False for a variant declared before it was trained: no checksum, no file."""
-    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists() or variant.checkpoint_path.is_symlink()
+    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
 
 
 def load_variant(variant: Variant, plugins: PluginSet | None = None):
