@@ -138,3 +138,13 @@ def test_estimate_and_sizes():
         with pytest.raises(ZooError):
             parse_size(bad, "x")
     assert DEFAULT_MAX_PARAMETERS == 1_000_000_000
+
+
+def test_an_architecture_plugin_may_give_its_own_count():
+    """``estimate_parameters`` attached to a model factory replaces the generic estimate."""
+    config = {"d_model": 4, "n_layer": 1, "n_head": 1, "vocab_size": 2, "context_length": 3}
+    with pytest.raises(ZooError, match="variant 'x': about 1,000,000,000,000 parameters"):
+        check_budget("x", config, lambda config: 10**12)
+    with pytest.raises(ZooError, match="variant 'x': cannot estimate its size: ZeroDivisionError"):
+        check_budget("x", config, lambda config: 1 // 0)
+    assert check_budget("x", config, lambda config: 7).parameters == 7
