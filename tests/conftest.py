@@ -13,6 +13,16 @@ from zoo_core.plugin_manager import get_plugins
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    """ZOO_MUTATION=NAME: run the tests against a deliberately broken zoo (tests/mutations.py)."""
+    import os
+
+    if os.environ.get("ZOO_MUTATION"):
+        from .mutations import apply
+
+        apply(os.environ["ZOO_MUTATION"])
+
+
 class Result:
     def __init__(self, code: int, out: str, err: str):
         self.code, self.out, self.err = code, out, err

@@ -40,7 +40,7 @@ def test_an_exception_inside_the_write_leaves_the_old_file(tmp_path):
         temporary.write_text("new but only ha")
         raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(ZooError, match="card.json: cannot write: disk full \\(nothing was changed\\)"):
         atomic_write(target, write_half_then_fail)
     assert target.read_text() == "old and complete\n"
     assert _temporaries(tmp_path) == []  # the half-written temporary is gone too

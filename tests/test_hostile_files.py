@@ -110,8 +110,8 @@ NOT_COVERED = "not a valid safetensors file: Error while deserializing: incomple
     [
         (0, "not a safetensors file (only 0 bytes)"),
         (5, "not a safetensors file (only 5 bytes)"),
-        (8, f"not a safetensors file (header claims {HEADER_LENGTH} bytes, file has 8)"),
-        (HEADER_LENGTH // 2, f"not a safetensors file (header claims {HEADER_LENGTH} bytes, file has {HEADER_LENGTH // 2})"),
+        (8, f"not a safetensors file (its header length does not fit the file's 8 bytes)"),
+        (HEADER_LENGTH // 2, f"not a safetensors file (its header length does not fit the file's {HEADER_LENGTH // 2} bytes)"),
         (SHIPPED_SIZE // 2, NOT_COVERED),
         (SHIPPED_SIZE - 1, NOT_COVERED),
     ],
@@ -125,7 +125,7 @@ def test_truncated_checkpoint(zoo, hostile, keep, fragment):
 def test_header_claiming_an_enormous_length_is_refused_before_allocating(zoo, hostile, claimed):
     path = hostile(_header_then(b'{"a": 1}', claimed=claimed))
     result = _bounded(lambda: zoo("load", NAME), seconds=2, megabytes=4)
-    _one_line_error(result, f"{path}: not a safetensors file (header claims {claimed} bytes, file has 16)")
+    _one_line_error(result, f"{path}: not a safetensors file (its header length does not fit the file's 16 bytes)")
 
 
 def test_an_enormous_file_is_refused_unread(zoo, hostile):

@@ -42,7 +42,7 @@ def small_text(tmp_path_factory) -> Path:
 
 
 def _train_args(out: Path, data: Path, *extra: str) -> list[str]:
-    return ["train", NAME, "--steps", "60", "--checkpoint-every", "10", "--data", str(data), "--out", str(out), "--quiet", *extra]
+    return ["train", NAME, "--steps", "60", "--checkpoint-every", str(CHECKPOINT_EVERY), "--data", str(data), "--out", str(out), "--quiet", *extra]
 
 
 @pytest.fixture
@@ -55,7 +55,26 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_kill_9_then_resume_gives_the_uninterrupted_weights(zoo, tmp_path, small_text, one_thread):
+def count_optimizer_steps(monkeypatch) -> dict:
+    """Count the updates every optimizer the trainer makes from now on takes."""
+    import zoo_core.training
+
+    counted = {"steps": 0}
+    real = zoo_core.training.make_optimizer
+
+    def counting(model, recipe):
+        optimizer = real(model, recipe)
+        optimizer.register_step_post_hook(lambda *_: counted.__setitem__("steps", counted["steps"] + 1))
+        return optimizer
+
+    monkeypatch.setattr(zoo_core.training, "make_optimizer", counting)
+    return counted
+
+
+CHECKPOINT_EVERY = 10  # the promise in docs/reliability.md: at most this many steps lost
+
+
+def test_kill_9_then_resume_gives_the_uninterrupted_weights(zoo, tmp_path, small_text, one_thread, monkeypatch):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     environment = {key: value for key, value in os.environ.items() if key not in ("ZOO_REGISTRY", "ZOO_BUILTIN_REGISTRY")}
     victim = subprocess.Popen([str(ZOO), *_train_args(killed, small_text)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -66,18 +85,27 @@ def test_kill_9_then_resume_gives_the_uninterrupted_weights(zoo, tmp_path, small
         assert victim.poll() is None, victim.communicate()
         assert time.monotonic() < deadline, "no training state appeared"
         time.sleep(0.002)
+    saved_before_kill = json.loads(read_header(state)["__metadata__"][STATE_KEY])["step"]
     os.kill(victim.pid, signal.SIGKILL)
     victim.communicate(timeout=60)
     assert victim.returncode == -signal.SIGKILL
     assert not (killed / f"{NAME}.safetensors").exists(), "the run finished before it could be killed"
     interrupted_at = json.loads(read_header(state)["__metadata__"][STATE_KEY])["step"]
     assert interrupted_at in (10, 20, 30, 40, 50)
+    # Steps lost: the victim died before writing its next state (at interrupted_at
+    # + CHECKPOINT_EVERY), so it had taken fewer than CHECKPOINT_EVERY steps since
+    # the one kept; allow for the state renamed into place between read and kill.
+    assert interrupted_at - saved_before_kill in (0, CHECKPOINT_EVERY)
 
     # The uninterrupted run and the resumption run in this process (no second
     # torch start-up); only the run that is killed needs to be a process of its own.
     assert zoo(*_train_args(whole, small_text)).code == 0
+    updates = count_optimizer_steps(monkeypatch)
     resumed = zoo(*_train_args(killed, small_text, "--resume"))
     assert resumed.code == 0, resumed.err
+    # It started from the saved step: only the steps after it were taken again
+    # (a "resume" that retrains from step 1 takes all 60 and ends with the same weights).
+    assert updates["steps"] == 60 - interrupted_at
 
     expected = load_file(str(whole / f"{NAME}.safetensors"))
     actual = load_file(str(killed / f"{NAME}.safetensors"))
@@ -175,10 +203,12 @@ def test_resume_with_nothing_to_resume(zoo, tmp_path):
     assert not (tmp_path / "empty").exists()
 
 
-def test_the_interrupted_state_resumes_in_process(zoo, interrupted):
+def test_the_interrupted_state_resumes_in_process(zoo, interrupted, monkeypatch):
     out, state_path, text = interrupted
+    updates = count_optimizer_steps(monkeypatch)
     result = zoo("train", NAME, "--steps", "30", "--data", str(text), "--out", str(out), "--resume")
     assert result.code == 0, result.err
+    assert updates["steps"] == 10  # steps 21..30: the first 20 came from the state
     assert f"resuming at step 21 of 30 from {state_path}" in result.err
     assert not state_path.exists() and (out / f"{NAME}.safetensors").exists()
 

@@ -71,16 +71,67 @@ def test_api_rejects_empty_prompt(model):
         model.generate("")
 
 
-@pytest.mark.parametrize("name, new_tokens", [("transformer-6b-sin", 80), ("transformer-4b-learned-ctx128", 40), ("transformer-1b-learned-post-ctx8", 30)])
-def test_kv_cache_gives_the_uncached_tokens(name, new_tokens):
+def expected_positions(prompt_length: int, window: int, new_tokens: int, cached: bool) -> tuple[int, int]:
+    """Positions (per sequence) the network must process to sample ``new_tokens``,
+    and how many forward calls go through the cache: uncached, the cropped
+    window every step; cached, the prompt's window once, then one token a step
+    until the window is full, then the whole window again (uncached)."""
+    total, cache_length, cache_calls = 0, 0, 0
+    for step in range(new_tokens):
+        length = prompt_length + step
+        if cached and step == 0:
+            cache_length = min(length, window)
+            total, cache_calls = total + cache_length, cache_calls + 1
+        elif cached and cache_length < window:
+            cache_length += 1
+            total, cache_calls = total + 1, cache_calls + 1
+        else:
+            total += min(length, window)
+    return total, cache_calls
+
+
+def count_positions(network) -> tuple[dict, object]:
+    """Count the positions each forward call feeds the network (per sequence)."""
+    seen = {"positions": 0, "cache_calls": 0}
+
+    def hook(module, args, kwargs):
+        idx = args[0] if args else kwargs["idx"]
+        seen["positions"] += idx.shape[1]
+        seen["cache_calls"] += kwargs.get("cache") is not None
+
+    return seen, network.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+CACHE_CASES = [("transformer-6b-sin", 32), ("transformer-4b-learned-ctx128", 128), ("transformer-1b-learned-post-ctx8", 8)]
+
+
+@pytest.mark.parametrize("prompt_kind", ["shorter than the window", "longer than the window"])
+@pytest.mark.parametrize("name, window", CACHE_CASES)
+def test_kv_cache_gives_the_uncached_tokens_and_is_really_used(name, window, prompt_kind):
+    from .conftest import ROOT
+
     model = zoo_core.load(name)
-    first, second = model.tokenizer.encode("ROMEO: But soft, what light"), model.tokenizer.encode("JULIET: Ay me! O Romeo")
-    length = min(len(first), len(second))
-    prompts = torch.tensor([first[:length], second[:length]])  # a batch of two prompts
+    assert model.card.context_length == window
+    tokens = model.tokenizer.encode((ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:20_000])
+    length = 3 if prompt_kind.startswith("shorter") else window + 5
+    prompts = torch.tensor([tokens[:length], tokens[1000 : 1000 + length]])  # a batch of two prompts
+    new_tokens = window + 10  # fills the window, then runs past it
     kwargs = dict(max_new_tokens=new_tokens, temperature=0.9, top_k=40)
-    cached = sample_tokens(model.network, prompts, generator=torch.Generator().manual_seed(11), use_cache=True, **kwargs)
-    plain = sample_tokens(model.network, prompts, generator=torch.Generator().manual_seed(11), use_cache=False, **kwargs)
-    assert torch.equal(cached, plain)
+    counts = {}
+    outputs = {}
+    for cached in (True, False):
+        seen, handle = count_positions(model.network)
+        try:
+            outputs[cached] = sample_tokens(model.network, prompts, generator=torch.Generator().manual_seed(11), use_cache=cached, **kwargs)
+        finally:
+            handle.remove()
+        counts[cached] = seen["positions"], seen["cache_calls"]
+    assert torch.equal(outputs[True], outputs[False])
+    assert counts[False] == expected_positions(length, window, new_tokens, cached=False)
+    # The cache was used: exactly the positions and cached calls cached decoding needs.
+    assert counts[True] == expected_positions(length, window, new_tokens, cached=True), counts
+    if length < window:  # a prompt shorter than the window: one token a step instead of the whole window
+        assert counts[True][0] < counts[False][0] and counts[True][1] == window - length + 1
 
 
 def test_cached_logits_match_the_full_forward(model):

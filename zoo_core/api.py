@@ -80,10 +80,22 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
         raise ZooError(f"{path}: sha256 mismatch: the card has {expected[:16]}…, the tokenizer file has {actual[:16]}… (changed or replaced)")
 
 
+def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
+    """Refuse, before anything is allocated, a card whose network would be too
+    big to build or run (see zoo_core.limits); returns the estimate."""
+    from .limits import check_budget
+
+    plugins = plugins or get_plugins()
+    card = variant.card
+    factory = plugins.components["models"].factory(card.architecture)
+    return check_budget(card.name, card.architecture_config(), getattr(factory, "estimate_parameters", None))
+
+
 def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
     card = variant.card
+    check_variant_budget(variant, plugins)
     try:
         return plugins.components["models"].create(card.architecture, card.architecture_config(), plugins.components)
     except ZooError:
@@ -110,6 +122,7 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None):
 
     plugins = plugins or get_plugins()
     name = variant.name
+    check_variant_budget(variant, plugins)  # first: a hostile card costs nothing
     if not has_published_weights(variant):
         raise ZooError(
             f"{variant.checkpoint_path}: checkpoint file not found; variant '{name}' has no published weights yet "

@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from .limits import check_config_shape
 
 
 WEIGHTS = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
@@ -30,7 +32,7 @@ class TokenizerSpec(_Strict):
     """Which registered tokenizer encodes this variant's text, and its data file."""
 
     kind: str = Field(description="registered tokenizer name, e.g. 'bpe' (`zoo plugins` lists them)", json_schema_extra=WEIGHTS)
-    vocab_size: int = Field(gt=0, description="number of token ids; the embedding and output layers' size", json_schema_extra=WEIGHTS)
+    vocab_size: int = Field(gt=0, strict=True, description="number of token ids; the embedding and output layers' size", json_schema_extra=WEIGHTS)
     file: str | None = Field(None, description="the tokenizer's data file (BPE ranks, character list), relative to the registry file")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="of the tokenizer's file; checked on every load")
 
@@ -55,7 +57,7 @@ class Recipe(_Strict):
     min_learning_rate: float = Field(0.0, ge=0, description="where the cosine schedule ends", json_schema_extra=WEIGHTS)
     steps: int = Field(1, gt=0, description="optimizer updates", json_schema_extra=WEIGHTS)
     batch_size: int = Field(32, gt=0, description="windows per update", json_schema_extra=WEIGHTS)
-    seed: int = Field(42, description="fixes initialisation, dropout and the order of batches", json_schema_extra=WEIGHTS)
+    seed: int = Field(42, ge=-(2**63), lt=2**64, strict=True, description="fixes initialisation, dropout and the order of batches; any 64-bit integer, distinct seeds give distinct streams", json_schema_extra=WEIGHTS)
     eval_every: int = Field(500, gt=0, description="steps between evaluations (and, by default, saved training states)")
     eval_windows: int = Field(320, gt=0, description="fixed windows per split for train/val loss")
     data: str = Field(
@@ -112,7 +114,7 @@ class ModelCard(_Strict):
         description="the architecture's settings (for 'transformer': d_model, n_layer, n_head, d_ff, positions, block, norm, dropout, bias)",
     )
     tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
-    context_length: int = Field(gt=0, description="the most tokens the network attends over", json_schema_extra=WEIGHTS)
+    context_length: int = Field(gt=0, strict=True, description="the most tokens the network attends over", json_schema_extra=WEIGHTS)
     recipe: Recipe = Field(default_factory=Recipe, description="how the weights were made", json_schema_extra=WEIGHTS)
     checkpoint: CheckpointRef = Field(description="the weights file")
     parameters: int | None = Field(None, ge=0, description="trainable parameters, counted by `zoo train`", json_schema_extra=WEIGHTS)
@@ -120,6 +122,17 @@ class ModelCard(_Strict):
     lineage: str = Field(description="the document this variant reproduces")
     license: str = Field(description="the weights' license; required: a card never gets one by default")
     tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")
+    allow_external_paths: bool = Field(
+        False,
+        description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
+        "symlinks out); honoured only in the user's own catalogues, never in a plugin's",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _possible_shape(cls, config: dict[str, Any]) -> dict[str, Any]:
+        check_config_shape(config)  # before anything could be built from it
+        return config
 
     @model_validator(mode="after")
     def _context_in_config(self) -> "ModelCard":
@@ -153,6 +166,7 @@ class ModelCard(_Strict):
         which cannot be known before the file is written."""
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
+        data.pop("allow_external_paths", None)  # where files may live, not what the weights are
         return data
 
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from .cards import ModelCard, first_difference
 from .errors import ZooError, printable
-from .files import atomic_write, read_limited
+from .files import describe_os_error, atomic_write_bytes, open_regular, read_limited
 from .registry import describe_validation_error
 
 CARD_KEY = "zoo.card"
@@ -30,7 +30,7 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim i
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -39,13 +39,15 @@ def sha256_file(path: Path) -> str:
 def read_header(path: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file, read without torch and bounded in size."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "checkpoint") as handle:
             prefix = handle.read(8)
             size = os.fstat(handle.fileno()).st_size
             length = _header_length(path, prefix, size)
             return _parse_header(path, handle.read(length))
     except FileNotFoundError:
         raise ZooError(f"{path}: checkpoint file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
 
 
 def _header_length(path: Path, prefix: bytes, size: int) -> int:
@@ -53,7 +55,9 @@ def _header_length(path: Path, prefix: bytes, size: int) -> int:
         raise ZooError(f"{path}: not a safetensors file (only {size} bytes)")
     (length,) = struct.unpack("<Q", prefix)
     if length > MAX_HEADER_BYTES or 8 + length > size:
-        raise ZooError(f"{path}: not a safetensors file (header claims {length} bytes, file has {size})")
+        # The claimed length is not shown: it is the file's first 8 bytes, and the
+        # file may be anything (a password file a hostile card points at).
+        raise ZooError(f"{path}: not a safetensors file (its header length does not fit the file's {size} bytes)")
     return length
 
 
@@ -75,12 +79,13 @@ def header_card(path: Path) -> dict[str, Any] | None:
 
 def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any]) -> str:
     """Write weights (and the card, in the header) atomically; return the file's sha256."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in state_dict.items()}
     metadata = {CARD_KEY: json.dumps(card_header, sort_keys=True)}
-    atomic_write(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
-    return sha256_file(path)
+    data = save(tensors, metadata=metadata)  # in memory, then written by the zoo: every OS error is its own
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -169,10 +174,8 @@ def _read_checkpoint_bytes(path: Path, target: dict) -> bytes:
         return read_limited(path, limit, "checkpoint")
     except FileNotFoundError:
         raise ZooError(f"{path}: checkpoint file not found") from None
-    except IsADirectoryError:
-        raise ZooError(f"{path}: is a folder, not a checkpoint file") from None
     except OSError as exc:
-        raise ZooError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+        raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
 
 
 def check_header_card(path: Path, header: dict[str, Any], card: ModelCard) -> bool:

@@ -143,19 +143,24 @@ def cmd_load(args) -> int:
 def cmd_sample(args) -> int:
     from .sampling import check_sampling_arguments
 
+    from .prompts import read_prompt
+    from .seeding import check_seed
+
     # Check what the user typed before paying for torch and the checkpoint.
     check_sampling_arguments(args.max_new_tokens, args.temperature, args.top_k)
-    if not args.prompt:
+    check_seed(args.seed)
+    prompt = read_prompt(args.prompt, args.prompt_file)
+    if not prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     from .api import load
 
     model = load(args.name)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
-        print(model.network.ask(model.tokenizer, args.prompt, explain=args.explain, png=args.png))
+        print(model.network.ask(model.tokenizer, prompt, explain=args.explain, png=args.png))
         return 0
     if args.explain or args.png:
         raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
-    print(model.generate(args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+    print(model.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
     return 0
 
 
@@ -163,7 +168,10 @@ def cmd_compare(args) -> int:
     from .compare import compare_variants
     from .sampling import check_sampling_arguments
 
+    from .seeding import check_seed
+
     check_sampling_arguments(args.max_new_tokens, 1.0, None)
+    check_seed(args.seed)
     if args.data is not None and args.dataset is not None:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     override = args.dataset if args.dataset is not None else args.data
@@ -266,8 +274,11 @@ def cmd_eval(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from .seeding import check_seed
     from .trainrun import train_variant
 
+    if args.seed is not None:
+        check_seed(args.seed)
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
@@ -415,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--registry", action="append", type=Path, metavar="FILE", default=[],
                         help="also read variants from this registry file (repeatable; added after ZOO_REGISTRY)")
+    parser.add_argument("--max-parameters", metavar="N",
+                        help="refuse to build a variant estimated above N parameters (default 1,000,000,000; env ZOO_MAX_PARAMETERS)")
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help="refuse to build a variant estimated to need more memory for one window, e.g. 32G "
+                             "(default 16G; env ZOO_MAX_MEMORY)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
@@ -437,9 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)")
     p.add_argument("name")
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", help="the text to continue; '-' reads it from standard input (at most 16 MiB)")
+    p.add_argument("--prompt-file", type=Path, metavar="PATH", help="read the prompt from this UTF-8 file (at most 16 MiB)")
     p.add_argument("--max-new-tokens", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="any whole number from -2**63 to 2**64-1 (default 0)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
@@ -549,13 +566,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _apply_limits(args) -> dict[str, str | None]:
+    """Hand --max-parameters / --max-memory on the way the environment variables
+    are (zoo_core.limits reads them); returns what to restore afterwards."""
+    import os
+
+    from .limits import parse_size
+
+    before = {}
+    for option, variable in (("max_parameters", "ZOO_MAX_PARAMETERS"), ("max_memory", "ZOO_MAX_MEMORY")):
+        value = getattr(args, option, None)
+        if value is not None:
+            parse_size(value, "--" + option.replace("_", "-"))
+            before[variable] = os.environ.get(variable)
+            os.environ[variable] = value
+    return before
+
+
+def _restore_environment(before: dict[str, str | None]) -> None:
+    import os
+
+    for variable, value in before.items():
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from .catalogue import set_command_line_registries
 
     set_command_line_registries([*args.registry, *args.sub_registry])
+
+    changed: dict[str, str | None] = {}
     try:
+        changed = _apply_limits(args)
         return args.run(args)
     except ZooError as exc:
         if args.debug:
@@ -567,6 +614,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # Whatever the OS refuses that no command foresaw (a full disk, no
+        # permission, a vanished file) is still one line, never a traceback.
+        if args.debug:
+            raise
+        from .files import describe_os_error
+
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"zoo: error: {where}{describe_os_error(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        _restore_environment(changed)
 
 
 if __name__ == "__main__":

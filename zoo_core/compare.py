@@ -17,6 +17,7 @@ from .api import load
 from .data import Corpus, mean_loss, windows_at
 from .datasets import ResolvedText, variant_text
 from .errors import ZooError
+from .seeding import seeded_generator
 
 
 def _shared_tokenizer(models) -> None:
@@ -78,7 +79,7 @@ def compare_variants(
     text = shared_text(models, data)
     corpus = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     batches = {split: shared_windows(corpus.split(split), context, windows, generator) for split in ("train", "validation")}
     if prompt is None:
         prompt = first.tokenizer.decode(corpus.train[:context].tolist())

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ZooError
+from .seeding import seeded_generator
+
+
+MAX_CORPUS_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
 
 
 def split_text(text: str, train_fraction: float) -> tuple[str, str]:
@@ -50,7 +54,7 @@ class BatchSampler:
         if len(tokens) <= context + 1:
             raise ZooError(f"the training split has {len(tokens)} tokens, too few for a context of {context}")
         self.tokens, self.context, self.batch_size = tokens, context, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = seeded_generator(seed, "recipe.seed")
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         starts = torch.randint(len(self.tokens) - self.context, (self.batch_size,), generator=self.generator)

@@ -87,15 +87,18 @@ def sha256_bytes(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+MAX_TEXT_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
+
+
 def _read_text(path: Path, what: str) -> tuple[str, str]:
+    from .files import describe_os_error, read_limited
+
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path, MAX_TEXT_BYTES, what)  # regular files only, never blocking on a FIFO
     except FileNotFoundError:
         raise ZooError(f"{path}: {what} not found") from None
-    except IsADirectoryError:
-        raise ZooError(f"{path}: {what} is a folder, not a text file") from None
     except OSError as exc:
-        raise ZooError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        raise ZooError(f"{path}: cannot read {what}: {describe_os_error(exc)}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -122,16 +125,21 @@ def read_text_file(path: Path) -> ResolvedText:
     return ResolvedText(text, str(path), actual, path)
 
 
-def resolve_recipe_text(recipe, registry_file: Path, datasets: DatasetRegistry, override: Path | str | None = None) -> ResolvedText:
+def resolve_recipe_text(recipe, registry_file: Path, datasets: DatasetRegistry, override: Path | str | None = None,
+                        allow_outside: bool = False) -> ResolvedText:
     """The text a card's recipe was trained on, checked against its recorded sha256;
     ``override`` (``--data PATH`` or ``--dataset NAME``) replaces it unchecked
-    against the card, since the user chose other text on purpose."""
+    against the card, since the user chose other text on purpose. A path in the
+    recipe stays inside the registry's folder unless the card opted out
+    (``allow_outside``, see zoo_core.paths)."""
     if override is not None:
         return resolve_named_or_path(override, datasets)
     if recipe.data in datasets:
         resolved = read_dataset(datasets.get(recipe.data))
     else:
-        path = (Path(registry_file).parent / recipe.data).resolve()
+        from .paths import resolve_inside
+
+        path = resolve_inside(Path(registry_file).parent, recipe.data, what="recipe.data", allow_outside=allow_outside)
         if not path.exists() and "/" not in recipe.data and not recipe.data.endswith(".txt"):
             datasets.get(recipe.data)  # a name nobody registers: say so, listing the known ones
         resolved = read_text_file(path)
@@ -155,4 +163,5 @@ def variant_text(variant, override: Path | str | None = None) -> ResolvedText:
     """The text ``variant``'s recipe names (checked), or ``override``."""
     from .plugin_manager import get_plugins
 
-    return resolve_recipe_text(variant.card.recipe, variant.source, get_plugins().datasets, override)
+    return resolve_recipe_text(variant.card.recipe, variant.source, get_plugins().datasets, override,
+                               allow_outside=variant.card.allow_external_paths)

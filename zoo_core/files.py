@@ -8,10 +8,11 @@ never half of one. Read-modify-write of a shared file happens under a lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import os
-import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,9 +21,19 @@ from .errors import ZooError
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temporary_path)``, fsync it, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Call ``write(temporary_path)``, fsync it, then rename it over ``path``.
+
+    Any OS failure (a read-only or full disk, a folder that is a file, no
+    permission) becomes one ZooError line naming ``path``; the temporary file is
+    removed and whatever ``path`` held before is untouched.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except (FileExistsError, NotADirectoryError):
+        raise ZooError(f"{path}: cannot write here: part of the folder path is a file, not a folder") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot write here: {describe_os_error(exc)}") from None
     os.close(handle)
     try:
         write(Path(temporary))
@@ -30,9 +41,39 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
             os.fsync(written.fileno())
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ZooError(f"{path}: cannot write: {describe_os_error(exc)} (nothing was changed)") from None
         raise
+
+
+def describe_os_error(exc: OSError) -> str:
+    """The OS's reason in a few words, without the file name (messages name it first)."""
+    return exc.strerror or " ".join(str(exc).split()) or type(exc).__name__
+
+
+# Every byte the zoo writes goes through this one call: a test can make the disk
+# "fill up" at any byte by replacing it (see tests/test_os_failures.py).
+_write = os.write
+
+
+def write_all(temporary: Path, data: bytes) -> None:
+    """Write ``data`` to ``temporary`` in full, or raise the OS error that stopped it."""
+    fd = os.open(temporary, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            written = _write(fd, view[: 1 << 20])
+            if written <= 0:
+                raise OSError(errno.EIO, "the write made no progress")
+            view = view[written:]
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda temporary: write_all(temporary, data))
 
 
 def _umask() -> int:
@@ -42,7 +83,7 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def remove_stale_temporaries(path: Path) -> None:
@@ -53,18 +94,43 @@ def remove_stale_temporaries(path: Path) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def atomic_copy(source: Path, target: Path) -> None:
-    atomic_write(target, lambda temporary: shutil.copyfile(source, temporary))
+def atomic_copy(source: Path, target: Path, limit: int = 1 << 30) -> None:
+    atomic_write_bytes(target, read_limited(source, limit, "file"))
+
+
+def open_regular(path: Path, what: str = "file"):
+    """Open ``path`` for reading only if it is a regular file, without ever blocking.
+
+    O_NONBLOCK makes opening a FIFO (or a device) return at once instead of
+    waiting for a writer; fstat on the open descriptor then refuses anything that
+    is not a regular file, with no window for a swap between check and use.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+            raise ZooError(f"{path}: {what} is {kind}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_limited(path: Path, limit: int, what: str) -> bytes:
-    """The bytes of ``path``; a file larger than ``limit`` is refused before any
-    of it is read, so a hostile file cannot make the zoo allocate without bound."""
-    with open(path, "rb") as handle:
+    """The bytes of ``path``, a regular file; a file larger than ``limit`` is
+    refused before any of it is read, so a hostile file cannot make the zoo
+    allocate without bound, and a file that shrinks while it is read (replaced,
+    truncated) is an error rather than half a file."""
+    with open_regular(path, what) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise ZooError(f"{path}: {what} is {size:,} bytes, more than the {limit:,} such a file can need")
-        return handle.read(size)  # exactly: read(n) sets aside n bytes before it reads any
+        data = handle.read(size)  # exactly: read(n) sets aside n bytes before it reads any
+        if len(data) != size:
+            raise ZooError(f"{path}: {what} changed while it was read ({len(data):,} of {size:,} bytes); try again")
+        return data
 
 
 def lock_file_for(path: Path) -> Path:
@@ -89,9 +155,12 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
     lock_path = lock_file_for(path)
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(lock_path, "w")
+    except (FileExistsError, NotADirectoryError):
+        raise ZooError(f"{lock_path.parent}: cannot create the zoo's lock folder: part of its path is a file (set ZOO_CACHE)") from None
     except OSError as exc:
-        raise ZooError(f"{lock_path.parent}: cannot create the zoo's lock folder: {exc.strerror or exc} (set ZOO_CACHE)") from None
-    with open(lock_path, "w") as lock:
+        raise ZooError(f"{lock_path.parent}: cannot create the zoo's lock folder: {describe_os_error(exc)} (set ZOO_CACHE)") from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:

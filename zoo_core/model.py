@@ -11,6 +11,7 @@ from .checkpoints import Verification
 from .errors import ZooError
 from .registry import Variant
 from .sampling import sample_tokens
+from .seeding import seeded_generator
 
 
 @dataclass
@@ -46,7 +47,7 @@ class ZooModel:
     ) -> str:
         """The prompt followed by ``max_new_tokens`` sampled tokens, as text."""
         ids = torch.tensor([self.encode_prompt(prompt)], dtype=torch.long)
-        generator = torch.Generator().manual_seed(seed)
+        generator = seeded_generator(seed)
         out = sample_tokens(self.network, ids, max_new_tokens, temperature, top_k, generator)
         return self.tokenizer.decode(out[0].tolist())
 

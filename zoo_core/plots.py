@@ -21,10 +21,14 @@ def _figure_class():
 
 
 def _save(figure, path: Path) -> None:
-    try:
-        figure.savefig(path, dpi=120)
-    except OSError as exc:
-        raise ZooError(f"cannot write {path}: {exc.strerror or exc}") from None
+    """Rendered in memory, then written atomically: a full disk leaves no half PNG."""
+    import io
+
+    from .files import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=120, format=Path(path).suffix.lstrip(".").lower() or "png")
+    atomic_write_bytes(Path(path), buffer.getvalue())
 
 
 def attention_grid_png(

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from .cards import ModelCard
 from .errors import UnknownName, ZooError, printable
+from .limits import ShapeError
 
 
 @dataclass(frozen=True)
@@ -39,17 +40,21 @@ class Variant:
     def name(self) -> str:
         return self.card.name
 
-    def resolve(self, relative: str) -> Path:
-        return (self.source.parent / relative).resolve()
+    def resolve(self, relative: str, what: str = "path") -> Path:
+        """A path the card names, kept inside the registry's folder (see zoo_core.paths)."""
+        from .paths import resolve_inside
+
+        return resolve_inside(self.source.parent, relative, what=f"variant '{self.name}': {what}",
+                              allow_outside=self.card.allow_external_paths)
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.resolve(self.card.checkpoint.path)
+        return self.resolve(self.card.checkpoint.path, "checkpoint path")
 
     @property
     def tokenizer_path(self) -> Path | None:
         file = self.card.tokenizer.file
-        return self.resolve(file) if file else None
+        return self.resolve(file, "tokenizer path") if file else None
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -58,6 +63,11 @@ def describe_validation_error(error: ValidationError) -> str:
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = "unknown field"
+    elif first["type"] == "value_error":
+        raised = first["ctx"]["error"]
+        message = str(raised)
+        if isinstance(raised, ShapeError):  # raised for the whole config table; name the key
+            field = f"{field}.{raised.field}"
     more = len(error.errors()) - 1
     suffix = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
     return f"field '{field}': {message}{suffix}"
@@ -67,17 +77,21 @@ MAX_REGISTRY_BYTES = 64 * 1024 * 1024  # thousands of variants fit in far less
 
 
 def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list[Variant]:
-    """Parse and validate one registry file; errors name the file, variant and field."""
-    from .files import read_limited
+    """Parse and validate one registry file; errors name the file, variant and field.
+
+    A card that sets ``allow_external_paths`` is refused in a plugin's file: only
+    catalogues the user writes (user, extra) or ships (built-in) may opt in."""
+    from .files import describe_os_error, read_limited
 
     try:
-        text = read_limited(path, MAX_REGISTRY_BYTES, "registry file").decode("utf-8")
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML, but not an error either
+        text = read_limited(path, MAX_REGISTRY_BYTES, "registry file").decode("utf-8-sig")
     except FileNotFoundError:
         raise ZooError(f"{path}: registry file not found") from None
     except UnicodeDecodeError as exc:
         raise ZooError(f"{path}: registry is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise ZooError(f"{path}: cannot read registry: {exc.strerror or exc}") from None
+        raise ZooError(f"{path}: cannot read registry: {describe_os_error(exc)}") from None
     try:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -93,6 +107,8 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
             card = ModelCard.model_validate({"name": name, **table})
         except ValidationError as exc:
             raise ZooError(f"{path}: variant '{shown}': {describe_validation_error(exc)}") from None
+        if card.allow_external_paths and layer == "plugin":
+            raise ZooError(f"{path}: variant '{shown}': allow_external_paths is only honoured in your own catalogue, not in plugin '{plugin}'")
         variants.append(Variant(card=card, source=path.resolve(), plugin=plugin, layer=layer))
     return variants
 
@@ -212,7 +228,7 @@ def upsert_registry_entry(path: Path, card: ModelCard) -> None:
 
     preamble, cards = "", []
     if path.exists():
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
         comment = []
         for line in text.splitlines():
             if not line.startswith("#"):

@@ -232,6 +232,8 @@ def _restore(state: TrainingState, model, optimizer, sampler: BatchSampler, resu
 
 def seeded_network(build, seed: int) -> torch.nn.Module:
     """Build a network with torch's global generator at ``seed`` (dropout included)."""
-    torch.manual_seed(seed)
+    from .seeding import seed_global
+
+    seed_global(seed)
     return build()
 

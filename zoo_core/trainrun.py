@@ -118,6 +118,9 @@ def train_variant(
         new_card = new_card.model_copy(
             update={"checkpoint": new_card.checkpoint.model_copy(update={"path": _relative(checkpoint_path, registry_file.parent)})}
         )
+        if data is not None and registry_file.parent.resolve() not in data.parents:
+            # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
+            new_card = new_card.model_copy(update={"allow_external_paths": True})
 
         with exclusive_lock(registry_file):
             sha = save_checkpoint(checkpoint_path, network.state_dict(), new_card.header_json())

@@ -68,9 +68,17 @@ def verify_catalogue(pattern: str | None = None, plugins: PluginSet | None = Non
 
 
 def _verify_variant(variant, plugins: PluginSet) -> VerifyRow:
-    path = variant.checkpoint_path
+    try:
+        path = variant.checkpoint_path
+    except ZooError as exc:  # a path leading out of the registry's folder
+        return VerifyRow(variant.name, variant.plugin, variant.card.checkpoint.path, FAILED, str(exc))
     row = VerifyRow(variant.name, variant.plugin, _shown(path), OK, "")
-    if not has_published_weights(variant):
+    try:
+        published = has_published_weights(variant)
+    except ZooError as exc:
+        row.status, row.detail = FAILED, str(exc)
+        return row
+    if not published:
         row.status, row.detail = NO_WEIGHTS, "not trained yet (no sha256, no file)"
         return row
     try:

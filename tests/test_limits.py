@@ -1,0 +1,150 @@
+"""Bounded before built: hostile sizes are refused in one line, before anything is allocated."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+
+import zoo_plugins.models.transformer  # noqa: F401  imported before tracemalloc starts: it measures the check only
+import zoo_core
+import zoo_core.model  # noqa: F401
+from zoo_core.errors import ZooError
+from zoo_core.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
+from zoo_core.plugin_manager import get_plugins
+
+from .hostile_cards import BASE, hostile_variant
+
+
+@pytest.fixture
+def use_registry(monkeypatch):
+    def switch(registry):
+        monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
+        get_plugins(reload=True)
+
+    yield switch
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY", raising=False)
+    get_plugins(reload=True)
+
+
+def _one_line_error(result, *fragments):
+    assert result.code == 1, result.out
+    assert result.err.startswith("zoo: error: ") and result.err.count("\n") == 1, result.err
+    for fragment in fragments:
+        assert fragment in result.err, result.err
+
+
+# Sizes that would allocate terabytes (or loop for ever) if the network were built first.
+TOO_BIG = [
+    ({"config__n_layer": 10**9}, "parameters, more than the limit of 1,000,000,000"),
+    ({"config__d_model": 10**6, "config__d_ff": 4 * 10**6}, "parameters, more than the limit"),
+    ({"context_length": 10**12}, "parameters, more than the limit"),  # learned positions: a table of 10**12 rows
+    ({"context_length": 10**12, "config__positions": "sinusoidal"}, "(context_length 1000000000000), more than the limit of 16.0 GiB"),
+    ({"context_length": 10**6, "config__positions": "none"}, "more than the limit of 16.0 GiB"),  # scores: 10**12 per head
+    ({"tokenizer__vocab_size": 10**11}, "parameters, more than the limit"),
+]
+
+
+@pytest.mark.parametrize(
+    "changes, message, command",
+    [(*case, "load") for case in TOO_BIG] + [(*TOO_BIG[0], "verify"), (*TOO_BIG[3], "verify")],
+    ids=lambda v: str(v)[:40],
+)
+def test_too_big_to_build_is_refused_before_allocating(zoo, tmp_path, use_registry, changes, message, command):
+    use_registry(hostile_variant(tmp_path, "huge", **changes))
+    tracemalloc.start()
+    started = time.perf_counter()
+    result = zoo(command, "huge")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.perf_counter() - started < 10
+    assert peak < 50 * 1024**2, f"{peak:,} bytes allocated"
+    if command == "load":
+        _one_line_error(result, "variant 'huge': ", message)
+    else:
+        assert result.code == 1 and message in result.out and "FAILED" in result.out
+
+
+IMPOSSIBLE = [
+    ({"config__n_head": 0}, "field 'config.n_head': must be at least 1, not 0"),
+    ({"config__n_head": 3}, "field 'config.n_head': the width d_model = 32 is not divisible by 3 heads"),
+    ({"config__n_layer": 0}, "field 'config.n_layer': must be at least 1, not 0"),
+    ({"config__d_model": -32}, "field 'config.d_model': must be at least 1, not -32"),
+    ({"config__d_model": 32.5}, "field 'config.d_model': must be a whole number, not 32.5"),
+    ({"config__d_model": 32.0}, "field 'config.d_model': must be a whole number, not 32.0"),
+    ({"config__n_head": "2"}, "field 'config.n_head': must be a whole number, not '2'"),
+    ({"config__n_layer": True}, "field 'config.n_layer': must be a whole number, not True"),
+    ({"config__d_ff": 0}, "field 'config.d_ff': must be at least 1, not 0"),
+    ({"config__dropout": 1.5}, "field 'config.dropout': must be a number from 0 up to (not including) 1, not 1.5"),
+    ({"context_length": 0}, "field 'context_length': Input should be greater than 0"),
+    ({"context_length": 8.5}, "field 'context_length': Input should be a valid integer"),
+    ({"tokenizer__vocab_size": 1024.0}, "field 'tokenizer.vocab_size': Input should be a valid integer"),
+    ({"recipe__seed": 2**64}, "field 'recipe.seed': Input should be less than 18446744073709551616"),
+]
+
+
+@pytest.mark.parametrize(
+    "changes, message, command",
+    [(*case, "load") for case in IMPOSSIBLE] + [(*IMPOSSIBLE[i], command) for i in (0, 4) for command in ("show", "list")],
+    ids=lambda v: str(v)[:40],
+)
+def test_impossible_shapes_are_refused_naming_the_field(zoo, tmp_path, use_registry, changes, message, command):
+    registry = hostile_variant(tmp_path, "impossible", **changes)
+    use_registry(registry)
+    result = zoo(command, "impossible")
+    _one_line_error(result, f"{registry}: variant 'impossible': {message}")
+
+
+def test_impossible_shape_in_zoo_verify_is_a_failed_row(zoo, tmp_path, use_registry):
+    use_registry(hostile_variant(tmp_path, "impossible", config__n_head=0))
+    result = zoo("verify")
+    assert result.code == 1 and "FAILED" in result.out and "field 'config.n_head': must be at least 1, not 0" in result.out
+    assert "Traceback" not in result.err
+
+
+def test_a_puzzle_card_with_an_enormous_window_is_refused(zoo, tmp_path, use_registry):
+    # Not transformer-shaped: bounded by its largest size instead (the plugin
+    # would otherwise build a list of 10**12 slot names before checking them).
+    from .hostile_cards import card_data, write_catalogue
+
+    data = card_data("puzzle-disobeys")
+    data["config"]["max_tokens"] = 10**12
+    use_registry(write_catalogue(tmp_path, {"puzzle-huge": data}))
+    _one_line_error(zoo("load", "puzzle-huge"), "variant 'puzzle-huge': about", "more than the limit")
+
+
+def test_the_limit_is_a_flag_and_an_environment_variable(zoo, tmp_path, monkeypatch):
+    _one_line_error(zoo("--max-parameters", "1000", "load", "bigram"), "variant 'bigram': about 66,", "more than the limit of 1,000 ")
+    monkeypatch.setenv("ZOO_MAX_PARAMETERS", "1000")
+    _one_line_error(zoo("load", "bigram"), "more than the limit of 1,000 ")
+    assert zoo("--max-parameters", "2M", "load", "bigram").code == 0  # the flag wins over the environment
+    monkeypatch.delenv("ZOO_MAX_PARAMETERS")
+    _one_line_error(zoo("--max-memory", "1K", "load", "bigram"), "more than the limit of 1.0 KiB")
+    _one_line_error(zoo("--max-parameters", "lots", "load", "bigram"), "--max-parameters must be a positive number")
+
+
+def test_shipped_variants_fit_the_default_limits_and_the_estimate_is_an_upper_bound():
+    for variant in zoo_core.catalogue():
+        estimate = check_budget(variant.name, variant.card.architecture_config())
+        if variant.card.parameters is not None and variant.card.architecture in ("transformer", "gpt", "bigram"):
+            assert variant.card.parameters <= estimate.parameters <= 1.3 * variant.card.parameters + 10_000, variant.name
+
+
+def test_estimate_and_sizes():
+    assert estimate_cost({"d_model": 4, "n_layer": 1, "n_head": 1, "vocab_size": 2, "context_length": 3}).parameters > 0
+    assert parse_size("16G", "x") == 16 * 1024**3 and parse_size("1000", "x") == 1000 and parse_size("1.5k", "x") == 1536
+    for bad in ("", "-1", "0", "1e9", "nan", "G"):
+        with pytest.raises(ZooError):
+            parse_size(bad, "x")
+    assert DEFAULT_MAX_PARAMETERS == 1_000_000_000
+
+
+def test_an_architecture_plugin_may_give_its_own_count():
+    """``estimate_parameters`` attached to a model factory replaces the generic estimate."""
+    config = {"d_model": 4, "n_layer": 1, "n_head": 1, "vocab_size": 2, "context_length": 3}
+    with pytest.raises(ZooError, match="variant 'x': about 1,000,000,000,000 parameters"):
+        check_budget("x", config, lambda config: 10**12)
+    with pytest.raises(ZooError, match="variant 'x': cannot estimate its size: ZeroDivisionError"):
+        check_budget("x", config, lambda config: 1 // 0)
+    assert check_budget("x", config, lambda config: 7).parameters == 7
