@@ -18,7 +18,7 @@ from .registry import Catalogue, Variant
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     """Every variant of every layer (see ``zoo_core.catalogue``)."""
-    from .catalogue import build_catalogue
+    from .catalogue_layers import build_catalogue
 
     return build_catalogue(plugins)
 

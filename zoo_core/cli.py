@@ -596,7 +596,7 @@ def _restore_environment(before: dict[str, str | None]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .catalogue import set_command_line_registries
+    from .catalogue_layers import set_command_line_registries
 
     set_command_line_registries([*args.registry, *args.sub_registry])
 

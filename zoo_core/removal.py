@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .catalogue import build_catalogue
+from .catalogue_layers import build_catalogue
 from .errors import ZooError
 from .files import atomic_write_text, exclusive_lock
 from .locations import user_registry_path, zoo_home

@@ -135,7 +135,7 @@ def train_variant(
 
 def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
     """The registry file and checkpoint a run writes."""
-    from .catalogue import command_line_registries
+    from .catalogue_layers import command_line_registries
     from .locations import user_registry_path
 
     if not publish:

@@ -23,7 +23,7 @@ from .api import has_published_weights, load_variant
 from .errors import ZooError
 from .files import shared_lock
 from .plugin_manager import PluginSet, get_plugins
-from .catalogue import registry_files
+from .catalogue_layers import registry_files
 from .registry import Catalogue, read_registry_file
 
 OK, FAILED, NO_WEIGHTS = "ok", "FAILED", "no weights"
