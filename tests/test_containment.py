@@ -149,7 +149,7 @@ def test_a_plugins_registry_may_not_opt_in(tmp_path):
     data["allow_external_paths"] = True
     registry = write_catalogue(tmp_path, {"plugin-variant": data}, copy_files=False)
     with pytest.raises(ZooError, match="allow_external_paths is only honoured in your own catalogue, not in plugin 'someone'"):
-        read_registry_file(registry, "someone", may_allow_external_paths=False)
+        read_registry_file(registry, "someone", layer="plugin")
     assert read_registry_file(registry, "catalogue")[0].card.allow_external_paths
 
 

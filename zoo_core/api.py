@@ -71,7 +71,7 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
         size = os.stat(path).st_size
         if size > MAX_TOKENIZER_BYTES:  # hashing a hostile 1 TB file would take hours
             raise ZooError(f"{path}: tokenizer file is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer can need")
-        actual = sha256_file(path)
+        actual = sha256_file(path, "tokenizer file")
     except FileNotFoundError:
         raise ZooError(f"{path}: tokenizer file not found") from None
     except OSError as exc:

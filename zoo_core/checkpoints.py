@@ -28,9 +28,9 @@ CARD_KEY = "zoo.card"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim is hostile
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, what: str = "file") -> str:
     digest = hashlib.sha256()
-    with open_regular(path) as handle:
+    with open_regular(path, what) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

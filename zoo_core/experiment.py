@@ -33,7 +33,7 @@ from .checkpoints import save_checkpoint
 from .data import Corpus, windows_at
 from .datasets import variant_text
 from .errors import ZooError
-from .files import atomic_write_text
+from .files import atomic_write_text, make_folder
 from .plugin_manager import get_plugins
 from .sampling import sample_tokens
 from .training import Progress, learning_rate_at, make_optimizer
@@ -166,7 +166,7 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
     corpus = Corpus.from_text(text, tokenizer, first.card.recipe.train_fraction)
     targets = {split: _targets(corpus.split(split), study.eval_targets, longest, seed=1234) for split in ("train", "validation")}
     prompt_ids = tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     runs = []
     for seed in study.seeds:
         runs.extend(_run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress))

@@ -27,11 +27,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     permission) becomes one ZooError line naming ``path``; the temporary file is
     removed and whatever ``path`` held before is untouched.
     """
+    make_folder(path.parent, shown=path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except (FileExistsError, NotADirectoryError):
-        raise ZooError(f"{path}: cannot write here: part of the folder path is a file, not a folder") from None
     except OSError as exc:
         raise ZooError(f"{path}: cannot write here: {describe_os_error(exc)}") from None
     os.close(handle)
@@ -46,6 +44,16 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         if isinstance(exc, OSError):
             raise ZooError(f"{path}: cannot write: {describe_os_error(exc)} (nothing was changed)") from None
         raise
+
+
+def make_folder(folder: Path, shown: Path | None = None) -> None:
+    """``mkdir -p``, its failures one ZooError line naming ``shown`` (default the folder)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ZooError(f"{shown or folder}: cannot write here: part of the folder path is a file, not a folder") from None
+    except OSError as exc:
+        raise ZooError(f"{shown or folder}: cannot write here: {describe_os_error(exc)}") from None
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -20,7 +20,7 @@ from .checkpoints import save_checkpoint, sha256_file
 from .data import Corpus
 from .datasets import variant_text
 from .errors import ZooError, printable
-from .files import atomic_copy, atomic_write_text, exclusive_lock, remove_stale_temporaries
+from .files import atomic_copy, atomic_write_text, exclusive_lock, make_folder, remove_stale_temporaries
 from .plugin_manager import get_plugins
 from .registry import Variant, upsert_registry_entry
 from .training import Progress, TrainingJob, seeded_network
@@ -170,7 +170,7 @@ def _inside_installed_package(path: Path) -> bool:
 def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> Path:
     """Copy the tokenizer file beside the new checkpoint, sharing an identical
     copy already there (variants of one vocabulary compare as such)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     target = folder / source.name
     if target.resolve() == source.resolve():
         return target
