@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
+from .clihelp import DefaultsHelpFormatter, finish_help, unknown_command_message, variant_name_completer
 from .errors import ZooError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -20,12 +22,9 @@ CHECKPOINTS = PROJECT_ROOT / "checkpoints"
 
 
 def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+    from .tables import render_table
 
-    def line(cells):
-        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return render_table(headers, rows, right)
 
 
 def _summary(card) -> dict:
@@ -127,22 +126,58 @@ def cmd_load(args) -> int:
     return 0
 
 
+# Options of `zoo sample` that only language models use; task models (the
+# puzzle) answer the prompt instead and say which of these were ignored.
+_CONTINUATION_OPTIONS = ("max_new_tokens", "seed", "temperature", "greedy", "top_k", "top_p", "num_samples", "stop", "stream")
+
+
 def cmd_sample(args) -> int:
     from .sampling import check_sampling_arguments
 
+    if args.greedy:
+        args.temperature = 0.0
     # Check what the user typed before paying for torch and the checkpoint.
-    check_sampling_arguments(args.max_new_tokens, args.temperature, args.top_k)
+    check_sampling_arguments(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, flags=True)
     if not args.prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     from .api import load
 
     model = load(args.name)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
-        print(model.network.ask(model.tokenizer, args.prompt, explain=args.explain, png=args.png))
+        ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
+        if ignored:
+            flags = ", ".join("--" + option.replace("_", "-") for option in ignored)
+            print(f"zoo: note: '{args.name}' answers the prompt rather than continuing it; {flags} "
+                  f"{'does' if len(ignored) == 1 else 'do'} not apply", file=sys.stderr)
+        answer = model.network.ask(model.tokenizer, args.prompt, explain=args.explain, png=args.png)
+        print(json.dumps({"name": model.name, "prompt": args.prompt, "answer": answer}, indent=2) if args.json else answer)
         return 0
     if args.explain or args.png:
         raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
-    print(model.generate(args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+    settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                    top_p=args.top_p, stop=args.stop or [])
+    stream = args.stream if args.stream is not None else (sys.stdout.isatty() and not args.json and args.num_samples == 1)
+    if stream and (args.json or args.num_samples > 1):
+        raise ZooError("--stream shows one sample as plain text; drop --json and --num-samples, or --stream")
+    if stream:
+        # What is printed stays printed: Ctrl-C ends the sample (exit 130) but
+        # keeps the text so far on the terminal.
+        print(args.prompt, end="", flush=True)
+        try:
+            for piece in model.stream(args.prompt, seed=args.seed, **settings):
+                print(piece, end="", flush=True)
+        finally:
+            print(flush=True)
+        return 0
+    samples = model.sample(args.prompt, seed=args.seed, num_samples=args.num_samples, **settings)
+    if args.json:
+        print(json.dumps({"name": model.name, "settings": {**settings, "seed": args.seed, "num_samples": args.num_samples},
+                          "samples": [sample.as_dict() for sample in samples]}, indent=2))
+    elif len(samples) == 1:
+        print(samples[0].prompt + samples[0].text)
+    else:
+        for number, sample in enumerate(samples, 1):
+            print(f"--- sample {number} of {len(samples)} (seed {sample.seed}) ---\n{sample.prompt + sample.text}")
     return 0
 
 
@@ -352,53 +387,75 @@ def cmd_train_tokenizer(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zoo")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.")
+    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.",
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the zoo's version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
     p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
     p.set_defaults(run=cmd_list)
 
     p = commands.add_parser("show", help="show a variant's card")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--json", action="store_true", help="print the card as JSON instead of TOML")
     p.set_defaults(run=cmd_show)
 
     p = commands.add_parser("load", help="build a variant, verify and load its weights")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=cmd_load)
 
-    p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)")
-    p.add_argument("name")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
+    p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)",
+                            description="Continue a prompt with a language model, or ask a task model (the puzzle) a question. "
+                                        "Sample i of --num-samples N is drawn with seed SEED+i: `--seed SEED+i` alone gives it again.")
+    p.add_argument("name", help="the variant to sample (see `zoo list`)")
+    p.add_argument("--prompt", required=True, help="the text to continue (the puzzle: the sentence to answer)")
+    p.add_argument("--max-new-tokens", type=int, default=100, help="how many tokens to draw at most")
+    p.add_argument("--seed", type=int, default=0, help="seed of the (first) sample's draws")
+    p.add_argument("--temperature", type=float, default=1.0, help="divides the logits; 0 is greedy decoding")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (same as --temperature 0)")
+    p.add_argument("--top-k", type=int, default=None, help="draw only among the K most likely tokens (default: all)")
+    p.add_argument("--top-p", type=float, default=None, help="draw only among the most likely tokens that together reach probability P (default: all)")
+    p.add_argument("--num-samples", type=int, default=1, help="how many samples to draw, as one batch")
+    p.add_argument("--stop", action="append", metavar="STRING", help="end the sample before this text; may be repeated (default: none)")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="print tokens as they are drawn (default: on a terminal, for one sample without --json)")
+    p.add_argument("--json", action="store_true", help="print the prompt, tokens, text and settings as JSON")
     p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
-    p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG")
-    p.set_defaults(run=cmd_sample)
+    p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG (default: none)")
+    p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
 
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
-    p.add_argument("name")
+    p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
-    p.add_argument("--data", type=Path, help="evaluate on this text file's validation split")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--data", type=Path, help="evaluate on this text file's validation split (default: the recipe's corpus)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
-    p.add_argument("name")
-    p.add_argument("--steps", type=int, help="override the recipe's number of updates")
-    p.add_argument("--seed", type=int, help="override the recipe's seed")
-    p.add_argument("--data", type=Path, help="train on this text file instead of the recipe's corpus")
+    p.add_argument("name", help="the variant to train (see `zoo list`)")
+    p.add_argument("--steps", type=int, help="number of updates (default: the recipe's)")
+    p.add_argument("--seed", type=int, help="seed of weights, batches and dropout (default: the recipe's)")
+    p.add_argument("--data", type=Path, help="train on this text file (default: the recipe's corpus)")
     p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
     p.add_argument("--publish", action="store_true", help="replace the variant's own checkpoint and card")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--log-every", type=int, metavar="N",
+                   help="when not on a terminal, print a progress line every N steps (default: about 20 lines per run)")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
     p.add_argument("--resume", action="store_true",
@@ -406,44 +463,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
-    p.add_argument("names", nargs="+", metavar="NAME")
-    p.add_argument("--windows", type=int, default=320, help="windows per split (default 320)")
+    p.add_argument("names", nargs="+", metavar="NAME", help="the variants to compare; the first is the baseline")
+    p.add_argument("--windows", type=int, default=320, help="windows per split")
     p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
-    p.add_argument("--prompt", help="default: the start of the training text")
-    p.add_argument("--max-new-tokens", type=int, default=100)
-    p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG")
+    p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
+    p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
+    p.add_argument("--data", type=Path, help="score on this text file (default: the recipe's corpus)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
     p.add_argument("study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)")
-    p.add_argument("--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants")
-    p.add_argument("--steps", type=int)
-    p.add_argument("--seeds", type=int, nargs="+")
-    p.add_argument("--milestones", type=int, nargs="+")
-    p.add_argument("--eval-every", type=int)
-    p.add_argument("--eval-targets", type=int, help="target tokens scored per split (default 1024)")
+    p.add_argument("--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants (default: none)")
+    p.add_argument("--steps", type=int, help="updates per arm (default: the study's)")
+    p.add_argument("--seeds", type=int, nargs="+", help="paired seeds, each running every arm (default: the study's)")
+    p.add_argument("--milestones", type=int, nargs="+", help="steps at which each arm is checkpointed (default: the study's)")
+    p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the study's)")
+    p.add_argument("--eval-targets", type=int, help="target tokens scored per split (default: the study's, 1024)")
     p.add_argument("--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study")
-    p.add_argument("--prompt")
-    p.add_argument("--data", type=Path)
-    p.add_argument("--out", type=Path, help="default runs/experiments/STUDY")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--prompt", help="prompt of the same-seed samples (default: the study's)")
+    p.add_argument("--data", type=Path, help="train and score on this text file (default: the recipe's corpus)")
+    p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(run=cmd_experiment)
 
     p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
-    p.add_argument("name")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps")
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--prompt", required=True, help="the text whose attention to show")
+    p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps (default: print)")
     p.set_defaults(run=cmd_attention)
 
     p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")
-    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*' (default: every variant)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(run=cmd_verify)
 
     p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plugins and conflicts as JSON")
     p.set_defaults(run=cmd_plugins)
 
     p = commands.add_parser("new-plugin", help="write the skeleton of a third-party plugin package")
@@ -452,18 +509,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_new_plugin)
 
     p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
-    p.add_argument("--kind", choices=["bpe", "char"], default="bpe")
-    p.add_argument("--data", type=Path, default=PROJECT_ROOT / "data" / "tinyshakespeare.txt")
-    p.add_argument("--vocab-size", type=int, default=1024, help="BPE only")
+    p.add_argument("--kind", choices=["bpe", "char"], default="bpe", help="byte-pair merges or the character set")
+    p.add_argument("--data", type=Path, default=PROJECT_ROOT / "data" / "tinyshakespeare.txt", help="the text to learn from")
+    p.add_argument("--vocab-size", type=int, default=1024, help="BPE only: tokens in the vocabulary")
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
+
+    p = commands.add_parser("completion", help="print the shell completion script for bash or zsh",
+                            description="Print the script that completes zoo's commands, options and variant names. "
+                                        "bash: eval \"$(zoo completion bash)\" in ~/.bashrc; "
+                                        "zsh: eval \"$(zoo completion zsh)\" in ~/.zshrc.")
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
+    p.set_defaults(run=cmd_completion)
+
+    finish_help(parser, commands)
     return parser
+
+
+def cmd_completion(args) -> int:
+    import argcomplete
+
+    print(argcomplete.shellcode(["zoo"], shell=args.shell))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions: answers and exits
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    suggestion = unknown_command_message(parser, argv)
+    if suggestion:
+        parser.print_usage(sys.stderr)
+        print(f"zoo: error: {suggestion}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `zoo`: show what there is
+        parser.print_help()
+        return 0
     try:
         return args.run(args)
     except ZooError as exc:
