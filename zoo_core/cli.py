@@ -53,16 +53,37 @@ def _summary(card) -> dict:
 
 def cmd_list(args) -> int:
     from .api import catalogue
+    from .finding import VariantFilter, find_variants
 
-    variants = catalogue().match(args.pattern)
+    criteria = VariantFilter(args.pattern, args.tag or [], args.architecture, args.tokenizer, args.dataset)
+    variants = find_variants(catalogue(), criteria, args.sort)
+    return _print_variants(args, variants, "no variant matches" + _described(args))
+
+
+def _described(args) -> str:
+    given = [f"'{args.pattern}'"] if args.pattern else []
+    given += [f"--{key.replace('_', '-')} {value}" for key in ("tag", "architecture", "tokenizer", "dataset")
+              for value in ((getattr(args, key) or []) if key == "tag" else [getattr(args, key)]) if value]
+    return " " + " ".join(given) if given else " (no variants registered)"
+
+
+def cmd_search(args) -> int:
+    from .api import catalogue
+    from .finding import search_variants
+
+    text = " ".join(args.text)
+    return _print_variants(args, search_variants(catalogue(), text), f"no variant's name, description or tags hold '{text}'")
+
+
+def _print_variants(args, variants, nothing: str) -> int:
     rows = [_summary(v.card) for v in variants]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered", file=sys.stderr)
+        print(nothing, file=sys.stderr)
         return 1
-    if args.markdown:
+    if getattr(args, "markdown", False):
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
         print("|---|---|---:|---|---|---:|---:|---:|---:|")
         for variant, r in zip(variants, rows):
@@ -219,6 +240,8 @@ def cmd_experiment(args) -> int:
             setattr(study, key, getattr(args, key))
     if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
         raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
+    if args.eval_every is None:  # enough points for a curve whatever --steps is: at least ~20 evaluations
+        study.eval_every = min(study.eval_every, max(1, study.steps // 20))
     out = args.out or Path("runs") / "experiments" / study.name
     report = run_study(study, out, data=args.data, show_progress=not args.quiet)
     print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
@@ -290,6 +313,7 @@ def cmd_train(args) -> int:
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every, resume_command=_resume_command(args.argv),
     )
     metrics = card.metrics
     print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
@@ -298,6 +322,13 @@ def cmd_train(args) -> int:
     if not args.publish:
         print(f"  use it: ZOO_REGISTRY={registry_file} zoo sample {card.name} --prompt ...")
     return 0
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that continues this run: the same one, with --resume."""
+    import shlex
+
+    return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
 def cmd_verify(args) -> int:
@@ -404,10 +435,20 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
-    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
+    p.add_argument("pattern", nargs="?", help="part of the name ('rope') or a shell wildcard ('transformer-*') (default: all)")
+    p.add_argument("--tag", action="append", help="only variants with this tag; may be repeated (default: any)")
+    p.add_argument("--architecture", help="only this architecture, e.g. 'gpt' (default: any)")
+    p.add_argument("--tokenizer", help="only this tokenizer kind, e.g. 'bpe' or 'char' (default: any)")
+    p.add_argument("--dataset", help="only variants trained on this data: the recipe's file, its name or stem (default: any)")
+    p.add_argument("--sort", choices=["validation_loss", "parameters", "name"], help="order of the rows (default: catalogue order)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
     p.set_defaults(run=cmd_list)
+
+    p = commands.add_parser("search", help="find variants whose name, description or tags hold every word")
+    p.add_argument("text", nargs="+", help="words to look for, e.g. 'rope' or 'no positions'")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(run=cmd_search)
 
     p = commands.add_parser("show", help="show a variant's card")
     p.add_argument("name", help="the variant (see `zoo list`)")
@@ -547,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zoo: error: {suggestion}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    args.argv = list(argv)
     if args.command is None:  # bare `zoo`: show what there is
         parser.print_help()
         return 0

@@ -192,7 +192,7 @@ def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, pl
     histories = [[] for _ in arms]
     update_seconds = [0.0 for _ in arms]
     samples = [{} for _ in arms]
-    progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress)
+    progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every)
     started = time.perf_counter()
     for step in range(1, study.steps + 1):
         starts = torch.randint(len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator)
@@ -218,7 +218,8 @@ def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, pl
                 generated = sample_tokens(network, ids, study.sample_tokens, generator=torch.Generator().manual_seed(study.sample_seed))
                 samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids):].tolist())
         shown = {"train": histories[-1][-1]["train"], "validation": histories[-1][-1]["validation"]} if histories[-1] and histories[-1][-1]["step"] == step else None
-        progress.update(step, time.perf_counter() - started, step * study.tokens_per_update * len(arms), shown)
+        progress.update(step, time.perf_counter() - started, step * study.tokens_per_update * len(arms), shown, batch_loss=loss.item())
+    progress.close()
     runs = []
     for i, (arm, network) in enumerate(zip(arms, networks)):
         run = {"arm": arm.label, "seed": seed, "context": arm.context, "parameters": sum(p.numel() for p in network.parameters()),

@@ -22,7 +22,7 @@ from .errors import ZooError
 from .files import atomic_copy, atomic_write_text, exclusive_lock, remove_stale_temporaries
 from .plugin_manager import get_plugins
 from .registry import Variant, upsert_registry_entry
-from .training import Progress, StandardTrainer, resolve_data_path, seeded_network
+from .training import Progress, StandardTrainer, TrainingInterrupted, resolve_data_path, seeded_network
 from .trainstate import read_training_state, run_identity, training_state_path, write_training_state
 
 
@@ -37,6 +37,8 @@ def train_variant(
     show_progress: bool = True,
     resume: bool = False,
     checkpoint_every: int | None = None,
+    log_every: int | None = None,
+    resume_command: str | None = None,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
@@ -46,6 +48,10 @@ def train_variant(
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
     beside the checkpoint, and ``resume`` continues from it. Returns the new card
     and the registry file that holds it.
+
+    Ctrl-C stops after the step in progress, saves the state (whatever
+    ``checkpoint_every`` says) and says how to continue: ``resume_command`` when
+    given (the CLI passes the command line with ``--resume``), else in words.
     """
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
@@ -80,17 +86,25 @@ def train_variant(
             print(f"{name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
                   f"--resume continues it instead", file=sys.stderr)
         every = recipe.eval_every if checkpoint_every is None else checkpoint_every
-        progress = Progress(name, recipe.steps, enabled=show_progress, start_step=state.step if state else 0)
+        progress = Progress(name, recipe.steps, enabled=show_progress, start_step=state.step if state else 0,
+                            eval_every=recipe.eval_every, log_every=log_every)
         try:
             result = StandardTrainer().train(
                 network, recipe, corpus, card.context_length, progress,
                 resume=state, checkpoint_every=every,
                 on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
             )
-        except KeyboardInterrupt:
+        except TrainingInterrupted as stop:
+            how = resume_command or f"the same command with --resume (or train_variant(..., resume=True))"
+            print(f"\n{name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
+                  f"  continue with: {how}", file=sys.stderr)
+            raise
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
             if state_path.exists():
                 print(f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}", file=sys.stderr)
             raise
+        finally:
+            progress.close()
         new_card = _trained_card(card, recipe, result, network)
         if not publish and variant.tokenizer_path is not None:
             copied = registry_file.parent / variant.tokenizer_path.name
