@@ -236,7 +236,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from .experiment import StudyConfig, load_study, run_study
+    from .experiment import StudyConfig, curve_eval_every, load_study, run_study
 
     if bool(args.study) == bool(args.arms):
         raise ZooError("name a study (see experiments/studies.toml) or give --arms, not both")
@@ -248,8 +248,8 @@ def cmd_experiment(args) -> int:
             setattr(study, key, getattr(args, key))
     if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
         raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
-    if args.eval_every is None:  # enough points for a curve whatever --steps is: at least ~20 evaluations
-        study.eval_every = min(study.eval_every, max(1, study.steps // 20))
+    if args.eval_every is None:  # enough points for a curve whatever --steps is
+        study.eval_every = curve_eval_every(study.steps, study.eval_every)
     out = args.out or Path("runs") / "experiments" / study.name
     report = run_study(study, out, data=args.data, show_progress=not args.quiet)
     print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")

@@ -144,6 +144,16 @@ def _share_initial_values(networks: list[torch.nn.Module]) -> None:
                     seen.setdefault(name, parameter.detach().clone())
 
 
+CURVE_POINTS = 20
+
+
+def curve_eval_every(steps: int, eval_every: int) -> int:
+    """An evaluation interval that draws a curve at any length of run: the
+    study's, or shorter when that would leave fewer than ~20 points (a
+    200-step run at the default 500 would be scored at steps 1 and 200 only)."""
+    return max(1, min(eval_every, steps // CURVE_POINTS))
+
+
 def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_progress: bool = True) -> dict:
     if any(m > study.steps for m in study.milestones):
         study.milestones = [m for m in study.milestones if m <= study.steps]
