@@ -146,3 +146,10 @@ def test_puzzle_says_which_options_do_not_apply(zoo):
     assert "--max-new-tokens, --temperature do not apply" in result.err
     quiet = zoo("sample", "puzzle-disobeys", "--prompt", "Human disobeys keep-flight he-is?")
     assert quiet.err == "" and quiet.out == result.out
+
+
+def test_cli_stop_reads_backslash_n_as_a_newline(zoo):
+    # Greedy gpt-char-mini answers "ROMEO:" with a newline first: `--stop '\n'` ends it there.
+    assert zoo("sample", NAME, "--prompt", "ROMEO:", "--greedy", "--max-new-tokens", "5").out.startswith("ROMEO:\n")
+    result = zoo("sample", NAME, "--prompt", "ROMEO:", "--greedy", "--max-new-tokens", "5", "--stop", "\\n")
+    assert result.code == 0 and result.out == "ROMEO:\n"

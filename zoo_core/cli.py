@@ -160,6 +160,13 @@ def cmd_load(args) -> int:
 _CONTINUATION_OPTIONS = ("max_new_tokens", "seed", "temperature", "greedy", "top_k", "top_p", "num_samples", "stop", "stream")
 
 
+def _unescape(text: str) -> str:
+    r"""``\n`` and ``\t`` typed in a shell argument mean a newline and a tab (``\\``: a backslash)."""
+    import re
+
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
+
+
 def cmd_sample(args) -> int:
     from .sampling import check_sampling_arguments
 
@@ -184,7 +191,7 @@ def cmd_sample(args) -> int:
     if args.explain or args.png:
         raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
     settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                    top_p=args.top_p, stop=args.stop or [])
+                    top_p=args.top_p, stop=[_unescape(stop) for stop in args.stop or []])
     stream = args.stream if args.stream is not None else (sys.stdout.isatty() and not args.json and args.num_samples == 1)
     if stream and (args.json or args.num_samples > 1):
         raise ZooError("--stream shows one sample as plain text; drop --json and --num-samples, or --stream")
@@ -485,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=None, help="draw only among the K most likely tokens (default: all)")
     p.add_argument("--top-p", type=float, default=None, help="draw only among the most likely tokens that together reach probability P (default: all)")
     p.add_argument("--num-samples", type=int, default=1, help="how many samples to draw, as one batch")
-    p.add_argument("--stop", action="append", metavar="STRING", help="end the sample before this text; may be repeated (default: none)")
+    p.add_argument("--stop", action="append", metavar="STRING", help=r"end the sample before this text (\n is a newline, \t a tab); may be repeated (default: none)")
     p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
                    help="print tokens as they are drawn (default: on a terminal, for one sample without --json)")
     p.add_argument("--json", action="store_true", help="print the prompt, tokens, text and settings as JSON")
