@@ -14,6 +14,7 @@ evaluation and warm-up) predict hours for a one-minute run.
 
 from __future__ import annotations
 
+import atexit
 import sys
 import time
 from typing import TextIO
@@ -153,12 +154,16 @@ class TrainingProgress:
         self._task = self._bar.add_task(self.name, total=self.total, completed=self.start_step,
                                         loss="loss …", rate="", eta="ETA …")
         self._bar.start()
+        # However the loop ends (an exception, Ctrl-C), the bar is stopped before
+        # exit: a live display left running keeps the terminal's cursor hidden.
+        atexit.register(self.close)
 
     def close(self) -> None:
         """Stop the bar (idempotent); the terminal is left as it was."""
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+            atexit.unregister(self.close)
 
     def message(self, text: str) -> None:
         """A line above the bar (or in the log)."""
