@@ -82,7 +82,8 @@ class TrainingProgress:
         remaining = self.total - step
         evaluations = 0
         if self.eval_every and self.eval_seconds:
-            evaluations = remaining // self.eval_every + (1 if self.total % self.eval_every else 0)
+            # Evaluation steps still to come: multiples of eval_every, and the last step.
+            evaluations = self.total // self.eval_every - step // self.eval_every + (1 if self.total % self.eval_every else 0)
         mean_eval = sum(self.eval_seconds) / len(self.eval_seconds) if self.eval_seconds else 0.0
         return remaining * per_step + evaluations * mean_eval
 
