@@ -221,7 +221,9 @@ def cmd_compare(args) -> int:
     from .compare import compare_variants
     from .sampling import check_sampling_arguments
 
-    check_sampling_arguments(args.max_new_tokens, 1.0, None)
+    check_sampling_arguments(args.max_new_tokens, flags=True)
+    if args.windows < 1:  # checked here to name the flag; the API names its argument
+        raise ZooError(f"--windows must be at least 1, not {args.windows}")
     report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data)
     if args.out:
         from .plots import text_panels_png
@@ -329,6 +331,9 @@ def cmd_eval(args) -> int:
 
 def cmd_train(args) -> int:
     from .trainrun import train_variant
+
+    if args.checkpoint_every is not None and args.checkpoint_every < 0:  # named as the flag; the API names its argument
+        raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {args.checkpoint_every}")
 
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,

@@ -59,7 +59,7 @@ def train_variant(
     if card.recipe.kind != "trained":
         raise ZooError(f"variant '{name}' is {card.recipe.kind}; it has no training recipe")
     if checkpoint_every is not None and checkpoint_every < 0:
-        raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {checkpoint_every}")
+        raise ZooError(f"checkpoint_every must be a number of steps (0: never), not {checkpoint_every}")
     overrides = {key: value for key, value in (("steps", steps), ("seed", seed)) if value is not None}
     if data is not None:  # recorded absolute: the recipe's path is read relative to the registry file
         data = data.resolve()
