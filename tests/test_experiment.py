@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,8 @@ from safetensors.torch import load_file
 
 import zoo_core
 from zoo_core.experiment import _share_initial_values
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_shared_components_start_equal_but_stay_separate():
@@ -87,6 +90,16 @@ def test_cross_evaluation_scores_every_shorter_context(zoo, tmp_path):
     runs = json.loads((tmp_path / "results.json").read_text())["runs"]
     assert set(runs[0]["cross_evaluation"]) == {"8"}
     assert set(runs[1]["cross_evaluation"]) == {"8", "32"}
+
+
+def test_a_short_study_still_draws_a_curve(zoo, tmp_path):
+    data = tmp_path / "small.txt"
+    data.write_text((ROOT / "data" / "tinyshakespeare.txt").read_text()[:40_000])
+    result = zoo("experiment", "--arms", "transformer-1b-learned-ctx8", "--steps", "40", "--seeds", "1",
+                 "--eval-targets", "32", "--data", str(data), "--out", str(tmp_path / "out"), "--quiet")
+    assert result.code == 0, result.err
+    run = json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]
+    assert [h["step"] for h in run["history"]] == [1, *range(2, 41, 2)]  # 21 points, not 2
 
 
 @pytest.mark.parametrize("args, message", [

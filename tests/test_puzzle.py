@@ -115,7 +115,7 @@ def test_rule_agrees_with_the_seed_and_enumerates_every_sentence():
 
 def test_puzzle_disobeys_solves_every_sentence(puzzle):
     report = puzzle.network.evaluate(puzzle.tokenizer)
-    assert report == {"accuracy": 1.0, "correct": 128, "total": 128, "failures": []}
+    assert report == {"accuracy": 1.0, "correct": 128, "total": 128, "failures_total": 0, "failures": []}
     assert puzzle.card.metrics.accuracy == 1.0
 
 
@@ -133,6 +133,13 @@ def test_without_positions_only_obeyed_sentences_are_right(puzzle_nopos):
     assert (report["correct"], report["total"]) == (32, 128)  # the 32 sentences without "disobeys"
     assert report["accuracy"] == puzzle_nopos.card.metrics.accuracy == 0.25
     assert len(report["failures"]) == 10 and all("disobeys" in f for f in report["failures"])
+    assert report["failures_total"] == 96  # the list is capped; the count is not
+
+
+def test_eval_prints_the_real_failure_count(zoo):
+    result = zoo("eval", "puzzle-disobeys-nopos")
+    assert result.code == 0
+    assert "failures: 96 (first 10 shown)" in result.out
 
 
 # -- the checkpoints -----------------------------------------------------------------

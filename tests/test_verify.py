@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from zoo_core.plugin_manager import get_plugins
 
@@ -61,3 +62,12 @@ def test_a_registry_that_cannot_be_read_is_a_failed_row(zoo, private_catalogue):
 def test_no_match_is_an_error(zoo):
     result = zoo("verify", "nothing-like-this-*")
     assert result.code == 1 and result.err == "zoo: error: no variant matches 'nothing-like-this-*'\n"
+
+
+def test_verify_paths_read_from_any_folder(zoo, tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(tmp_path)  # outside the project: absolute paths, never ../../ chains
+    row = json.loads(zoo("verify", "bigram", "--json").out)[0]
+    assert row["file"] == str(root / "checkpoints" / "bigram.safetensors")
+    monkeypatch.chdir(root)  # inside it: relative to where the user stands
+    assert json.loads(zoo("verify", "bigram", "--json").out)[0]["file"] == "checkpoints/bigram.safetensors"

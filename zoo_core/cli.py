@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
+from .clihelp import DefaultsHelpFormatter, finish_help, unknown_command_message
 from .errors import ZooError
 
 CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working folder
 
 
 def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+    from .tables import render_table
 
-    def line(cells):
-        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return render_table(headers, rows, right)
 
 
 def _summary(card) -> dict:
@@ -57,20 +56,43 @@ def _warn_catalogue_problems(found) -> None:
 
 
 def cmd_list(args) -> int:
-    from .api import catalogue, unbuildable_reason
+    from .api import catalogue
+    from .finding import VariantFilter, find_variants
 
     found = catalogue()
     _warn_catalogue_problems(found)
-    variants = [v for v in found.match(args.pattern) if args.source is None or v.layer == args.source]
+    criteria = VariantFilter(args.pattern, args.tag or [], args.architecture, args.tokenizer, args.dataset)
+    variants = [v for v in find_variants(found, criteria, args.sort) if args.source is None or v.layer == args.source]
+    where = f" in the {args.source} catalogue" if args.source else ""
+    return _print_variants(args, variants, "no variant matches" + _described(args) + where)
+
+
+def _described(args) -> str:
+    given = [f"'{args.pattern}'"] if args.pattern else []
+    given += [f"--{key.replace('_', '-')} {value}" for key in ("tag", "architecture", "tokenizer", "dataset")
+              for value in ((getattr(args, key) or []) if key == "tag" else [getattr(args, key)]) if value]
+    return " " + " ".join(given) if given else " (no variants registered)"
+
+
+def cmd_search(args) -> int:
+    from .api import catalogue
+    from .finding import search_variants
+
+    text = " ".join(args.text)
+    return _print_variants(args, search_variants(catalogue(), text), f"no variant's name, description or tags hold '{text}'")
+
+
+def _print_variants(args, variants, nothing: str) -> int:
+    from .api import unbuildable_reason
+
     rows = [{**_summary(v.card), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        where = f" in the {args.source} catalogue" if args.source else ""
-        print(f"no variant matches '{args.pattern}'{where}" if args.pattern else f"no variants registered{where}", file=sys.stderr)
+        print(nothing, file=sys.stderr)
         return 1
-    if args.markdown:
+    if getattr(args, "markdown", False):
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
         print("|---|---|---:|---|---|---:|---:|---:|---:|")
         for variant, r in zip(variants, rows):
@@ -115,6 +137,12 @@ def cmd_show(args) -> int:
 def cmd_load(args) -> int:
     from .api import load
 
+    # torch is imported first and timed apart: it costs the same for every
+    # variant, and "loaded in" should say what loading this variant costs.
+    started = time.perf_counter()
+    import torch  # noqa: F401
+
+    torch_seconds = time.perf_counter() - started
     started = time.perf_counter()
     model = load(args.name)
     total = time.perf_counter() - started
@@ -129,6 +157,7 @@ def cmd_load(args) -> int:
         "verified": verification.checks,
         "weights_seconds": round(verification.seconds, 4),
         "load_seconds": round(total, 4),
+        "torch_import_seconds": round(torch_seconds, 4),
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -136,8 +165,21 @@ def cmd_load(args) -> int:
         print(f"{model.name}: {model.card.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors")
         print(f"  checkpoint {verification.path}")
         print(f"  verified   {', '.join(verification.checks)} (sha256 {verification.sha256[:16]}…)")
-        print(f"  loaded in  {total * 1000:.0f} ms (weights {verification.seconds * 1000:.1f} ms)")
+        print(f"  loaded in  {total * 1000:.0f} ms (weights {verification.seconds * 1000:.1f} ms; "
+              f"importing torch took {torch_seconds * 1000:.0f} ms more)")
     return 0
+
+
+# Options of `zoo sample` that only language models use; task models (the
+# puzzle) answer the prompt instead and say which of these were ignored.
+_CONTINUATION_OPTIONS = ("max_new_tokens", "seed", "temperature", "greedy", "top_k", "top_p", "num_samples", "stop", "stream")
+
+
+def _unescape(text: str) -> str:
+    r"""``\n`` and ``\t`` typed in a shell argument mean a newline and a tab (``\\``: a backslash)."""
+    import re
+
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
 
 
 def cmd_sample(args) -> int:
@@ -146,8 +188,10 @@ def cmd_sample(args) -> int:
     from .prompts import read_prompt
     from .seeding import check_seed
 
+    if args.greedy:
+        args.temperature = 0.0
     # Check what the user typed before paying for torch and the checkpoint.
-    check_sampling_arguments(args.max_new_tokens, args.temperature, args.top_k)
+    check_sampling_arguments(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, flags=True)
     check_seed(args.seed)
     prompt = read_prompt(args.prompt, args.prompt_file)
     if not prompt:
@@ -156,11 +200,40 @@ def cmd_sample(args) -> int:
 
     model = load(args.name)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
-        print(model.network.ask(model.tokenizer, prompt, explain=args.explain, png=args.png))
+        ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
+        if ignored:
+            flags = ", ".join("--" + option.replace("_", "-") for option in ignored)
+            print(f"zoo: note: '{args.name}' answers the prompt rather than continuing it; {flags} "
+                  f"{'does' if len(ignored) == 1 else 'do'} not apply", file=sys.stderr)
+        answer = model.network.ask(model.tokenizer, prompt, explain=args.explain, png=args.png)
+        print(json.dumps({"name": model.name, "prompt": prompt, "answer": answer}, indent=2) if args.json else answer)
         return 0
     if args.explain or args.png:
         raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
-    print(model.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+    settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                    top_p=args.top_p, stop=[_unescape(stop) for stop in args.stop or []])
+    stream = args.stream if args.stream is not None else (sys.stdout.isatty() and not args.json and args.num_samples == 1)
+    if stream and (args.json or args.num_samples > 1):
+        raise ZooError("--stream shows one sample as plain text; drop --json and --num-samples, or --stream")
+    if stream:
+        # What is printed stays printed: Ctrl-C ends the sample (exit 130) but
+        # keeps the text so far on the terminal.
+        print(prompt, end="", flush=True)
+        try:
+            for piece in model.stream(prompt, seed=args.seed, **settings):
+                print(piece, end="", flush=True)
+        finally:
+            print(flush=True)
+        return 0
+    samples = model.sample(prompt, seed=args.seed, num_samples=args.num_samples, **settings)
+    if args.json:
+        print(json.dumps({"name": model.name, "settings": {**settings, "seed": args.seed, "num_samples": args.num_samples},
+                          "samples": [sample.as_dict() for sample in samples]}, indent=2))
+    elif len(samples) == 1:
+        print(samples[0].prompt + samples[0].text)
+    else:
+        for number, sample in enumerate(samples, 1):
+            print(f"--- sample {number} of {len(samples)} (seed {sample.seed}) ---\n{sample.prompt + sample.text}")
     return 0
 
 
@@ -170,7 +243,9 @@ def cmd_compare(args) -> int:
 
     from .seeding import check_seed
 
-    check_sampling_arguments(args.max_new_tokens, 1.0, None)
+    check_sampling_arguments(args.max_new_tokens, flags=True)
+    if args.windows < 1:  # checked here to name the flag; the API names its argument
+        raise ZooError(f"--windows must be at least 1, not {args.windows}")
     check_seed(args.seed)
     if args.data is not None and args.dataset is not None:
         raise ZooError("give --data PATH or --dataset NAME, not both")
@@ -196,7 +271,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from .experiment import StudyConfig, load_study, run_study
+    from .experiment import StudyConfig, curve_eval_every, load_study, run_study
 
     if bool(args.study) == bool(args.arms):
         raise ZooError("name a study (see experiments/studies.toml) or give --arms, not both")
@@ -208,6 +283,8 @@ def cmd_experiment(args) -> int:
             setattr(study, key, getattr(args, key))
     if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
         raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
+    if args.eval_every is None:  # enough points for a curve whatever --steps is
+        study.eval_every = curve_eval_every(study.steps, study.eval_every)
     out = args.out or Path("runs") / "experiments" / study.name
     report = run_study(study, out, data=args.data, show_progress=not args.quiet)
     print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
@@ -264,8 +341,13 @@ def cmd_eval(args) -> int:
         print(f"{model.name}:")
         for key, value in report.items():
             label = key.replace("_", " ")
+            if key.endswith("_total") and isinstance(report.get(key.removesuffix("_total")), list):
+                continue  # printed with its list
             if isinstance(value, list):
-                print(f"  {label}: {len(value) or 'none'}")
+                # A capped list says how many there are in all, not how many it shows.
+                count = report.get(f"{key}_total", len(value))
+                capped = f" (first {len(value)} shown)" if count > len(value) else ""
+                print(f"  {label}: {count or 'none'}{capped}")
                 for item in value:
                     print(f"    {item}")
             else:
@@ -279,10 +361,12 @@ def cmd_train(args) -> int:
 
     if args.seed is not None:
         check_seed(args.seed)
+    if args.checkpoint_every is not None and args.checkpoint_every < 0:  # named as the flag; the API names its argument
+        raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {args.checkpoint_every}")
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
-        new_name=args.new_name,
+        new_name=args.new_name, log_every=args.log_every, resume_command=_resume_command(args.argv),
     )
     metrics = card.metrics
     if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
@@ -296,6 +380,13 @@ def cmd_train(args) -> int:
         print(f"  use it: zoo --registry {registry_file} sample {card.name} --prompt ...  "
               f"(beside a variant of the same name: train with --name NEW)")
     return 0
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that continues this run: the same one, with --resume."""
+    import shlex
+
+    return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
 def cmd_verify(args) -> int:
@@ -421,9 +512,20 @@ def cmd_check_plugin(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zoo")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.")
+    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.",
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the zoo's version and exit")
     parser.add_argument("--registry", action="append", type=Path, metavar="FILE", default=[],
                         help="also read variants from this registry file (repeatable; added after ZOO_REGISTRY)")
     parser.add_argument("--max-parameters", metavar="N",
@@ -431,55 +533,76 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-memory", metavar="SIZE",
                         help="refuse to build a variant estimated to need more memory for one window, e.g. 32G "
                              "(default 16G; env ZOO_MAX_MEMORY)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
-    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("pattern", nargs="?", help="part of the name ('rope') or a shell wildcard ('transformer-*') (default: all)")
+    p.add_argument("--tag", action="append", help="only variants with this tag; may be repeated (default: any)")
+    p.add_argument("--architecture", help="only this architecture, e.g. 'gpt' (default: any)")
+    p.add_argument("--tokenizer", help="only this tokenizer kind, e.g. 'bpe' or 'char' (default: any)")
+    p.add_argument("--dataset", help="only variants trained on this data: the recipe's file, its name or stem (default: any)")
+    p.add_argument("--sort", choices=["validation_loss", "parameters", "name"], help="order of the rows (default: catalogue order)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
     p.add_argument("--source", choices=["built-in", "plugin", "user", "extra"],
                    help="only variants of this catalogue layer (default: all)")
     p.set_defaults(run=cmd_list)
 
+    p = commands.add_parser("search", help="find variants whose name, description or tags hold every word")
+    p.add_argument("text", nargs="+", help="words to look for, e.g. 'rope' or 'no positions'")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(run=cmd_search)
+
     p = commands.add_parser("show", help="show a variant's card")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--json", action="store_true", help="print the card as JSON instead of TOML")
     p.set_defaults(run=cmd_show)
 
     p = commands.add_parser("load", help="build a variant, verify and load its weights")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=cmd_load)
 
-    p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)")
-    p.add_argument("name")
-    p.add_argument("--prompt", help="the text to continue; '-' reads it from standard input (at most 16 MiB)")
+    p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)",
+                            description="Continue a prompt with a language model, or ask a task model (the puzzle) a question. "
+                                        "Sample i of --num-samples N is drawn with seed SEED+i: `--seed SEED+i` alone gives it again.")
+    p.add_argument("name", help="the variant to sample (see `zoo list`)")
+    p.add_argument("--prompt", help="the text to continue (the puzzle: the sentence to answer); '-' reads it from standard input (at most 16 MiB)")
     p.add_argument("--prompt-file", type=Path, metavar="PATH", help="read the prompt from this UTF-8 file (at most 16 MiB)")
-    p.add_argument("--max-new-tokens", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0, help="any whole number from -2**63 to 2**64-1 (default 0)")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=100, help="how many tokens to draw at most")
+    p.add_argument("--seed", type=int, default=0, help="seed of the (first) sample's draws: any whole number from -2**63 to 2**64-1")
+    p.add_argument("--temperature", type=float, default=1.0, help="divides the logits; 0 is greedy decoding")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (same as --temperature 0)")
+    p.add_argument("--top-k", type=int, default=None, help="draw only among the K most likely tokens (default: all)")
+    p.add_argument("--top-p", type=float, default=None, help="draw only among the most likely tokens that together reach probability P (default: all)")
+    p.add_argument("--num-samples", type=int, default=1, help="how many samples to draw, as one batch")
+    p.add_argument("--stop", action="append", metavar="STRING", help=r"end the sample before this text (\n is a newline, \t a tab); may be repeated (default: none)")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="print tokens as they are drawn (default: on a terminal, for one sample without --json)")
+    p.add_argument("--json", action="store_true", help="print the prompt, tokens, text and settings as JSON")
     p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
-    p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG")
-    p.set_defaults(run=cmd_sample)
+    p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG (default: none)")
+    p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
 
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
-    p.add_argument("name")
+    p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
-    p.add_argument("--data", type=Path, help="evaluate on this text file's validation split")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--data", type=Path, help="evaluate on this text file's validation split (default: the recipe's corpus)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
-    p.add_argument("name")
-    p.add_argument("--steps", type=int, help="override the recipe's number of updates")
-    p.add_argument("--seed", type=int, help="override the recipe's seed")
-    p.add_argument("--data", type=Path, help="train on this text file instead of the recipe's corpus")
+    p.add_argument("name", help="the variant to train (see `zoo list`)")
+    p.add_argument("--steps", type=int, help="number of updates (default: the recipe's)")
+    p.add_argument("--seed", type=int, help="seed of weights, batches and dropout (default: the recipe's)")
+    p.add_argument("--data", type=Path, help="train on this text file (default: the recipe's corpus)")
     p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
     p.add_argument("--publish", action="store_true",
                    help="add the result to your catalogue ($ZOO_HOME, default ~/.local/share/zoo), or to the last --registry FILE")
     p.add_argument("--name", dest="new_name", metavar="NEW", help="name of the trained variant (default: the variant's own name)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--log-every", type=int, metavar="N",
+                   help="when not on a terminal, print a progress line every N steps (default: about 20 lines per run)")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
     p.add_argument("--resume", action="store_true",
@@ -487,45 +610,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
-    p.add_argument("names", nargs="+", metavar="NAME")
-    p.add_argument("--windows", type=int, default=320, help="windows per split (default 320)")
+    p.add_argument("names", nargs="+", metavar="NAME", help="the variants to compare; the first is the baseline")
+    p.add_argument("--windows", type=int, default=320, help="windows per split")
     p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
-    p.add_argument("--prompt", help="default: the start of the training text")
-    p.add_argument("--max-new-tokens", type=int, default=100)
-    p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
+    p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
+    p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
+    p.add_argument("--data", type=Path, help="score on this text file (default: the recipe's corpus)")
     p.add_argument("--dataset", metavar="NAME", help="score on this registered dataset (`zoo datasets`); needed when the variants were trained on different text")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
     p.add_argument("study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)")
-    p.add_argument("--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants")
-    p.add_argument("--steps", type=int)
-    p.add_argument("--seeds", type=int, nargs="+")
-    p.add_argument("--milestones", type=int, nargs="+")
-    p.add_argument("--eval-every", type=int)
-    p.add_argument("--eval-targets", type=int, help="target tokens scored per split (default 1024)")
+    p.add_argument("--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants (default: none)")
+    p.add_argument("--steps", type=int, help="updates per arm (default: the study's)")
+    p.add_argument("--seeds", type=int, nargs="+", help="paired seeds, each running every arm (default: the study's)")
+    p.add_argument("--milestones", type=int, nargs="+", help="steps at which each arm is checkpointed (default: the study's)")
+    p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the study's)")
+    p.add_argument("--eval-targets", type=int, help="target tokens scored per split (default: the study's, 1024)")
     p.add_argument("--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study")
-    p.add_argument("--prompt")
-    p.add_argument("--data", type=Path)
-    p.add_argument("--out", type=Path, help="default runs/experiments/STUDY")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--prompt", help="prompt of the same-seed samples (default: the study's)")
+    p.add_argument("--data", type=Path, help="train and score on this text file (default: the recipe's corpus)")
+    p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(run=cmd_experiment)
 
     p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
-    p.add_argument("name")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps")
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--prompt", required=True, help="the text whose attention to show")
+    p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps (default: print)")
     p.set_defaults(run=cmd_attention)
 
     p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")
-    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*' (default: every variant)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(run=cmd_verify)
 
     p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plugins and conflicts as JSON")
     p.set_defaults(run=cmd_plugins)
 
     p = commands.add_parser("new-plugin", help="write the skeleton of a third-party plugin package")
@@ -546,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a registered tokenizer that can be trained: 'bpe', 'char' or a plugin's (default: bpe)")
     p.add_argument("--data", default="tinyshakespeare",
                    help="a registered dataset's name or a text file (default: tinyshakespeare)")
-    p.add_argument("--vocab-size", type=int, default=1024, help="BPE only")
+    p.add_argument("--vocab-size", type=int, default=1024, help="BPE only: tokens in the vocabulary")
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
@@ -560,9 +683,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="conformance only: build each component, skip the model checks")
     p.set_defaults(run=cmd_check_plugin)
 
+    p = commands.add_parser("completion", help="print the shell completion script for bash or zsh",
+                            description="Print the script that completes zoo's commands, options and variant names. "
+                                        "bash: eval \"$(zoo completion bash)\" in ~/.bashrc; "
+                                        "zsh: eval \"$(zoo completion zsh)\" in ~/.zshrc.")
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
+    p.set_defaults(run=cmd_completion)
+
     for subparser in commands.choices.values():  # `zoo list --registry F` works as well as `zoo --registry F list`
         subparser.add_argument("--registry", action="append", type=Path, metavar="FILE", dest="sub_registry", default=[],
                                help="also read variants from this registry file (repeatable)")
+    finish_help(parser, commands)
     return parser
 
 
@@ -593,9 +724,31 @@ def _restore_environment(before: dict[str, str | None]) -> None:
             os.environ[variable] = value
 
 
+def cmd_completion(args) -> int:
+    import argcomplete
+
+    print(argcomplete.shellcode(["zoo"], shell=args.shell))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions: answers and exits
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    suggestion = unknown_command_message(parser, argv)
+    if suggestion:
+        parser.print_usage(sys.stderr)
+        print(f"zoo: error: {suggestion}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
+    args.argv = list(argv)
+    if args.command is None:  # bare `zoo`: show what there is
+        parser.print_help()
+        return 0
+
     from .catalogue_layers import set_command_line_registries
 
     set_command_line_registries([*args.registry, *args.sub_registry])

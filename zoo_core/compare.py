@@ -68,7 +68,7 @@ def compare_variants(
     if len(names) < 2:
         raise ZooError("compare needs at least two variants")
     if windows < 1:
-        raise ZooError(f"--windows must be at least 1, not {windows}")
+        raise ZooError(f"windows must be at least 1, not {windows}")
     models = [load(name) for name in names]
     for model in models:
         if hasattr(model.network, "ask"):

@@ -150,6 +150,16 @@ def _share_initial_values(networks: list[torch.nn.Module]) -> None:
                     seen.setdefault(name, parameter.detach().clone())
 
 
+CURVE_POINTS = 20
+
+
+def curve_eval_every(steps: int, eval_every: int) -> int:
+    """An evaluation interval that draws a curve at any length of run: the
+    study's, or shorter when that would leave fewer than ~20 points (a
+    200-step run at the default 500 would be scored at steps 1 and 200 only)."""
+    return max(1, min(eval_every, steps // CURVE_POINTS))
+
+
 def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_progress: bool = True) -> dict:
     if any(m > study.steps for m in study.milestones):
         study.milestones = [m for m in study.milestones if m <= study.steps]
@@ -198,7 +208,7 @@ def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, pl
     histories = [[] for _ in arms]
     update_seconds = [0.0 for _ in arms]
     samples = [{} for _ in arms]
-    progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress)
+    progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every)
     started = time.perf_counter()
     for step in range(1, study.steps + 1):
         starts = torch.randint(len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator)
@@ -224,7 +234,8 @@ def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, pl
                 generated = sample_tokens(network, ids, study.sample_tokens, generator=torch.Generator().manual_seed(study.sample_seed))
                 samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids):].tolist())
         shown = {"train": histories[-1][-1]["train"], "validation": histories[-1][-1]["validation"]} if histories[-1] and histories[-1][-1]["step"] == step else None
-        progress.update(step, time.perf_counter() - started, step * study.tokens_per_update * len(arms), shown)
+        progress.update(step, time.perf_counter() - started, step * study.tokens_per_update * len(arms), shown, batch_loss=loss.item())
+    progress.close()
     runs = []
     for i, (arm, network) in enumerate(zip(arms, networks)):
         run = {"arm": arm.label, "seed": seed, "context": arm.context, "parameters": sum(p.numel() for p in network.parameters()),

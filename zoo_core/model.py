@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from .checkpoints import Verification
 from .errors import ZooError
 from .registry import Variant
-from .sampling import sample_tokens
-from .seeding import seeded_generator
+from .sampling import Sample, SampleStream, check_sampling_arguments, sample_seeds, stream_text
 
 
 @dataclass
@@ -30,8 +29,10 @@ class ZooModel:
         return self.variant.name
 
     def encode_prompt(self, prompt: str) -> list[int]:
+        if not isinstance(prompt, str):
+            raise ZooError(f"prompt must be a string, not {type(prompt).__name__}")
         if not prompt:
-            raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
+            raise ZooError("the prompt is empty; give some text to continue")
         ids = self.tokenizer.encode(prompt)
         if not ids:
             raise ZooError(f"the prompt {prompt!r} encodes to no tokens")
@@ -39,17 +40,75 @@ class ZooModel:
 
     def generate(
         self,
-        prompt: str,
+        prompt: str | Sequence[str],
         max_new_tokens: int = 100,
         temperature: float = 1.0,
         top_k: int | None = None,
         seed: int = 0,
-    ) -> str:
-        """The prompt followed by ``max_new_tokens`` sampled tokens, as text."""
-        ids = torch.tensor([self.encode_prompt(prompt)], dtype=torch.long)
-        generator = seeded_generator(seed)
-        out = sample_tokens(self.network, ids, max_new_tokens, temperature, top_k, generator)
-        return self.tokenizer.decode(out[0].tolist())
+        *,
+        top_p: float | None = None,
+        stop: str | Sequence[str] = (),
+        num_samples: int = 1,
+    ) -> str | list[str]:
+        """Each prompt followed by up to ``max_new_tokens`` sampled tokens, as text.
+
+        ``prompt`` is a string (returns a string, or a list of ``num_samples``
+        strings) or a list of prompts of any lengths (returns a list, prompt by
+        prompt, ``num_samples`` each). Row ``r`` of that list is drawn with seed
+        ``seed + r`` and equals ``generate(its_prompt, seed=seed + r)``.
+        ``temperature`` 0 is greedy decoding; ``top_k``/``top_p`` keep only the
+        most likely tokens; the text ends before the first ``stop`` string.
+        """
+        samples = self.sample(prompt, max_new_tokens, temperature, top_k, seed, top_p=top_p, stop=stop, num_samples=num_samples)
+        texts = [s.prompt + s.text for s in samples]
+        return texts[0] if isinstance(prompt, str) and num_samples == 1 else texts
+
+    def sample(
+        self,
+        prompt: str | Sequence[str],
+        max_new_tokens: int = 100,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        *,
+        top_p: float | None = None,
+        stop: str | Sequence[str] = (),
+        num_samples: int = 1,
+    ) -> list[Sample]:
+        """``generate`` with the details: one ``Sample`` per row (prompt, its
+        tokens, the drawn tokens and text, the row's seed, why it stopped)."""
+        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p, num_samples)
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        if not prompts:
+            raise ZooError("prompt is an empty list; give at least one prompt")
+        rows = [p for p in prompts for _ in range(num_samples)]
+        encoded = [self.encode_prompt(p) for p in rows]
+        seeds = sample_seeds(seed, len(rows))
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        # Rows of one prompt length run as one batch. Prompts of different
+        # lengths run as separate batches rather than padded: nothing in the
+        # networks masks a pad token, and positions would shift, so padding
+        # would change the samples; batches by length keep each row exact.
+        by_length: dict[int, list[int]] = {}
+        for row, ids in enumerate(encoded):
+            by_length.setdefault(len(ids), []).append(row)
+        results: list[Sample | None] = [None] * len(rows)
+        for members in by_length.values():
+            stream = SampleStream(
+                self.network, self.tokenizer, [encoded[r] for r in members], [seeds[r] for r in members],
+                prompts=[rows[r] for r in members], max_new_tokens=max_new_tokens, temperature=temperature,
+                top_k=top_k, top_p=top_p, stop=stops,
+            )
+            for r, sample in zip(members, stream.run()):
+                results[r] = sample
+        return results
+
+    def stream(self, prompt: str, max_new_tokens: int = 100, temperature: float = 1.0, top_k: int | None = None,
+               seed: int = 0, *, top_p: float | None = None, stop: str | Sequence[str] = ()) -> Iterator[str]:
+        """The new text of ``generate(prompt, ...)``, piece by piece as it is drawn."""
+        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
+        return stream_text(self.network, self.tokenizer, self.encode_prompt(prompt), seed, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_k=top_k, top_p=top_p, stop=[stop] if isinstance(stop, str) else stop)
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters())

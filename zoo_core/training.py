@@ -13,21 +13,28 @@ plugin under the name ``trained``, and a third-party trainer may subclass it.
 A run can be stopped and continued: every ``checkpoint_every`` steps the trainer
 hands a ``TrainingState`` (weights, optimizer state, both generators, history) to
 ``on_checkpoint``, and ``resume=`` that state continues as if never stopped.
+Ctrl-C does the same at any step: the interrupt is held until the step in
+progress is complete (an optimizer step cut in half cannot be resumed), the
+state after it goes to ``on_checkpoint``, and ``TrainingInterrupted`` is raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import sys
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator
 
 import torch
 
 from .cards import Recipe
 from .data import BatchSampler, Corpus, fixed_windows, mean_loss
+from .progress import TrainingProgress
+
+Progress = TrainingProgress  # the name the training loops have always used
 
 
 @dataclass
@@ -101,44 +108,35 @@ def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimi
     )
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training, after the state of ``step`` was handed to ``on_checkpoint``."""
+
+    def __init__(self, step: int, saved: bool):
+        super().__init__(f"interrupted after step {step}")
+        self.step, self.saved = step, saved
 
 
-class Progress:
-    """Step, losses, tokens/s and ETA on stderr: one updating line on a terminal,
-    a line per evaluation otherwise (logs stay readable)."""
+@contextlib.contextmanager
+def interrupts_at_step_end() -> Iterator[Callable[[], bool]]:
+    """Within the block, a first Ctrl-C only raises a flag (the returned function
+    reads it) so the loop can stop between steps; a second one interrupts at once.
+    Outside the main thread signals cannot be caught, and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    requested = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
 
-    def __init__(self, name: str, total_steps: int, stream: TextIO | None = None, enabled: bool = True, start_step: int = 0):
-        self.name, self.total = name, total_steps
-        self.start_step = start_step  # a resumed run's ETA counts only the steps taken since
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.interactive = enabled and self.stream.isatty()
-        self._last_draw = 0.0
-        self._started = time.monotonic()
+    def on_interrupt(signum, frame):
+        if requested.is_set():
+            raise KeyboardInterrupt
+        requested.set()
 
-    def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not (losses or (self.interactive and now - self._last_draw > 0.5)):
-            return
-        self._last_draw = now
-        rate = tokens / seconds if seconds else 0.0  # update time only: evaluation excluded
-        elapsed = now - self._started  # the ETA uses wall time, evaluation included
-        done = step - self.start_step
-        eta = elapsed / done * (self.total - step) if done > 0 else 0.0
-        text = f"{self.name}: step {step:>{len(str(self.total))}}/{self.total}"
-        if losses:
-            text += f"  train {losses['train']:.4f}  val {losses['validation']:.4f}"
-        text += f"  {rate:,.0f} tok/s  ETA {_duration(eta)}"
-        if self.interactive:
-            self.stream.write("\r\033[K" + text + ("\n" if losses else ""))
-        elif losses:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class StandardTrainer:
@@ -180,27 +178,34 @@ class StandardTrainer:
         result = TrainingResult(steps=steps)
         first_step = 1 if resume is None else _restore(resume, model, optimizer, sampler, result) + 1
         model.train()
-        for step in range(first_step, steps + 1):
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate_at(step, recipe, steps)
-            started = time.perf_counter()
-            inputs, targets = sampler.next()
-            _, loss = model(inputs, targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if recipe.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            optimizer.step()
-            result.update_seconds += time.perf_counter() - started
-            result.tokens_seen += targets.numel()
-            losses = None
-            if step == 1 or step % recipe.eval_every == 0 or step == steps:
-                losses = {split: mean_loss(model, *windows[split]) for split in windows}
-                result.history.append({"step": step, "train_batch": loss.item(), **losses})
-            if progress:
-                progress.update(step, result.update_seconds, result.tokens_seen, losses)
-            if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:
-                on_checkpoint(_snapshot(step, model, optimizer, sampler, result))
+        with interrupts_at_step_end() as interrupted:
+            for step in range(first_step, steps + 1):
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate_at(step, recipe, steps)
+                started = time.perf_counter()
+                inputs, targets = sampler.next()
+                _, loss = model(inputs, targets)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if recipe.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+                optimizer.step()
+                result.update_seconds += time.perf_counter() - started
+                result.tokens_seen += targets.numel()
+                losses = None
+                if step == 1 or step % recipe.eval_every == 0 or step == steps:
+                    losses = {split: mean_loss(model, *windows[split]) for split in windows}
+                    result.history.append({"step": step, "train_batch": loss.item(), **losses})
+                if progress:
+                    progress.update(step, result.update_seconds, result.tokens_seen, losses, batch_loss=loss.item())
+                if interrupted() and step < steps:
+                    if progress:
+                        progress.close()
+                    if on_checkpoint:
+                        on_checkpoint(_snapshot(step, model, optimizer, sampler, result))
+                    raise TrainingInterrupted(step, saved=on_checkpoint is not None)
+                if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:
+                    on_checkpoint(_snapshot(step, model, optimizer, sampler, result))
         return result
 
 

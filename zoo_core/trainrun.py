@@ -23,7 +23,7 @@ from .errors import ZooError, printable
 from .files import atomic_copy, atomic_write_text, exclusive_lock, make_folder, remove_stale_temporaries
 from .plugin_manager import get_plugins
 from .registry import Variant, upsert_registry_entry
-from .training import Progress, TrainingJob, seeded_network
+from .training import Progress, TrainingInterrupted, TrainingJob, seeded_network
 from .trainstate import read_training_state, run_identity, training_state_path, write_training_state
 
 
@@ -39,6 +39,8 @@ def train_variant(
     resume: bool = False,
     checkpoint_every: int | None = None,
     new_name: str | None = None,
+    log_every: int | None = None,
+    resume_command: str | None = None,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
@@ -50,13 +52,17 @@ def train_variant(
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
     beside the checkpoint, and ``resume`` continues from it. Returns the new card
     and the registry file that holds it.
+
+    Ctrl-C stops after the step in progress, saves the state (whatever
+    ``checkpoint_every`` says) and says how to continue: ``resume_command`` when
+    given (the CLI passes the command line with ``--resume``), else in words.
     """
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
     trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
     if checkpoint_every is not None and checkpoint_every < 0:
-        raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {checkpoint_every}")
+        raise ZooError(f"checkpoint_every must be a number of steps (0: never), not {checkpoint_every}")
     if not trainer.uses_corpus:
         given = [option for option, value in (("--steps", steps), ("--seed", seed), ("--data", data)) if value is not None]
         if given or resume:
@@ -98,7 +104,7 @@ def train_variant(
                   f"--resume continues it instead", file=sys.stderr)
         every = recipe.eval_every if checkpoint_every is None else checkpoint_every
         progress = Progress(name, recipe.steps, enabled=show_progress and trainer.uses_corpus,
-                            start_step=state.step if state else 0)
+                            start_step=state.step if state else 0, eval_every=recipe.eval_every, log_every=log_every)
         job = TrainingJob(
             card=card, recipe=recipe, corpus=corpus, context_length=card.context_length, progress=progress,
             resume=state, checkpoint_every=every if trainer.uses_corpus else 0,
@@ -106,10 +112,17 @@ def train_variant(
         )
         try:
             result = trainer.run(network, job)
-        except KeyboardInterrupt:
+        except TrainingInterrupted as stop:
+            how = resume_command or "the same command with --resume (or train_variant(..., resume=True))"
+            print(f"\n{name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
+                  f"  continue with: {how}", file=sys.stderr)
+            raise
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
             if state_path.exists():
                 print(f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}", file=sys.stderr)
             raise
+        finally:
+            progress.close()
         new_card = _trained_card(card, recipe, result, network)
         if variant.tokenizer_path is not None:
             copied = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)

@@ -145,4 +145,6 @@ def evaluate_network(network: PuzzleTransformer, tokenizer) -> dict[str, Any]:
                 correct += 1
             elif len(failures) < MAX_FAILURES_SHOWN:
                 failures.append(f"{' '.join(words)}: got {got} {format_vector(answer)}, expected {expected}")
-    return {"accuracy": correct / total, "correct": correct, "total": total, "failures": failures}
+    # "failures" lists the first few; "failures_total" counts them all.
+    return {"accuracy": correct / total, "correct": correct, "total": total,
+            "failures_total": total - correct, "failures": failures}

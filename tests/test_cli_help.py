@@ -1,0 +1,155 @@
+"""Help that teaches, and finding models: every command and option described
+with its default, --version, bare `zoo`, "did you mean", shell completion,
+`zoo list` filters and sorting, `zoo search`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoo_core import cli
+
+ZOO = Path(sys.executable).with_name("zoo")
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_command_has_a_description_and_every_option_its_default():
+    parser = cli.build_parser()
+    commands = _commands(parser)
+    assert len(commands) >= 15
+    for name, command in commands.items():
+        assert command.description, f"`zoo {name}` has no description"
+        text = " ".join(command.format_help().split())  # help lines are wrapped: join them
+        assert command.description.split()[0] in text
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            label = action.option_strings[-1] if action.option_strings else action.dest
+            assert action.help, f"`zoo {name}`: {label} has no help text"
+            if action.option_strings and not action.required:
+                shown = command.formatter_class("zoo")._get_help_string(action)
+                assert "default" in shown, f"`zoo {name}`: {label} does not show its default"
+        for action in command._actions:  # and the rendered help carries them
+            if action.option_strings and not action.required and not isinstance(action, argparse._HelpAction):
+                assert "default" in text
+
+
+def test_sample_help_text(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["sample", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for expected in ("--max-new-tokens MAX_NEW_TOKENS how many tokens to draw at most (default: 100)",
+                     "--temperature TEMPERATURE divides the logits; 0 is greedy decoding (default: 1.0)",
+                     "--top-p TOP_P", "--num-samples", "--stop STRING", "--json print the prompt, tokens, text and settings",
+                     "name the variant to sample"):
+        assert expected in text
+
+
+def test_bare_zoo_prints_help_and_succeeds(zoo):
+    result = zoo()
+    assert result.code == 0
+    assert "usage: zoo" in result.out and "sample" in result.out and result.err == ""
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"zoo {version('zoo')}"
+
+
+@pytest.mark.parametrize("typed, suggested", [("lst", "'list'"), ("smaple", "'sample'"), ("trian", "'train'")])
+def test_unknown_command_gets_a_suggestion(zoo, typed, suggested):
+    result = zoo(typed)
+    assert result.code == 2
+    assert f"unknown command '{typed}'; did you mean {suggested}" in result.err
+
+
+def test_unknown_command_without_a_close_one(zoo):
+    result = zoo("xyzzy")
+    assert result.code == 2 and "zoo --help" in result.err
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete "), ("zsh", "compdef")])
+def test_completion_scripts(zoo, shell, marker):
+    result = zoo("completion", shell)
+    assert result.code == 0 and marker in result.out and "zoo" in result.out
+
+
+def test_completion_offers_variant_names_without_importing_torch(tmp_path):
+    out = tmp_path / "completions"
+    line = "zoo sample gpt-char-m"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "PYTHONPROFILEIMPORTTIME": "1"}
+    done = subprocess.run([str(ZOO)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(out.read_text().split("\v")) == ["gpt-char-mini", "gpt-char-mini-rope"]
+    imported = {m.group(1) for m in re.finditer(r"\|\s+(\S+)$", done.stderr, re.MULTILINE)}
+    assert "zoo_core.registry" in imported and "torch" not in imported
+
+
+# -- finding models ---------------------------------------------------------------------------
+
+
+def _names(result) -> list[str]:
+    return [row["name"] for row in json.loads(result.out)]
+
+
+def test_list_matches_substrings_and_wildcards(zoo):
+    assert _names(zoo("list", "rope", "--json")) == ["gpt-char-mini-rope"]
+    assert _names(zoo("list", "gpt-char-*", "--json")) == ["gpt-char-mini", "gpt-char-mini-rope"]
+    assert "transformer-6b-sin" in _names(zoo("list", "6B", "--json"))  # case does not matter
+
+
+def test_list_filters(zoo):
+    chars = _names(zoo("list", "--tokenizer", "char", "--json"))
+    assert chars and all(name.startswith("gpt-char") for name in chars)
+    assert _names(zoo("list", "--architecture", "puzzle", "--json")) == ["puzzle-disobeys", "puzzle-disobeys-nopos"]
+    depth = _names(zoo("list", "--tag", "depth-study", "--json"))
+    assert "transformer-6b-learned-ctx8" in depth and "bigram" not in depth
+    shakespeare = _names(zoo("list", "--dataset", "tinyshakespeare", "--json"))
+    assert "bigram" in shakespeare and "puzzle-disobeys" not in shakespeare  # hand-built: no data
+    assert _names(zoo("list", "--dataset", "data/tinyshakespeare.txt", "--json")) == shakespeare
+    none = zoo("list", "--tag", "no-such-tag")
+    assert none.code == 1 and "no variant matches --tag no-such-tag" in none.err
+
+
+def test_list_sorts(zoo):
+    rows = json.loads(zoo("list", "--sort", "validation_loss", "--json").out)
+    losses = [row["validation_loss"] for row in rows if row["validation_loss"] is not None]
+    assert losses == sorted(losses) and rows[0]["validation_loss"] == min(losses)
+    assert rows[-1]["validation_loss"] is None  # no loss: last
+    by_size = [row["parameters"] for row in json.loads(zoo("list", "--sort", "parameters", "--json").out) if row["parameters"]]
+    assert by_size == sorted(by_size)
+    names = _names(zoo("list", "--sort", "name", "--json"))
+    assert names == sorted(names)
+
+
+def test_search_looks_in_names_descriptions_and_tags(zoo):
+    assert _names(zoo("search", "rope", "--json"))[0] == "gpt-char-mini-rope"
+    assert "transformer-6b-learned-ctx8" in _names(zoo("search", "depth-study", "--json"))  # a tag
+    assert _names(zoo("search", "bag of words", "--json")) == ["puzzle-disobeys-nopos"]  # a description
+    assert _names(zoo("search", "without position", "--json"))[0] == "transformer-6b-nopos"  # the phrase first
+    missing = zoo("search", "nothing-is-called-this")
+    assert missing.code == 1 and "nothing-is-called-this" in missing.err
+
+
+def test_list_table_is_whole_rows_in_a_pipe(zoo):
+    result = zoo("list")
+    lines = result.out.splitlines()
+    assert lines[0].split()[:3] == ["name", "architecture", "layers"]
+    row = next(line for line in lines if line.startswith("gpt-char-mini-rope"))
+    assert row.split()[-1] == "1.7066" and "806,849" in row
