@@ -134,6 +134,15 @@ class ModelCard(_Strict):
         check_config_shape(config)  # before anything could be built from it
         return config
 
+    @model_serializer(mode="wrap")
+    def _opt_in_only_when_set(self, handler):
+        # The opt-in is written only where a user set it: every other card (and
+        # every checkpoint header) reads as it did before the field existed.
+        data = handler(self)
+        if not self.allow_external_paths:
+            data.pop("allow_external_paths", None)
+        return data
+
     @model_validator(mode="after")
     def _context_in_config(self) -> "ModelCard":
         # The architecture reads its window from config; the card states it once.

@@ -54,7 +54,14 @@ def finish_help(parser: argparse.ArgumentParser, commands: argparse._SubParsersA
 def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """For ``zoo lst``: "unknown command 'lst'; did you mean 'list'?" (None when the command exists)."""
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    word = next((arg for arg in argv if not arg.startswith("-")), None)
+    word, words = None, iter(argv)
+    for arg in words:  # the first word that is neither a top-level option nor its value
+        if not arg.startswith("-"):
+            word = arg
+            break
+        action = parser._option_string_actions.get(arg)
+        if action is not None and action.nargs != 0 and "=" not in arg:
+            next(words, None)  # e.g. `zoo --registry FILE list`: FILE is no command
     if word is None or word in commands.choices:
         return None
     close = difflib.get_close_matches(word, list(commands.choices), n=3, cutoff=0.5)

@@ -28,9 +28,9 @@ from typing import Iterator, Sequence
 import torch
 
 from .errors import ZooError
+from .seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
 
 _SMALLEST_TEMPERATURE = torch.finfo(torch.float32).tiny
-_SEED_SPACE = 2**64  # torch.Generator.manual_seed accepts 64-bit seeds
 
 
 def check_sampling_arguments(
@@ -62,8 +62,10 @@ def check_sampling_arguments(
 
 def sample_seeds(seed: int, count: int) -> list[int]:
     """The seed of each of ``count`` samples asked for with ``seed``: sample ``i``
-    uses ``seed + i`` (wrapping in 64 bits), so it can be drawn again alone."""
-    return [(seed + i) % _SEED_SPACE for i in range(count)]
+    uses ``seed + i`` (wrapping within the seeds zoo_core.seeding accepts), so
+    it can be drawn again alone."""
+    span = LARGEST_SEED - SMALLEST_SEED + 1
+    return [(seed + i - SMALLEST_SEED) % span + SMALLEST_SEED for i in range(count)]
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
@@ -224,7 +226,7 @@ class SampleStream:
 
     def __iter__(self) -> Iterator[list[str]]:
         ids = torch.tensor(self.prompt_ids, dtype=torch.long)
-        generators = [torch.Generator().manual_seed(seed) for seed in self.seeds]
+        generators = [seeded_generator(seed, "seed") for seed in self.seeds]
         tokens = stream_tokens(self.model, ids, generator=generators, **self.settings)
         try:
             for step in tokens:
