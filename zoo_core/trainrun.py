@@ -37,6 +37,8 @@ def train_variant(
     show_progress: bool = True,
     resume: bool = False,
     checkpoint_every: int | None = None,
+    interim_eval_windows: int | None = None,
+    compile: bool = False,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
@@ -45,13 +47,16 @@ def train_variant(
     own checkpoint and registry entry instead. Every ``checkpoint_every`` steps
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
     beside the checkpoint, and ``resume`` continues from it. Returns the new card
-    and the registry file that holds it.
+    and the registry file that holds it. ``interim_eval_windows`` and
+    ``compile`` are passed to the trainer (`StandardTrainer.train`).
     """
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
     if card.recipe.kind != "trained":
         raise ZooError(f"variant '{name}' is {card.recipe.kind}; it has no training recipe")
+    if interim_eval_windows is not None and interim_eval_windows < 1:
+        raise ZooError(f"--interim-eval-windows must be at least 1, not {interim_eval_windows}")
     if checkpoint_every is not None and checkpoint_every < 0:
         raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {checkpoint_every}")
     overrides = {key: value for key, value in (("steps", steps), ("seed", seed)) if value is not None}
@@ -84,7 +89,7 @@ def train_variant(
         try:
             result = StandardTrainer().train(
                 network, recipe, corpus, card.context_length, progress,
-                resume=state, checkpoint_every=every,
+                resume=state, checkpoint_every=every, interim_eval_windows=interim_eval_windows, compile=compile,
                 on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
             )
         except KeyboardInterrupt:
