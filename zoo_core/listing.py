@@ -20,7 +20,9 @@ from pathlib import Path
 from .plugin_manager import PluginSet, get_plugins
 
 _FORMAT = 1  # bump when the rows' layout changes
-_SCHEMA_FILES = ("cards.py", "registry.py", "listing.py")
+_SCHEMA_FILES = ("cards.py", "registry.py", "listing.py", "cli.py")  # cli.py: what a row holds
+# Files larger than this are never cached: the validating path refuses or reads them.
+_HASH_LIMIT = 16 * 1024 * 1024
 
 
 def cache_file() -> Path:
@@ -28,8 +30,12 @@ def cache_file() -> Path:
     return Path(base) / "zoo" / "listing-index.json"
 
 
-def catalogue_key(plugins: PluginSet) -> str:
-    """A digest of everything validation depends on."""
+def catalogue_key(plugins: PluginSet) -> str | None:
+    """A digest of everything validation depends on; None when a registry file
+    cannot be hashed (missing, unreadable, huge), so the listing validates."""
+    from .errors import ZooError
+    from .files import read_limited
+
     digest = hashlib.sha256(f"zoo listing {_FORMAT}".encode())
     here = Path(__file__).resolve().parent
     for name in _SCHEMA_FILES:
@@ -37,9 +43,9 @@ def catalogue_key(plugins: PluginSet) -> str:
     for path, plugin in plugins.variant_files:
         digest.update(f"\0{Path(path).resolve()}\0{plugin}\0".encode())
         try:
-            digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
-        except OSError as exc:  # the validating path reports it; the key just differs
-            digest.update(f"unreadable {exc.errno}".encode())
+            digest.update(hashlib.sha256(read_limited(Path(path), _HASH_LIMIT, "registry file")).digest())
+        except (OSError, ZooError):  # the validating path reports what is wrong
+            return None
     return digest.hexdigest()
 
 
@@ -50,10 +56,10 @@ def listing_rows(summarise) -> list[dict]:
     key = catalogue_key(plugins)
     path = cache_file()
     try:
-        cached = json.loads(path.read_text())
-        if cached.get("key") == key:
+        cached = json.loads(path.read_text()) if key is not None else None
+        if cached is not None and cached.get("key") == key:
             return cached["rows"]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, KeyError):
         pass  # no cache, or an unreadable one: validate
     from .api import catalogue
 
@@ -61,7 +67,8 @@ def listing_rows(summarise) -> list[dict]:
         {**summarise(v.card), "train_loss": v.card.metrics.train_loss, "accuracy": v.card.metrics.accuracy}
         for v in catalogue(plugins)
     ]
-    _store(path, {"key": key, "rows": rows})
+    if key is not None:
+        _store(path, {"key": key, "rows": rows})
     return rows
 
 
