@@ -2,7 +2,8 @@
 processes against `import torch` in a fresh process, in alternating rounds.
 
 Each command is a new Python process timed from start to exit; its peak
-resident memory comes from the kernel (`os.wait4`). `zoo list` runs once
+resident memory is what GNU time reports (`/usr/bin/time -f %M`; a child forked
+straight from this large process would inherit its high-water mark). `zoo list` runs once
 before timing, so its validated index is in the cache, as it is for anyone who
 has listed before (a changed registry costs one validated listing).
 """
@@ -10,8 +11,10 @@ has listed before (a changed registry costs one validated listing).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from benchmarks.common import ROOT, spread
@@ -28,15 +31,15 @@ COMMANDS = {
 
 
 def _run(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one fresh process."""
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode:
-        raise RuntimeError(f"{' '.join(command)} exited with {process.returncode}")
-    return seconds, usage.ru_maxrss / 1024
+    """Wall seconds and peak RSS (MB; NaN without GNU time) of one fresh process."""
+    gnu_time = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
+    with tempfile.NamedTemporaryFile("r") as report:
+        wrapped = [gnu_time, "-f", "%M", "-o", report.name, *command] if gnu_time else command
+        started = time.perf_counter()
+        subprocess.run(wrapped, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        seconds = time.perf_counter() - started
+        text = report.read().strip().splitlines()
+    return seconds, (int(text[-1]) / 1024 if gnu_time and text else float("nan"))
 
 
 def run() -> dict:

@@ -67,7 +67,7 @@ def _burn(stop):
         sum(i * i for i in range(10_000))
 
 
-def thread_policy(variant: str, new_tokens: int = 63) -> dict:
+def thread_policy(variant: str, new_tokens: int = 31) -> dict:
     """Cached sampling with 1 and 2 threads, as the machine is and with two busy processes added."""
     model, _ = zoo_network(variant)
     model.eval()

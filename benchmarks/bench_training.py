@@ -23,6 +23,7 @@ from zoo_core.training import make_optimizer
 
 SHAPES = ("gpt-char-mini", "transformer-6b-sin")
 ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 5, 2.0
+THREADS = 1  # the same for both sides; on a shared machine a second thread mostly waits for a core
 
 
 def _get_batch(data: torch.Tensor, context: int, batch: int, generator: torch.Generator):
@@ -92,7 +93,12 @@ def measure(name: str) -> dict:
 
 
 def run() -> list[dict]:
-    return [measure(name) for name in SHAPES]
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return [measure(name) for name in SHAPES]
+    finally:
+        torch.set_num_threads(before)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Rounds alternate which side goes first.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import numpy as np
 from benchmarks.common import NANOGPT_MODEL, ROOT, spread, timed
 
 STEPS, ROUNDS = 100, 2
+THREADS = 1  # OMP_NUM_THREADS for both processes
 
 
 def _prepare(folder: Path) -> None:
@@ -49,11 +51,12 @@ def run() -> dict:
             "nanogpt": [sys.executable, str(ROOT / "benchmarks" / "nanogpt_train_loop.py"), str(folder), str(folder),
                         str(STEPS), str(STEPS), str(NANOGPT_MODEL)],
         }
+        environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS)}
         for round_ in range(ROUNDS):
             for side in (("zoo", "nanogpt") if round_ % 2 == 0 else ("nanogpt", "zoo")):
-                times[side].append(timed(lambda: subprocess.run(commands[side], check=True, cwd=ROOT, capture_output=True)))
+                times[side].append(timed(lambda: subprocess.run(commands[side], check=True, cwd=ROOT, capture_output=True, env=environment)))
     ratios = [z / n for z, n in zip(times["zoo"], times["nanogpt"])]
-    return {"steps": STEPS, "zoo": spread(times["zoo"]), "nanogpt": spread(times["nanogpt"]), "ratio": spread(ratios)}
+    return {"steps": STEPS, "threads": THREADS, "zoo": spread(times["zoo"]), "nanogpt": spread(times["nanogpt"]), "ratio": spread(ratios)}
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def main() -> None:
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC with `.venv/bin/python -m benchmarks.run_all` "
         f"({minutes:.1f} minutes) on {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"{threads} threads for training{', with --quick (fewer rounds, shorter runs)' if args.quick else ''}. Machine load (1/5/15-minute averages) before: {_load(load_before)}, "
+        f"{bench_training.THREADS} thread for training (both sides){', with --quick (fewer rounds, shorter runs)' if args.quick else ''}. Machine load (1/5/15-minute averages) before: {_load(load_before)}, "
         f"after: {_load(load_after)}. **This machine is shared** (eight engineers building and testing at once "
         "while these figures were taken): absolute rates are low and noisy; the ratios, taken round by round "
         "between sides that ran back to back, are what to read. Figures are median (min–max).",
@@ -102,7 +102,8 @@ def main() -> None:
             "`benchmarks/nanogpt_train_loop.py` with the real model.py (memmapped data, `estimate_loss` with "
             "eval_iters=20, cosine schedule, clipping, checkpoint when validation improves). The zoo's first "
             "evaluation uses a quarter of the recipe's 1,000 windows per split, its final one all 1,000 (what "
-            f"the card records); nanoGPT scores 240 per split each time. {bench_trainloop.ROUNDS} alternating rounds.",
+            f"the card records); nanoGPT scores 240 per split each time. {bench_trainloop.ROUNDS} alternating round(s), "
+            f"OMP_NUM_THREADS={trainloop['threads']} for both.",
             "",
             "| side | seconds |",
             "|---|---:|",
@@ -131,7 +132,7 @@ def main() -> None:
         "",
         "Targets: at least 5× at gpt-char's shape, at least 2× at gpt-char-mini's inside its window.",
         "",
-        "## Thread policy: cached sampling tokens/s with 1 and 2 threads",
+        "## Thread policy: cached sampling tokens/s with 1 and 2 threads (31 new tokens)",
         "",
         "`zoo sample` and `zoo eval` take `--threads N`; the default is 1 thread below 5 M parameters, else torch's. "
         "\"Loaded\" adds two busy processes of the benchmark's own to whatever else the machine is doing.",
