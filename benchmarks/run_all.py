@@ -75,6 +75,8 @@ def main() -> None:
         "",
         f"Reference: {training[0]['reference']}.",
         "",
+        "Notes. The whole-run comparison is dominated, at 50 or 100 steps, by the zoo's final evaluation: 1,000 windows per split (what the card records and what makes cards comparable) against nanoGPT's 240; over the recipe's 2,000 steps that evaluation is a few per cent of the run. `zoo train --compile` is not in this runner: compiling takes minutes on a busy 2-core machine, more than the runner's budget; `tests/test_speed_paths.py::test_compiled_training_step_gives_the_eager_loss` (marked slow) checks it gives the eager losses.",
+        "",
         "## Training throughput: the zoo's architectures against nanoGPT's model.py",
         "",
         "Forward, backward, gradient clipping where the recipe clips, optimizer step; batches drawn as nanoGPT's "
