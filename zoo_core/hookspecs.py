@@ -41,10 +41,7 @@ def register_positions(register):
     may add to the residual stream (``embed``), rotate queries and keys inside
     attention (``rotate``, as RoPE does) or bias attention scores (``bias``, as
     ALiBi does); subclass ``zoo_core.components.PositionEncodingBase`` and
-    override only what yours does. The base class then declares it
-    (``embeds``, ``rotates``, ``biases``) and the built-in model skips the
-    calls an encoding does not need; an encoding that declares nothing has
-    all three called.
+    override only what yours does.
     """
 
 
