@@ -154,3 +154,19 @@ def test_listing_skips_validation_only_while_the_registry_is_unchanged(tmp_path,
     private_catalogue.write_text(text.replace('[bigram]\n', '[bigram]\ncolour = "blue"\n', 1))
     refused = _list_in_fresh_process(tmp_path, private_catalogue)
     assert refused.returncode == 1 and "colour" in refused.stderr and "unknown field" in refused.stderr
+
+
+def test_threads_default_by_model_size_and_bad_counts_are_refused(zoo, monkeypatch):
+    from zoo_core.threads import default_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert default_threads(800_000) == 1
+    assert default_threads(50_000_000) == torch.get_num_threads()
+    result = zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--threads", "0")
+    assert result.code == 1 and result.err.strip() == "zoo: error: --threads must be at least 1, not 0"
+    before = torch.get_num_threads()
+    try:
+        result = zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "3", "--threads", "1")
+        assert result.code == 0 and result.out.startswith("ROMEO:") and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

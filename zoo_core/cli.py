@@ -137,8 +137,9 @@ def cmd_sample(args) -> int:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     from .api import load
 
-    from .threads import use_threads
+    from .threads import check_threads, use_threads
 
+    check_threads(args.threads)  # before paying for the checkpoint
     model = load(args.name)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
@@ -233,8 +234,9 @@ def cmd_eval(args) -> int:
     from .api import load
     from .evaluation import evaluate_language_model
 
-    from .threads import use_threads
+    from .threads import check_threads, use_threads
 
+    check_threads(args.threads)
     model = load(args.name)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "evaluate"):

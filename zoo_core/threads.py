@@ -28,11 +28,15 @@ def default_threads(parameters: int) -> int:
     return torch.get_num_threads()
 
 
+def check_threads(requested: int | None) -> None:
+    if requested is not None and requested < 1:
+        raise ZooError(f"--threads must be at least 1, not {requested}")
+
+
 def use_threads(network: torch.nn.Module, requested: int | None = None) -> int:
     """Set torch's intra-op threads for ``network`` (``requested``, or the
     default for its size) and return the number set."""
-    if requested is not None and requested < 1:
-        raise ZooError(f"--threads must be at least 1, not {requested}")
+    check_threads(requested)
     count = requested or default_threads(sum(p.numel() for p in network.parameters()))
     torch.set_num_threads(count)
     return count
