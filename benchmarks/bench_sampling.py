@@ -1,50 +1,108 @@
-"""Sampling speed: the KV cache against the uncached path.
+"""Sampling: the KV cache against the uncached path, cost per token against
+reading the weights once, and the thread policy on a quiet and a loaded machine.
 
-Random weights: the cost of sampling does not depend on what was learned.
-Both paths draw from the same seed and must produce the same tokens. Past the
-context window the cached path recomputes the whole window at every token, as
-the uncached path does (anything cheaper would change the tokens), so a run
-that goes far past the window gains only on its first `context` tokens.
+Random weights (gpt-char ships none; the cost of sampling does not depend on
+what was learned). Both paths draw from the same seed and must give the same
+tokens (checked). Runs stay inside the context window, where the cache helps;
+past it both paths recompute the whole window at every token.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import time
+
 import torch
 
-from benchmarks.common import best_of, zoo_network
-from benchmarks.reference_gpt import ReferenceGPT
+from benchmarks.common import spread, timed, zoo_network
 from zoo_core.sampling import sample_tokens
+from zoo_core.threads import default_threads
 
-def _measure(variant: str, repeats: int, new_tokens: int = 255) -> dict:
-    model, config = zoo_network(variant)
-    model.eval()
+ROUNDS = 3
+GPT_CHAR_TOKENS = 255  # inside its 256-token window
+
+
+def _sampler(model, new_tokens: int, use_cache: bool, outputs: dict):
     start = torch.zeros(1, 1, dtype=torch.long)
-    outputs = {}
 
-    def sampler(use_cache):
-        def run():
-            outputs[use_cache] = sample_tokens(model, start, new_tokens, generator=torch.Generator().manual_seed(1), use_cache=use_cache)
-        return run
+    def run():
+        outputs[use_cache] = sample_tokens(model, start, new_tokens, generator=torch.Generator().manual_seed(1), use_cache=use_cache)
 
-    cached = best_of(repeats, sampler(True))
-    uncached = best_of(repeats, sampler(False))
-    reference = ReferenceGPT(config["vocab_size"], config["context_length"], config["d_model"], config["n_layer"], config["n_head"]).eval()
-    reference_time = best_of(repeats, lambda: reference.generate(start, new_tokens, torch.Generator().manual_seed(1)))
+    return run
+
+
+def _weights_read_seconds(model) -> float:
+    """One pass over every weight with next to no arithmetic: the floor for a decoded token."""
+    parameters = [p.detach() for p in model.parameters()]
+    with torch.inference_mode():
+        return min(timed(lambda: torch._foreach_norm(parameters)) for _ in range(20))
+
+
+def cache_speedup(variant: str, new_tokens: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
+    model, _ = zoo_network(variant)
+    model.eval()
+    outputs: dict = {}
+    cached_run, uncached_run = _sampler(model, new_tokens, True, outputs), _sampler(model, new_tokens, False, outputs)
+    cached_run()  # warm-up
+    cached, uncached = [], []
+    for _ in range(ROUNDS):
+        cached.append(timed(cached_run))
+        uncached.append(timed(uncached_run))
+    per_token = min(cached) / new_tokens
     return {
-        "cached_tokens_per_second": new_tokens / cached,
-        "uncached_tokens_per_second": new_tokens / uncached,
-        "reference_uncached_tokens_per_second": new_tokens / reference_time,
-        "speedup": uncached / cached,
+        "variant": variant,
+        "new_tokens": new_tokens,
+        "threads": threads,
+        "cached_tokens_per_second": spread([new_tokens / t for t in cached]),
+        "uncached_tokens_per_second": spread([new_tokens / t for t in uncached]),
+        "speedup": spread([u / c for c, u in zip(cached, uncached)]),
         "same_tokens": torch.equal(outputs[True], outputs[False]),
+        "per_token_over_weight_read": per_token / _weights_read_seconds(model),
     }
+
+
+def _burn(stop):
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def thread_policy(variant: str, new_tokens: int = 31) -> dict:
+    """Cached sampling with 1 and 2 threads, as the machine is and with two busy processes added."""
+    model, _ = zoo_network(variant)
+    model.eval()
+    outputs: dict = {}
+    run = _sampler(model, new_tokens, True, outputs)
+    result = {"variant": variant, "parameters": sum(p.numel() for p in model.parameters()),
+              "default_threads": default_threads(sum(p.numel() for p in model.parameters()))}
+    for condition in ("as is", "two busy processes added"):
+        stop, burners = multiprocessing.Event(), []
+        if condition != "as is":
+            burners = [multiprocessing.Process(target=_burn, args=(stop,)) for _ in range(2)]
+            for burner in burners:
+                burner.start()
+            time.sleep(0.5)
+        try:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                run()
+                result[f"{condition}, {threads} thread(s)"] = spread([new_tokens / timed(run) for _ in range(ROUNDS)])
+        finally:
+            stop.set()
+            for burner in burners:
+                burner.join()
+    return result
 
 
 def run() -> dict:
-    return {
-        ("gpt-char", 255): _measure("gpt-char", repeats=2),
-        ("gpt-char-mini", 255): _measure("gpt-char-mini", repeats=3),
-        ("gpt-char-mini", 63): _measure("gpt-char-mini", repeats=3, new_tokens=63),
-    }
+    threads_before = torch.get_num_threads()
+    try:
+        return {
+            "cache": [cache_speedup("gpt-char", GPT_CHAR_TOKENS, 1), cache_speedup("gpt-char-mini", 63, 1)],
+            "threads": [thread_policy("gpt-char-mini"), thread_policy("transformer-6b-sin")],
+        }
+    finally:
+        torch.set_num_threads(threads_before)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
-"""Training throughput on gpt-char-mini's shape: the zoo's GPT against the reference.
+"""Training throughput: the zoo's own architectures against nanoGPT's model.py.
 
-Tokens per second of forward + backward + AdamW step, batch 12 x context 64,
-random tokens (throughput does not depend on the text). The two models are
-timed in alternating rounds so that drift in the machine's speed hits both.
+Tokens per second of forward + backward + optimizer step (+ gradient clipping
+where the recipe clips), each side with its own optimizer settings: the zoo
+through `zoo_core.training.make_optimizer` (fused AdamW) on the network the
+plugin manager builds from the shipped card; nanoGPT through its own
+`configure_optimizers(..., device_type="cpu")`, which on CPU does not fuse.
+nanoGPT's model is built at the card's shape (layers, heads, width, context,
+vocabulary, batch) with bias=False, as its shakespeare_char config. Batches are
+nanoGPT's `get_batch`: random windows of a random token stream. The sides run
+in alternating rounds, so drift in the machine's speed hits both.
 """
 
 from __future__ import annotations
@@ -11,51 +17,90 @@ import time
 
 import torch
 
-from benchmarks.common import median, zoo_network
-from benchmarks.reference_gpt import ReferenceGPT
+import zoo_core
+from benchmarks.common import nanogpt, nanogpt_model, nanogpt_optimizer, spread, zoo_network
+from zoo_core.training import make_optimizer
 
-STEPS_PER_ROUND, ROUNDS, WARMUP = 50, 5, 10
+SHAPES = ("gpt-char-mini", "transformer-6b-sin")
+ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 5, 2.0
+THREADS = 1  # the same for both sides; on a shared machine a second thread mostly waits for a core
 
 
-def _stepper(model, batch, context, vocab):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+def _get_batch(data: torch.Tensor, context: int, batch: int, generator: torch.Generator):
+    # nanoGPT train.py's get_batch, on an in-memory stream
+    ix = torch.randint(len(data) - context, (batch,), generator=generator)
+    x = torch.stack([data[i : i + context] for i in ix])
+    y = torch.stack([data[i + 1 : i + 1 + context] for i in ix])
+    return x, y
+
+
+def _stepper(model, optimizer, data, context, batch, clip):
     generator = torch.Generator().manual_seed(0)
     model.train()
 
     def step():
-        idx = torch.randint(0, vocab, (batch, context + 1), generator=generator)
-        _, loss = model(idx[:, :-1], idx[:, 1:])
-        optimizer.zero_grad(set_to_none=True)
+        x, y = _get_batch(data, context, batch, generator)
+        _, loss = model(x, y)
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
     return step
 
 
-def run() -> dict:
-    zoo_model, config = zoo_network("gpt-char-mini")
-    batch, context, vocab = 12, config["context_length"], config["vocab_size"]
-    reference = ReferenceGPT(vocab, context, config["d_model"], config["n_layer"], config["n_head"])
-    steppers = {"zoo": _stepper(zoo_model, batch, context, vocab), "reference": _stepper(reference, batch, context, vocab)}
+def measure(name: str) -> dict:
+    module, reference_label = nanogpt()
+    card = zoo_core.get_variant(name).card
+    recipe, context, vocab = card.recipe, card.context_length, card.tokenizer.vocab_size
+    data = torch.randint(0, vocab, (200_000,), generator=torch.Generator().manual_seed(0))
+    zoo, config = zoo_network(name)
+    reference = nanogpt_model(module, vocab, context, config["d_model"], config["n_layer"], config["n_head"])
+    torch.manual_seed(0)
+    steppers = {
+        "zoo": _stepper(zoo, make_optimizer(zoo, recipe), data, context, recipe.batch_size, recipe.grad_clip),
+        "nanogpt": _stepper(reference, nanogpt_optimizer(reference, recipe.weight_decay, recipe.learning_rate, (recipe.beta1, recipe.beta2)),
+                            data, context, recipe.batch_size, recipe.grad_clip),
+    }
     for step in steppers.values():
         for _ in range(WARMUP):
             step()
-    rates = {name: [] for name in steppers}
-    for _ in range(ROUNDS):
-        for name, step in steppers.items():
-            started = time.perf_counter()
-            for _ in range(STEPS_PER_ROUND):
+    tokens = recipe.batch_size * context
+    rates = {side: [] for side in steppers}
+    for round_ in range(ROUNDS):
+        order = list(steppers) if round_ % 2 == 0 else list(reversed(steppers))  # neither side always goes first
+        for side in order:
+            step, steps, started = steppers[side], 0, time.perf_counter()
+            while time.perf_counter() - started < SECONDS_PER_ROUND:
                 step()
-            rates[name].append(STEPS_PER_ROUND * batch * context / (time.perf_counter() - started))
-    zoo_rate, reference_rate = median(rates["zoo"]), median(rates["reference"])
+                steps += 1
+            rates[side].append(steps * tokens / (time.perf_counter() - started))
+    ratios = [z / n for z, n in zip(rates["zoo"], rates["nanogpt"])]  # per round: both sides saw the same load
     return {
-        "zoo_tokens_per_second": zoo_rate,
-        "reference_tokens_per_second": reference_rate,
-        "ratio": zoo_rate / reference_rate,
-        "zoo_parameters": sum(p.numel() for p in zoo_model.parameters()),
-        "reference_parameters": sum(p.numel() for p in reference.parameters()),
+        "shape": name,
+        "reference": reference_label,
+        "batch": recipe.batch_size,
+        "context": context,
+        "zoo_parameters": sum(p.numel() for p in zoo.parameters()),
+        "nanogpt_parameters": sum(p.numel() for p in reference.parameters()),
+        "zoo_parameter_tensors": len(list(zoo.parameters())),
+        "nanogpt_parameter_tensors": len(list(reference.parameters())),
+        "zoo": spread(rates["zoo"]),
+        "nanogpt": spread(rates["nanogpt"]),
+        "ratio": spread(ratios),
     }
 
 
+def run() -> list[dict]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return [measure(name) for name in SHAPES]
+    finally:
+        torch.set_num_threads(before)
+
+
 if __name__ == "__main__":
-    print(run())
+    for row in run():
+        print(row)

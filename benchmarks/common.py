@@ -1,31 +1,82 @@
-"""Shared set-up for the benchmarks: shapes from the registry, timing helpers."""
+"""Shared set-up for the benchmarks: shapes from the registry, the nanoGPT
+reference, timing helpers that keep the spread and the machine's load."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 import zoo_core
 from zoo_core.api import build_network
 
+ROOT = Path(__file__).resolve().parent.parent
+# nanoGPT's real model.py (MIT), kept outside the project; never copied into it.
+NANOGPT_MODEL = ROOT.parent / "shared" / "reference" / "nanogpt" / "model.py"
+
 
 def zoo_network(variant_name: str, seed: int = 0) -> tuple[torch.nn.Module, dict]:
-    """A randomly initialised network of a registered variant, and its config."""
+    """A randomly initialised network of a registered variant, built through the plugin manager, and its config."""
     variant = zoo_core.get_variant(variant_name)
     torch.manual_seed(seed)
     return build_network(variant), variant.card.architecture_config()
 
 
+def nanogpt():
+    """nanoGPT's `model` module and a label saying which one it is.
+
+    The real model.py when it is present (``ZOO_NANOGPT`` may point at it);
+    otherwise the project's stand-in `benchmarks/reference_gpt.py` wrapped to
+    the same interface, and the label says so."""
+    path = Path(os.environ.get("ZOO_NANOGPT", NANOGPT_MODEL))
+    if path.exists():
+        spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module, f"nanoGPT model.py ({path})"
+    from benchmarks import reference_gpt
+
+    return reference_gpt.as_nanogpt_module(), "stand-in benchmarks/reference_gpt.py (nanoGPT's model.py not found)"
+
+
+def nanogpt_model(module, vocab_size: int, context: int, d_model: int, n_layer: int, n_head: int, dropout: float = 0.0):
+    """nanoGPT's GPT at a zoo variant's shape (bias=False, as its shakespeare_char config)."""
+    config = module.GPTConfig(block_size=context, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
+                              n_embd=d_model, dropout=dropout, bias=False)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
+        return module.GPT(config)
+
+
+def nanogpt_optimizer(model, weight_decay: float, learning_rate: float, betas: tuple[float, float]):
+    """nanoGPT's own `configure_optimizers` on CPU (it fuses AdamW on CUDA only)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return model.configure_optimizers(weight_decay, learning_rate, betas, "cpu")
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def machine_load() -> tuple[float, float, float]:
+    """1, 5 and 15-minute load averages: how busy the machine was."""
+    return os.getloadavg()
+
+
+def timed(run) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
 def best_of(repeats: int, run) -> float:
     """The fastest of ``repeats`` timings: the least disturbed by the rest of the machine."""
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return min(times)
+    return min(timed(run) for _ in range(repeats))
 
 
 def median(values):

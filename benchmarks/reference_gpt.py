@@ -60,3 +60,32 @@ class ReferenceGPT(nn.Module):
             probabilities = torch.softmax(logits[:, -1], dim=-1)
             idx = torch.cat((idx, torch.multinomial(probabilities, 1, generator=generator)), dim=1)
         return idx
+
+
+def as_nanogpt_module():
+    """The stand-in behind the interface the benchmarks use from nanoGPT's model.py
+    (`GPTConfig`, `GPT(config)`, `configure_optimizers`), for when that file is absent."""
+    import types
+    from dataclasses import dataclass
+
+    @dataclass
+    class GPTConfig:
+        block_size: int
+        vocab_size: int
+        n_layer: int
+        n_head: int
+        n_embd: int
+        dropout: float = 0.0
+        bias: bool = False
+
+    class GPT(ReferenceGPT):
+        def __init__(self, config):
+            super().__init__(config.vocab_size, config.block_size, config.n_embd, config.n_layer, config.n_head)
+
+        def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+            decay = [p for p in self.parameters() if p.dim() >= 2]
+            no_decay = [p for p in self.parameters() if p.dim() < 2]
+            groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
+
+    return types.SimpleNamespace(GPTConfig=GPTConfig, GPT=GPT)

@@ -87,7 +87,7 @@ def _print_variants(args, variants, nothing: str) -> int:
 
     rows = [{**_summary(v.card), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([{k: v for k, v in r.items() if k not in ("train_loss", "accuracy")} for r in rows], indent=2))
         return 0
     if not rows:
         print(nothing, file=sys.stderr)
@@ -95,13 +95,12 @@ def _print_variants(args, variants, nothing: str) -> int:
     if getattr(args, "markdown", False):
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
         print("|---|---|---:|---|---|---:|---:|---:|---:|")
-        for variant, r in zip(variants, rows):
-            metrics = variant.card.metrics
+        for r in rows:
             cells = [f"`{r['name']}`", r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
                      f"{r['parameters']:,}" if r["parameters"] is not None else "—",
-                     *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss))]
-            if metrics.accuracy is not None:  # task models are scored by accuracy, not loss
-                cells[-1] = f"accuracy {metrics.accuracy:.0%}"
+                     *(f"{v:.4f}" if v is not None else "—" for v in (r["train_loss"], r["validation_loss"]))]
+            if r["accuracy"] is not None:  # task models are scored by accuracy, not loss
+                cells[-1] = f"accuracy {r['accuracy']:.0%}"
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
     headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss", "source"]
@@ -198,7 +197,11 @@ def cmd_sample(args) -> int:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     from .api import load
 
+    from .threads import check_threads, use_threads
+
+    check_threads(args.threads)  # before paying for the checkpoint
     model = load(args.name)
+    use_threads(model.network, args.threads)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
         ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
         if ignored:
@@ -330,7 +333,11 @@ def cmd_eval(args) -> int:
     from .api import load
     from .evaluation import evaluate_language_model
 
+    from .threads import check_threads, use_threads
+
+    check_threads(args.threads)
     model = load(args.name)
+    use_threads(model.network, args.threads)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
@@ -367,6 +374,7 @@ def cmd_train(args) -> int:
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
         new_name=args.new_name, log_every=args.log_every, resume_command=_resume_command(args.argv),
+        interim_eval_windows=args.interim_eval_windows, compile=args.compile,
     )
     metrics = card.metrics
     if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
@@ -582,6 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the prompt, tokens, text and settings as JSON")
     p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
     p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG (default: none)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads (default: 1 for models under 5M parameters, else torch's default)")
     p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
 
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
@@ -589,6 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
     p.add_argument("--data", type=Path, help="evaluate on this text file's validation split (default: the recipe's corpus)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads (default: 1 for models under 5M parameters, else torch's default)")
     p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
@@ -607,6 +619,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from its saved state (same --steps/--seed/--data/--out)")
+    p.add_argument("--interim-eval-windows", type=int, metavar="N",
+                   help="windows per split for the evaluations before the last (default: a quarter of the recipe's "
+                        "eval_windows, at least 64); the final evaluation always uses all of them")
+    p.add_argument("--compile", action="store_true",
+                   help="run forward and backward through torch.compile (needs a C compiler on CPU; same weights and card)")
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")

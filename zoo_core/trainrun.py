@@ -41,6 +41,8 @@ def train_variant(
     new_name: str | None = None,
     log_every: int | None = None,
     resume_command: str | None = None,
+    interim_eval_windows: int | None = None,
+    compile: bool = False,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
@@ -51,7 +53,8 @@ def train_variant(
     layer already holds that name). Every ``checkpoint_every`` steps
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
     beside the checkpoint, and ``resume`` continues from it. Returns the new card
-    and the registry file that holds it.
+    and the registry file that holds it. ``interim_eval_windows`` and
+    ``compile`` are passed to the trainer (see `StandardTrainer.train`).
 
     Ctrl-C stops after the step in progress, saves the state (whatever
     ``checkpoint_every`` says) and says how to continue: ``resume_command`` when
@@ -61,6 +64,8 @@ def train_variant(
     variant = catalogue(plugins).get(name)
     card = variant.card
     trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
+    if interim_eval_windows is not None and interim_eval_windows < 1:
+        raise ZooError(f"interim_eval_windows must be at least 1, not {interim_eval_windows}")
     if checkpoint_every is not None and checkpoint_every < 0:
         raise ZooError(f"checkpoint_every must be a number of steps (0: never), not {checkpoint_every}")
     if not trainer.uses_corpus:
@@ -109,6 +114,7 @@ def train_variant(
             card=card, recipe=recipe, corpus=corpus, context_length=card.context_length, progress=progress,
             resume=state, checkpoint_every=every if trainer.uses_corpus else 0,
             on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
+            interim_eval_windows=interim_eval_windows, compile=compile,
         )
         try:
             result = trainer.run(network, job)

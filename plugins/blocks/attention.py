@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo_core.components import encoding_does
+
 
 class KVCache:
     """One layer's keys and values so far, (B, H, T, D), with their absolute positions.
@@ -63,11 +65,12 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, positions, encoding, need_weights: bool = False, cache: KVCache | None = None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_size).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, D)
-        q, k = encoding.rotate(q, k, positions, positions)  # new keys rotate before joining the cache
+        if encoding_does(encoding, "rotates"):  # most encodings do not: skip the identity call
+            q, k = encoding.rotate(q, k, positions, positions)  # new keys rotate before joining the cache
         k_positions = positions
         if cache is not None:
             k, v, k_positions = cache.append(k, v, positions)
-        bias = encoding.bias(positions, k_positions)  # (H, Tq, Tk) or None
+        bias = encoding.bias(positions, k_positions) if encoding_does(encoding, "biases") else None  # (H, Tq, Tk) or None
         dropout = self.dropout if self.training else 0.0
         # Without a bias the common cases need no mask tensor at all: queries and
         # keys are the same tokens (training, or filling an empty cache), or a

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo_core.components import encoding_does
 from zoo_core.errors import ZooError
 
 from zoo_plugins.blocks.attention import KVCache
@@ -57,6 +58,7 @@ class TransformerLanguageModel(nn.Module):
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.positions = components["positions"].create(positions, d_model=d_model, n_head=n_head, context_length=context_length)
+        self._embeds_positions = encoding_does(self.positions, "embeds")
         self.blocks = nn.ModuleList(
             components["blocks"].create(block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm)
             for _ in range(n_layer)
@@ -73,7 +75,9 @@ class TransformerLanguageModel(nn.Module):
         if window > self.context_length:
             raise ZooError(f"{window} tokens exceed the context window of {self.context_length}; crop the input")
         positions = torch.arange(start, start + T, device=idx.device)
-        x = self.positions.embed(self.token_embedding(idx), positions)  # (B, T, C)
+        x = self.token_embedding(idx)  # (B, T, C)
+        if self._embeds_positions:
+            x = self.positions.embed(x, positions)
         maps = []
         for i, block in enumerate(self.blocks):
             # Blocks written before caching existed stay usable: `cache` is only

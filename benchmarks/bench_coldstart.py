@@ -1,0 +1,67 @@
+"""Cold start and memory: `zoo list`, `zoo load`, `zoo sample` as fresh
+processes against `import torch` in a fresh process, in alternating rounds.
+
+Each command is a new Python process timed from start to exit; its peak
+resident memory is what GNU time reports (`/usr/bin/time -f %M`; a child forked
+straight from this large process would inherit its high-water mark). `zoo list` runs once
+before timing, so its validated index is in the cache, as it is for anyone who
+has listed before (a changed registry costs one validated listing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.common import ROOT, spread
+
+ROUNDS = 3
+COMMANDS = {
+    "python": [sys.executable, "-c", "pass"],
+    "import torch": [sys.executable, "-c", "import torch"],
+    "zoo list": [sys.executable, "-m", "zoo_core.cli", "list"],
+    "zoo load transformer-6b-sin": [sys.executable, "-m", "zoo_core.cli", "load", "transformer-6b-sin"],
+    "zoo sample gpt-char-mini": [sys.executable, "-m", "zoo_core.cli", "sample", "gpt-char-mini", "--prompt", "ROMEO:",
+                                 "--max-new-tokens", "20"],
+}
+
+
+def _run(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB; NaN without GNU time) of one fresh process."""
+    gnu_time = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
+    with tempfile.NamedTemporaryFile("r") as report:
+        wrapped = [gnu_time, "-f", "%M", "-o", report.name, *command] if gnu_time else command
+        started = time.perf_counter()
+        subprocess.run(wrapped, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        seconds = time.perf_counter() - started
+        text = report.read().strip().splitlines()
+    return seconds, (int(text[-1]) / 1024 if gnu_time and text else float("nan"))
+
+
+def run() -> dict:
+    _run(COMMANDS["zoo list"])  # fills the listing cache
+    seconds = {name: [] for name in COMMANDS}
+    memory = {name: [] for name in COMMANDS}
+    for round_ in range(ROUNDS):
+        names = list(COMMANDS) if round_ % 2 == 0 else list(reversed(COMMANDS))
+        for name in names:
+            wall, rss = _run(COMMANDS[name])
+            seconds[name].append(wall)
+            memory[name].append(rss)
+    torch_seconds = seconds["import torch"]
+    return {
+        "seconds": {name: spread(values) for name, values in seconds.items()},
+        "peak_rss_mb": {name: spread(values) for name, values in memory.items()},
+        "list_over_torch": spread([a / b for a, b in zip(seconds["zoo list"], torch_seconds)]),
+        "load_minus_torch": spread([a - b for a, b in zip(seconds["zoo load transformer-6b-sin"], torch_seconds)]),
+        "sample_minus_torch": spread([a - b for a, b in zip(seconds["zoo sample gpt-char-mini"], torch_seconds)]),
+        "sample_rss_minus_torch": spread([a - b for a, b in zip(memory["zoo sample gpt-char-mini"], memory["import torch"])]),
+    }
+
+
+if __name__ == "__main__":
+    print(run())

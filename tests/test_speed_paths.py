@@ -1,0 +1,149 @@
+"""The fast paths compute what the plain paths compute.
+
+Speed itself is measured in `benchmarks/`; here: skipped identity calls, fused
+AdamW, cheaper interim evaluations and `torch.compile` change no result they
+must not change.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from torch import nn
+
+import zoo_core
+from zoo_core.cards import Recipe
+from zoo_core.components import PositionEncodingBase, encoding_does
+from zoo_core.data import Corpus, fixed_windows, mean_loss, read_corpus_text
+from zoo_core.training import StandardTrainer, interim_windows, make_optimizer, seeded_network
+from plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
+from plugins.positions.rope import RotaryPositions
+
+from .conftest import ROOT
+
+VARIANT = "transformer-1b-learned-ctx8"
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    tokenizer = zoo_core.load_tokenizer(zoo_core.get_variant("bigram"))
+    return Corpus.from_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), tokenizer, 0.9)
+
+
+def test_encodings_declare_what_they_do():
+    assert (LearnedPositions.embeds, LearnedPositions.rotates, LearnedPositions.biases) == (True, False, False)
+    assert (SinusoidalPositions.embeds, SinusoidalPositions.rotates) == (True, False)
+    assert (RotaryPositions.embeds, RotaryPositions.rotates, RotaryPositions.biases) == (False, True, False)
+    assert (NoPositions.embeds, NoPositions.rotates, NoPositions.biases) == (False, False, False)
+
+    class Explicit(PositionEncodingBase):
+        rotates = True  # declared, not overridden: the declaration wins
+
+    assert Explicit.rotates and not Explicit.embeds
+    assert encoding_does(object(), "biases")  # declares nothing: every method is called
+
+
+class _Undeclared(nn.Module):
+    """Delegates to a real encoding but declares nothing, so nothing is skipped."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def embed(self, x, positions):
+        return self.inner.embed(x, positions)
+
+    def rotate(self, q, k, qp, kp):
+        return self.inner.rotate(q, k, qp, kp)
+
+    def bias(self, qp, kp):
+        return self.inner.bias(qp, kp)
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "none"])
+def test_skipping_identity_calls_changes_no_logit(positions):
+    from plugins.models.transformer import TransformerLanguageModel
+    from zoo_core.plugin_manager import get_plugins
+
+    plugins = get_plugins()
+
+    torch.manual_seed(0)
+    model = TransformerLanguageModel(50, 16, 16, 2, 2, components=plugins.components, positions=positions).eval()
+    idx = torch.randint(0, 50, (2, 16))
+    skipped, _ = model(idx)
+    model.positions = _Undeclared(model.positions)
+    model._embeds_positions = True
+    called, _ = model(idx)
+    assert torch.equal(skipped, called)
+
+
+def test_adamw_is_fused_where_the_parameters_allow_and_training_repeats(corpus):
+    variant = zoo_core.get_variant(VARIANT)
+    recipe = Recipe(steps=12, eval_every=6, eval_windows=16, seed=4, weight_decay=0.01)
+    assert make_optimizer(nn.Linear(2, 2), recipe).defaults["fused"] is True
+    runs = []
+    for _ in range(2):
+        network = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
+        runs.append((StandardTrainer().train(network, recipe, corpus, 8), network))
+    assert runs[0][0].history == runs[1][0].history
+    assert all(torch.equal(p, q) for p, q in zip(runs[0][1].parameters(), runs[1][1].parameters()))
+
+
+def test_interim_evaluations_use_fewer_windows_the_final_one_all(corpus):
+    variant = zoo_core.get_variant(VARIANT)
+    recipe = Recipe(steps=10, eval_every=5, eval_windows=96, seed=2)
+    assert interim_windows(recipe) == 64 and interim_windows(recipe, 10) == 10 and interim_windows(recipe, 500) == 96
+    network = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
+    result = StandardTrainer().train(network, recipe, corpus, 8, interim_eval_windows=10)
+    assert [(h["step"], h["windows"]) for h in result.history] == [(1, 10), (5, 10), (10, 96)]
+    # The final figure is the full evaluation a card records, on every window.
+    assert result.final["validation"] == mean_loss(network, *fixed_windows(corpus.validation, 8, 96))
+
+
+def test_mean_loss_is_the_token_weighted_mean_of_batch_losses(corpus):
+    variant = zoo_core.get_variant(VARIANT)
+    network = seeded_network(lambda: zoo_core.build_network(variant), 0)
+    inputs, targets = fixed_windows(corpus.validation, 8, 100)
+    expected = sum(network(inputs[i : i + 64], targets[i : i + 64])[1].item() * targets[i : i + 64].numel() for i in range(0, 100, 64))
+    assert mean_loss(network, inputs, targets) == expected / targets.numel()
+
+
+def test_final_evaluation_of_a_shipped_checkpoint_matches_its_card():
+    from zoo_core.evaluation import evaluate_language_model
+
+    model = zoo_core.load("transformer-6b-sin")
+    report = evaluate_language_model(model)
+    assert round(report["validation_loss"], 4) == model.card.metrics.validation_loss
+    assert round(report["train_loss"], 4) == model.card.metrics.train_loss
+
+
+@pytest.mark.slow  # compiling takes a minute or more on a busy 2-core machine
+@pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="torch.compile on CPU needs a C compiler")
+def test_compiled_training_step_gives_the_eager_loss(corpus):
+    variant = zoo_core.get_variant(VARIANT)
+    recipe = Recipe(steps=3, eval_every=3, eval_windows=8, seed=7)
+    eager, compiled = (seeded_network(lambda: zoo_core.build_network(variant), recipe.seed) for _ in range(2))
+    a = StandardTrainer().train(eager, recipe, corpus, 8)
+    b = StandardTrainer().train(compiled, recipe, corpus, 8, compile=True)
+    for x, y in zip(a.history, b.history):
+        assert x["train_batch"] == pytest.approx(y["train_batch"], rel=1e-4)
+        assert x["validation"] == pytest.approx(y["validation"], rel=1e-4)
+    assert set(eager.state_dict()) == set(compiled.state_dict())  # the checkpoint keeps its names
+
+
+def test_threads_default_by_model_size_and_bad_counts_are_refused(zoo, monkeypatch):
+    from zoo_core.threads import default_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert default_threads(800_000) == 1
+    assert default_threads(50_000_000) == torch.get_num_threads()
+    result = zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--threads", "0")
+    assert result.code == 1 and result.err.strip() == "zoo: error: --threads must be at least 1, not 0"
+    before = torch.get_num_threads()
+    try:
+        result = zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "3", "--threads", "1")
+        assert result.code == 0 and result.out.startswith("ROMEO:") and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
