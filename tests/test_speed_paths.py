@@ -16,7 +16,8 @@ from torch import nn
 import zoo_core
 from zoo_core.cards import Recipe
 from zoo_core.components import PositionEncodingBase, encoding_does
-from zoo_core.data import Corpus, fixed_windows, mean_loss, read_corpus_text
+from zoo_core.data import Corpus, fixed_windows, mean_loss
+from zoo_core.datasets import read_text_file
 from zoo_core.training import StandardTrainer, interim_windows, make_optimizer, seeded_network
 from plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
 from plugins.positions.rope import RotaryPositions
@@ -29,7 +30,7 @@ VARIANT = "transformer-1b-learned-ctx8"
 @pytest.fixture(scope="module")
 def corpus():
     tokenizer = zoo_core.load_tokenizer(zoo_core.get_variant("bigram"))
-    return Corpus.from_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), tokenizer, 0.9)
+    return Corpus.from_text(read_text_file(ROOT / "data" / "tinyshakespeare.txt").text, tokenizer, 0.9)
 
 
 def test_encodings_declare_what_they_do():
