@@ -69,6 +69,16 @@ class Metrics(_Strict):
     accuracy: float | None = None
 
 
+class TrainedWith(_Strict):
+    """Where a trained variant's weights were made (`zoo train` fills it in):
+    the same recipe on another device, dtype or number of processes gives
+    close but not bit-identical weights (docs/scaling.md)."""
+
+    device: str = Field(description="'cpu', 'mps' or 'cuda (GPU model)'")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(description="autocast dtype of the forward pass")
+    world_size: int = Field(1, gt=0, description="data-parallel processes sharing each batch")
+
+
 class CheckpointRef(_Strict):
     path: str = Field(description="safetensors file, relative to the registry file")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
@@ -87,6 +97,7 @@ class ModelCard(_Strict):
     checkpoint: CheckpointRef
     parameters: int | None = Field(None, ge=0)
     metrics: Metrics = Field(default_factory=Metrics)
+    trained_with: TrainedWith | None = None
     lineage: str = Field(description="the document this variant reproduces")
     license: str = "MIT"
     tags: list[str] = Field(default_factory=list)

@@ -136,7 +136,7 @@ def cmd_sample(args) -> int:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     from .api import load
 
-    model = load(args.name)
+    model = load(args.name, device=args.device, dtype=args.dtype)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
         print(model.network.ask(model.tokenizer, args.prompt, explain=args.explain, png=args.png))
         return 0
@@ -151,7 +151,8 @@ def cmd_compare(args) -> int:
     from .sampling import check_sampling_arguments
 
     check_sampling_arguments(args.max_new_tokens, 1.0, None)
-    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data)
+    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data,
+                              device=args.device, dtype=args.dtype)
     if args.out:
         from .plots import text_panels_png
 
@@ -185,7 +186,7 @@ def cmd_experiment(args) -> int:
     if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
         raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
     out = args.out or Path("runs") / "experiments" / study.name
-    report = run_study(study, out, data=args.data, show_progress=not args.quiet)
+    report = run_study(study, out, data=args.data, show_progress=not args.quiet, device=args.device, dtype=args.dtype, jobs=args.jobs)
     print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
     for arm in dict.fromkeys(run["arm"] for run in report["runs"]):
         finals = [run["history"][-1]["validation"] for run in report["runs"] if run["arm"] == arm]
@@ -199,19 +200,20 @@ def cmd_attention(args) -> int:
     from .api import load
     from .plots import attention_grid_png
 
-    model = load(args.name)
+    model = load(args.name, device=args.device, dtype=args.dtype)
     ids = model.encode_prompt(args.prompt)
     if len(ids) > model.card.context_length:
         raise ZooError(f"the prompt is {len(ids)} tokens; '{args.name}' attends over at most {model.card.context_length}")
     with torch.no_grad():
-        maps = model.network.attention_maps(torch.tensor([ids]))
+        maps = model.network.attention_maps(torch.tensor([ids], device=model.device))
     if not maps:
         raise ZooError(f"'{args.name}' ({model.card.architecture}) has no attention to show")
     labels = [model.tokenizer.decode([i]).replace("\n", "\\n") for i in ids]
     if isinstance(maps, dict):  # named heads (the puzzle)
-        panels = [[(name, m.squeeze(0).numpy()) for name, m in maps.items()]]
+        panels = [[(name, m.squeeze(0).float().cpu().numpy()) for name, m in maps.items()]]
     else:
-        panels = [[(f"layer {layer + 1}, head {head + 1}", m[0, head].numpy()) for head in range(m.shape[1])] for layer, m in enumerate(maps)]
+        panels = [[(f"layer {layer + 1}, head {head + 1}", m[0, head].float().cpu().numpy()) for head in range(m.shape[1])]
+                  for layer, m in enumerate(maps)]
     if args.out:
         attention_grid_png(panels, labels, f"{args.name}: {args.prompt!r}", args.out)
         print(f"{sum(len(row) for row in panels)} attention maps over {len(ids)} tokens written to {args.out}")
@@ -229,7 +231,7 @@ def cmd_eval(args) -> int:
     from .api import load
     from .evaluation import evaluate_language_model
 
-    model = load(args.name)
+    model = load(args.name, device=args.device, dtype=args.dtype)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
@@ -252,9 +254,12 @@ def cmd_eval(args) -> int:
 def cmd_train(args) -> int:
     from .trainrun import train_variant
 
+    if args.nproc_per_node is not None or args.nnodes is not None:
+        return _launch_data_parallel(args)
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
+        device=args.device, dtype=args.dtype,
     )
     metrics = card.metrics
     print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
@@ -263,6 +268,24 @@ def cmd_train(args) -> int:
     if not args.publish:
         print(f"  use it: ZOO_REGISTRY={registry_file} zoo sample {card.name} --prompt ...")
     return 0
+
+
+def _launch_data_parallel(args) -> int:
+    """`zoo train --nproc-per-node N`: the same run on N processes (per machine) through torchrun."""
+    from .distributed import launch
+    from .trainrun import check_data_parallel_run
+
+    nproc, nnodes = args.nproc_per_node or 1, args.nnodes or 1
+    state_path = check_data_parallel_run(args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume)
+    worker = [args.name, "--device", args.device, "--dtype", args.dtype]
+    for option, value in (("--steps", args.steps), ("--seed", args.seed), ("--data", args.data), ("--out", args.out),
+                          ("--checkpoint-every", args.checkpoint_every)):
+        if value is not None:
+            worker += [option, str(value)]
+    worker += [flag for flag, on in (("--publish", args.publish), ("--quiet", args.quiet), ("--resume", args.resume),
+                                     ("--debug", args.debug)) if on]
+    return launch(worker, nproc_per_node=nproc, nnodes=nnodes, node_rank=args.node_rank,
+                  rdzv_endpoint=args.rdzv_endpoint, state_path=state_path, debug=args.debug)
 
 
 def cmd_verify(args) -> int:
@@ -352,6 +375,15 @@ def cmd_train_tokenizer(args) -> int:
     return 0
 
 
+def _device_options(parser: argparse.ArgumentParser, what: str) -> None:
+    from .devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
+
+    parser.add_argument("--device", type=device_argument, default="auto", metavar="DEVICE",
+                        help=f"where to {what}: {DEVICE_CHOICES}; auto picks CUDA, then MPS, then the CPU (default: auto)")
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32",
+                        help=f"floating-point type to {what} in (default: float32)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -382,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
     p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG")
+    _device_options(p, "sample")
     p.set_defaults(run=cmd_sample)
 
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
@@ -389,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
     p.add_argument("--data", type=Path, help="evaluate on this text file's validation split")
     p.add_argument("--json", action="store_true")
+    _device_options(p, "evaluate")
     p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
@@ -403,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from its saved state (same --steps/--seed/--data/--out)")
+    _device_options(p, "train (autocast)")
+    p.add_argument("--nproc-per-node", type=int, metavar="N",
+                   help="data-parallel: train on N processes on this machine through torchrun (Gloo on CPUs, one GPU each with NCCL)")
+    p.add_argument("--nnodes", type=int, metavar="M", help="data-parallel: the number of machines taking part (default 1)")
+    p.add_argument("--node-rank", type=int, metavar="R", help="data-parallel: this machine's number, 0 to M-1 (0 is the one that writes)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="data-parallel: where machine 0 listens for the others")
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
@@ -414,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG")
+    _device_options(p, "score and sample")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
@@ -429,12 +470,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path)
     p.add_argument("--out", type=Path, help="default runs/experiments/STUDY")
     p.add_argument("--quiet", action="store_true")
+    _device_options(p, "train (autocast)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run up to N seeds at once, each in its own process (results identical to --jobs 1; default 1)")
     p.set_defaults(run=cmd_experiment)
 
     p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
     p.add_argument("name")
     p.add_argument("--prompt", required=True)
     p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps")
+    _device_options(p, "compute the maps")
     p.set_defaults(run=cmd_attention)
 
     p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")

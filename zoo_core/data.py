@@ -101,12 +101,15 @@ def fixed_windows(tokens: torch.Tensor, context: int, count: int, seed: int = 12
 @torch.no_grad()
 def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 64) -> float:
     """Mean next-token cross-entropy (nats per token) over the given windows."""
+    from .devices import model_device
+
+    device = model_device(model)
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
     try:
         for i in range(0, len(inputs), batch_size):
-            x, y = inputs[i : i + batch_size], targets[i : i + batch_size]
+            x, y = inputs[i : i + batch_size].to(device), targets[i : i + batch_size].to(device)
             _, loss = model(x, y)
             total += loss.item() * y.numel()
             count += y.numel()

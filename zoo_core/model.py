@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .checkpoints import Verification
+from .devices import model_device
 from .errors import ZooError
 from .registry import Variant
 from .sampling import sample_tokens
@@ -45,10 +46,24 @@ class ZooModel:
         seed: int = 0,
     ) -> str:
         """The prompt followed by ``max_new_tokens`` sampled tokens, as text."""
-        ids = torch.tensor([self.encode_prompt(prompt)], dtype=torch.long)
-        generator = torch.Generator().manual_seed(seed)
+        ids = torch.tensor([self.encode_prompt(prompt)], dtype=torch.long, device=self.device)
+        generator = torch.Generator().manual_seed(seed)  # on the CPU: a seed means the same draws on every device
         out = sample_tokens(self.network, ids, max_new_tokens, temperature, top_k, generator)
         return self.tokenizer.decode(out[0].tolist())
+
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.network)
+
+    def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "ZooModel":
+        """Move (and cast) the network, e.g. ``model.to("cuda", "bfloat16")``; returns the model."""
+        from .devices import place, resolve_device, resolve_dtype
+
+        target = device if isinstance(device, torch.device) else resolve_device(device) if device else self.device
+        if isinstance(dtype, str) or dtype is None:
+            dtype = resolve_dtype(dtype, target) if dtype else None
+        place(self.network, target, dtype)
+        return self
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters())

@@ -65,7 +65,12 @@ def sample_tokens(
                 kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             probabilities = torch.softmax(logits, dim=-1)
-            next_ids = torch.multinomial(probabilities, 1, generator=generator)
+            if generator is not None and generator.device != probabilities.device:
+                # Draw where the generator lives (the CPU, usually): the same seed
+                # then gives the same tokens on a GPU as on the CPU.
+                next_ids = torch.multinomial(probabilities.to(generator.device), 1, generator=generator).to(ids.device)
+            else:
+                next_ids = torch.multinomial(probabilities, 1, generator=generator)
             ids = torch.cat((ids, next_ids), dim=1)
     finally:
         model.train(was_training)

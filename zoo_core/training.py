@@ -24,6 +24,7 @@ import torch
 
 from .cards import Recipe
 from .data import BatchSampler, Corpus, fixed_windows, mean_loss
+from .devices import Placement
 
 
 @dataclass
@@ -130,12 +131,18 @@ class StandardTrainer:
         resume: TrainingState | None = None,
         checkpoint_every: int = 0,
         on_checkpoint: Callable[[TrainingState], None] | None = None,
+        placement: Placement | None = None,
     ) -> TrainingResult:
         """Run the recipe (from ``resume``'s step, when given), calling
-        ``on_checkpoint`` with the state every ``checkpoint_every`` steps."""
+        ``on_checkpoint`` with the state every ``checkpoint_every`` steps.
+        ``placement`` says on which device, in which dtype and as which share of
+        a data-parallel run this process trains (default: the CPU, float32, alone)."""
+        placement = placement or Placement()
         steps = recipe.steps
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
-        windows = {split: fixed_windows(corpus.split(split), context_length, recipe.eval_windows) for split in ("train", "validation")}
+        windows = {split: tuple(map(placement.to_device, fixed_windows(corpus.split(split), context_length, recipe.eval_windows)))
+                   for split in ("train", "validation")}
+        forward = placement.prepare(model)  # before the optimizer: its state lives beside the weights
         optimizer = make_optimizer(model, recipe)
         result = TrainingResult(steps=steps)
         first_step = 1 if resume is None else _restore(resume, model, optimizer, sampler, result) + 1
@@ -144,19 +151,21 @@ class StandardTrainer:
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate_at(step, recipe, steps)
             started = time.perf_counter()
-            inputs, targets = sampler.next()
-            _, loss = model(inputs, targets)
+            # Every process draws the whole batch (the same windows as a one-process
+            # run) and keeps its share: the generator's state stays the same everywhere.
+            inputs, targets = placement.local_batch(*sampler.next())
+            with placement.autocast():
+                _, loss = forward(inputs, targets)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if recipe.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            optimizer.step()
+            placement.backward(loss)
+            placement.step(optimizer, model.parameters(), recipe.grad_clip)
             result.update_seconds += time.perf_counter() - started
-            result.tokens_seen += targets.numel()
+            result.tokens_seen += targets.numel() * placement.world_size
             losses = None
             if step == 1 or step % recipe.eval_every == 0 or step == steps:
-                losses = {split: mean_loss(model, *windows[split]) for split in windows}
-                result.history.append({"step": step, "train_batch": loss.item(), **losses})
+                with placement.autocast():
+                    losses = {split: mean_loss(model, *windows[split]) for split in windows}
+                result.history.append({"step": step, "train_batch": placement.reported_loss(loss), **losses})
             if progress:
                 progress.update(step, result.update_seconds, result.tokens_seen, losses)
             if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:

@@ -9,13 +9,14 @@ since then.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 from pathlib import Path
 
 from .api import build_network, catalogue, load_tokenizer
-from .cards import Metrics, ModelCard
+from .cards import Metrics, ModelCard, TrainedWith
 from .checkpoints import save_checkpoint
 from .data import Corpus, read_corpus_text
 from .errors import ZooError
@@ -37,6 +38,9 @@ def train_variant(
     show_progress: bool = True,
     resume: bool = False,
     checkpoint_every: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    placement=None,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
@@ -44,9 +48,18 @@ def train_variant(
     registry that `ZOO_REGISTRY` can point at; ``publish`` replaces the variant's
     own checkpoint and registry entry instead. Every ``checkpoint_every`` steps
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
-    beside the checkpoint, and ``resume`` continues from it. Returns the new card
-    and the registry file that holds it.
+    beside the checkpoint, and ``resume`` continues from it. ``device`` and
+    ``dtype`` say where and in what precision to train (default: "auto",
+    float32); a data-parallel worker passes its ``placement`` instead, and only
+    its rank 0 writes anything. Returns the new card and the registry file that
+    holds it.
     """
+    if placement is None:
+        from .devices import Placement, resolve_device, resolve_dtype
+
+        target = resolve_device(device)
+        placement = Placement(target, resolve_dtype(dtype, target))
+    writer = placement.rank == 0
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
@@ -59,6 +72,9 @@ def train_variant(
         data = data.resolve()
         overrides["data"] = str(data)
     recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
+    if recipe.batch_size % placement.world_size:
+        raise ZooError(f"the recipe's batch of {recipe.batch_size} windows does not split evenly over {placement.world_size} processes; "
+                       f"use a number of processes that divides it")
     registry_file, checkpoint_path = _destination(variant, publish, out_dir)
     state_path = training_state_path(checkpoint_path)
     if resume and not state_path.exists():  # checked first: nothing is written for a run that cannot start
@@ -70,10 +86,13 @@ def train_variant(
     identity = run_identity(card, recipe, text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
 
-    with exclusive_lock(checkpoint_path, wait=False):  # one run per destination, for the whole run
-        for path in (state_path, checkpoint_path):  # left by a run killed while writing them
+    # One run per destination, for the whole run; in a data-parallel run the
+    # writer (rank 0) holds it for all its processes.
+    with exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext():
+        for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
             remove_stale_temporaries(path)
         state = read_training_state(state_path, identity, network) if resume else None
+        show_progress = show_progress and writer
         if show_progress and state is not None:
             print(f"{name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr)
         elif show_progress and state_path.exists():
@@ -84,14 +103,16 @@ def train_variant(
         try:
             result = StandardTrainer().train(
                 network, recipe, corpus, card.context_length, progress,
-                resume=state, checkpoint_every=every,
-                on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
+                resume=state, checkpoint_every=every, placement=placement,
+                on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if writer else None,
             )
         except KeyboardInterrupt:
-            if state_path.exists():
+            if writer and state_path.exists():
                 print(f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}", file=sys.stderr)
             raise
-        new_card = _trained_card(card, recipe, result, network)
+        if not writer:
+            return _trained_card(card, recipe, result, network, placement), registry_file
+        new_card = _trained_card(card, recipe, result, network, placement)
         if not publish and variant.tokenizer_path is not None:
             copied = registry_file.parent / variant.tokenizer_path.name
             if copied.resolve() != variant.tokenizer_path:  # --out may be the variant's own folder
@@ -119,7 +140,7 @@ def _destination(variant: Variant, publish: bool, out_dir: Path | None) -> tuple
     return out_dir / "registry.toml", out_dir / f"{variant.name}.safetensors"
 
 
-def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:
+def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelCard:
     final = result.final
     metrics = Metrics(
         train_loss=round(final["train"], 4),
@@ -130,7 +151,8 @@ def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:
         tokens_per_second=round(result.tokens_per_second),
     )
     return card.model_copy(
-        update={"recipe": recipe, "metrics": metrics, "parameters": sum(p.numel() for p in network.parameters())}
+        update={"recipe": recipe, "metrics": metrics, "parameters": sum(p.numel() for p in network.parameters()),
+                "trained_with": TrainedWith(**placement.describe())}
     )
 
 
@@ -139,3 +161,20 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve().relative_to(base.resolve()))
     except ValueError:
         return str(path.resolve())
+
+
+def check_data_parallel_run(name: str, world_size: int, *, out_dir=None, publish=False, resume=False) -> Path:
+    """What the launcher checks before starting any process (a mistake is one line,
+    not one per process); returns where the run keeps its resumable state."""
+    variant = catalogue().get(name)
+    card = variant.card
+    if card.recipe.kind != "trained":
+        raise ZooError(f"variant '{name}' is {card.recipe.kind}; it has no training recipe")
+    batch_size = card.recipe.batch_size
+    if batch_size % world_size:
+        raise ZooError(f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
+                       f"use a number of processes that divides it")
+    state_path = training_state_path(_destination(variant, publish, out_dir)[1])
+    if resume and not state_path.exists():
+        raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
+    return state_path
