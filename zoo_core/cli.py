@@ -275,7 +275,9 @@ def _launch_data_parallel(args) -> int:
     from .distributed import launch
     from .trainrun import check_data_parallel_run
 
-    nproc, nnodes = args.nproc_per_node or 1, args.nnodes or 1
+    nproc, nnodes = (1 if value is None else value for value in (args.nproc_per_node, args.nnodes))
+    if nproc < 1 or nnodes < 1:
+        raise ZooError("--nproc-per-node and --nnodes must be at least 1")
     state_path = check_data_parallel_run(args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume)
     worker = [args.name, "--device", args.device, "--dtype", args.dtype]
     for option, value in (("--steps", args.steps), ("--seed", args.seed), ("--data", args.data), ("--out", args.out),

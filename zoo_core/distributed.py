@@ -115,7 +115,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     if rank == 0:
         metrics = card.metrics
         print(f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token after "
-              f"{card.recipe.steps} steps on {world_size} processes ({metrics.training_seconds:.0f} s, "
+              f"{card.recipe.steps} steps on {world_size} process{'es' if world_size > 1 else ''} ({metrics.training_seconds:.0f} s, "
               f"{metrics.tokens_per_second:,.0f} tokens/s)\n  card in {registry_file}")
     return 0
 
