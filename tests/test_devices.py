@@ -72,7 +72,7 @@ def test_bfloat16_evaluation_is_close_to_float32(zoo):
 
 def _short_training(placement: Placement, steps: int = 30):
     from zoo_core.api import build_network, catalogue, load_tokenizer
-    from zoo_core.data import Corpus, read_corpus_text
+    from zoo_core.data import Corpus
     from zoo_core.training import StandardTrainer, seeded_network
 
     from .conftest import ROOT

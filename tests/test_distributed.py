@@ -20,7 +20,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from zoo_core.cards import Recipe
 from zoo_core.data import Corpus
 from zoo_core.registry import read_registry_file
 from zoo_core.trainstate import STATE_KEY
@@ -174,7 +173,6 @@ def test_killing_one_process_stops_the_run_in_one_line_and_keeps_the_saved_state
 
 def _interrupted_state(tmp_path: Path, small_text: Path, steps: int, stop_after: int) -> Path:
     """Train ``stop_after`` steps of a ``steps``-step run in one process and write its state, as a killed run leaves it."""
-    import zoo_core
     from zoo_core.api import build_network, catalogue, load_tokenizer
     from zoo_core.data import read_corpus_text
     from zoo_core.training import StandardTrainer, seeded_network

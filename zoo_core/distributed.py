@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -131,6 +132,7 @@ def launch(worker_argv: list[str], *, nproc_per_node: int, nnodes: int = 1, node
     """Run ``worker_argv`` (a `zoo train` command line without the launch options)
     on ``nproc_per_node`` processes here, as one of ``nnodes`` machines, through
     torchrun's launcher. A failed process becomes one ZooError naming it."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, get_args_parser
@@ -155,6 +157,13 @@ def launch(worker_argv: list[str], *, nproc_per_node: int, nnodes: int = 1, node
         _quiet_launcher_logs()
     try:
         elastic_launch(config, command)(*command_args)
+    except SignalException as exc:  # Ctrl-C or a scheduler's SIGTERM: the agent has stopped the workers
+        # Ctrl-C reaches every process of the terminal's group, and rank 0 says where its
+        # state is; a SIGTERM (a scheduler's) reaches only this one, which says it instead.
+        if exc.sigval != signal.SIGINT and state_path is not None and state_path.exists():
+            print(f"\nstopped by {exc.sigval.name}; the same command with --resume continues from the state in {state_path}",
+                  file=sys.stderr)
+        raise KeyboardInterrupt from None
     except ChildFailedError as exc:
         line = _failure_line(exc, state_path)
         if line is None:
@@ -172,8 +181,6 @@ def _quiet_launcher_logs() -> None:
 
 
 def _failure_line(exc, state_path: Path | None) -> str | None:
-    import signal
-
     failures = exc.failures
     # The cause, not its echoes: processes that stopped only because a peer had gone come last.
     rank, failure = min(failures.items(), key=lambda item: (item[1].exitcode == PEER_GONE, item[1].timestamp))
