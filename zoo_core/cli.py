@@ -377,13 +377,15 @@ def cmd_train_tokenizer(args) -> int:
     return 0
 
 
-def _device_options(parser: argparse.ArgumentParser, what: str) -> None:
+def _device_options(parser: argparse.ArgumentParser, what: str, training: bool = False) -> None:
     from .devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
 
     parser.add_argument("--device", type=device_argument, default="auto", metavar="DEVICE",
                         help=f"where to {what}: {DEVICE_CHOICES}; auto picks CUDA, then MPS, then the CPU (default: auto)")
+    how = ("the forward pass runs under autocast in it, weights stay float32; float16 adds a gradient scaler" if training
+           else "the network's weights are cast to it")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32",
-                        help=f"floating-point type to {what} in (default: float32)")
+                        help=f"floating-point type to {what} in: {how} (default: float32)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -439,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from its saved state (same --steps/--seed/--data/--out)")
-    _device_options(p, "train (autocast)")
+    _device_options(p, "train", training=True)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="data-parallel: train on N processes on this machine through torchrun (Gloo on CPUs, one GPU each with NCCL)")
     p.add_argument("--nnodes", type=int, metavar="M", help="data-parallel: the number of machines taking part (default 1)")
@@ -472,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path)
     p.add_argument("--out", type=Path, help="default runs/experiments/STUDY")
     p.add_argument("--quiet", action="store_true")
-    _device_options(p, "train (autocast)")
+    _device_options(p, "train", training=True)
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run up to N seeds at once, each in its own process (results identical to --jobs 1; default 1)")
     p.set_defaults(run=cmd_experiment)
