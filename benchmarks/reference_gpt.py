@@ -46,7 +46,7 @@ class ReferenceGPT(nn.Module):
         self.head.weight = self.tokens.weight  # tied
 
     def forward(self, idx, targets=None):
-        x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1]))
+        x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.norm(x))

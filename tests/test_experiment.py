@@ -121,3 +121,26 @@ def test_a_seed_000_study_runs_end_to_end(zoo, tmp_path):
     assert len(report["runs"]) == 9 and (tmp_path / "loss.png").exists()
     finals = {run["arm"]: run["history"][-1]["validation"] for run in report["runs"] if run["seed"] == 42}
     assert finals["transformer-1b-learned-ctx8"] < finals["bigram"]
+
+
+def test_seeds_in_parallel_processes_give_the_sequential_results(study, tmp_path):
+    out, args = study
+    from zoo_core import cli
+
+    parallel = tmp_path / "parallel"
+    assert cli.main([*args[:-3], "--out", str(parallel), "--quiet", "--jobs", "2"]) == 0
+
+    def without_timings(path):
+        report = json.loads((path / "results.json").read_text())
+        for run in report["runs"]:
+            assert run.pop("update_seconds") > 0
+        return report
+
+    assert without_timings(parallel) == without_timings(out)
+    for name in ("transformer-1b-learned-ctx8-seed43-step30", "bigram-seed42-step10"):
+        assert (parallel / "checkpoints" / f"{name}.safetensors").read_bytes() == (out / "checkpoints" / f"{name}.safetensors").read_bytes()
+
+
+def test_jobs_must_be_positive(zoo):
+    result = zoo("experiment", "depth-1-2", "--jobs", "0", "--steps", "1")
+    assert result.code == 1 and result.err.strip() == "zoo: error: --jobs must be at least 1, not 0"

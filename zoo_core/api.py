@@ -104,10 +104,12 @@ def build_network(variant: Variant, plugins: PluginSet | None = None):
         raise ZooError(f"variant '{card.name}': cannot build architecture '{card.architecture}': {exc}") from exc
 
 
-def load(name: str, plugins: PluginSet | None = None):
-    """Build the variant's network and load its verified weights."""
+def load(name: str, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None):
+    """Build the variant's network and load its verified weights, then move it to
+    ``device`` (default: the CPU; "auto" picks a GPU if there is one) and cast it
+    to ``dtype`` ("float32", "bfloat16" or "float16")."""
     plugins = plugins or get_plugins()
-    return load_variant(catalogue(plugins).get(name), plugins)
+    return load_variant(catalogue(plugins).get(name), plugins, device=device, dtype=dtype)
 
 
 def has_published_weights(variant: Variant) -> bool:
@@ -115,12 +117,15 @@ def has_published_weights(variant: Variant) -> bool:
     return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
 
 
-def load_variant(variant: Variant, plugins: PluginSet | None = None):
+def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None):
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
     from .checkpoints import load_verified
+    from .devices import place, resolve_device, resolve_dtype
     from .model import ZooModel
 
     plugins = plugins or get_plugins()
+    target = resolve_device(device or "cpu")  # checked before any work: a missing GPU is one line
+    target_dtype = resolve_dtype(dtype, target)
     name = variant.name
     check_variant_budget(variant, plugins)  # first: a hostile card costs nothing
     if not has_published_weights(variant):
@@ -131,8 +136,11 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None):
     tokenizer = load_tokenizer(variant, plugins)
     network = build_network(variant, plugins)
     card = variant.card
+    # Weights are read and verified on the CPU whatever the target: the file never
+    # decides where tensors go, and the checks see exactly what is on disk.
     verification = load_verified(variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card)
     network.eval()
+    place(network, target, target_dtype)
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)

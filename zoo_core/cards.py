@@ -93,6 +93,16 @@ class Metrics(_Strict):
     accuracy: float | None = Field(None, description="task models (the puzzle): share of answers right")
 
 
+class TrainedWith(_Strict):
+    """Where a trained variant's weights were made (`zoo train` fills it in):
+    the same recipe on another device, dtype or number of processes gives
+    close but not bit-identical weights (docs/scaling.md)."""
+
+    device: str = Field(description="'cpu', 'mps' or 'cuda (GPU model)'")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(description="autocast dtype of the forward pass")
+    world_size: int = Field(1, gt=0, description="data-parallel processes sharing each batch")
+
+
 class CheckpointRef(_Strict):
     """Where the weights are and their checksum."""
 
@@ -119,6 +129,7 @@ class ModelCard(_Strict):
     checkpoint: CheckpointRef = Field(description="the weights file")
     parameters: int | None = Field(None, ge=0, description="trainable parameters, counted by `zoo train`", json_schema_extra=WEIGHTS)
     metrics: Metrics = Field(default_factory=Metrics, description="measured by `zoo train` (never claimed by hand)", json_schema_extra=WEIGHTS)
+    trained_with: TrainedWith | None = Field(None, description="device, dtype and number of processes `zoo train` used")
     lineage: str = Field(description="the document this variant reproduces")
     license: str = Field(description="the weights' license; required: a card never gets one by default")
     tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")

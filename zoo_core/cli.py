@@ -200,7 +200,7 @@ def cmd_sample(args) -> int:
     from .threads import check_threads, use_threads
 
     check_threads(args.threads)  # before paying for the checkpoint
-    model = load(args.name)
+    model = load(args.name, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
         ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
@@ -253,7 +253,8 @@ def cmd_compare(args) -> int:
     if args.data is not None and args.dataset is not None:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     override = args.dataset if args.dataset is not None else args.data
-    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, override)
+    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, override,
+                              device=args.device, dtype=args.dtype)
     if args.out:
         from .plots import text_panels_png
 
@@ -289,7 +290,7 @@ def cmd_experiment(args) -> int:
     if args.eval_every is None:  # enough points for a curve whatever --steps is
         study.eval_every = curve_eval_every(study.steps, study.eval_every)
     out = args.out or Path("runs") / "experiments" / study.name
-    report = run_study(study, out, data=args.data, show_progress=not args.quiet)
+    report = run_study(study, out, data=args.data, show_progress=not args.quiet, device=args.device, dtype=args.dtype, jobs=args.jobs)
     print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
     for arm in dict.fromkeys(run["arm"] for run in report["runs"]):
         finals = [run["history"][-1]["validation"] for run in report["runs"] if run["arm"] == arm]
@@ -303,19 +304,20 @@ def cmd_attention(args) -> int:
     from .api import load
     from .plots import attention_grid_png
 
-    model = load(args.name)
+    model = load(args.name, device=args.device, dtype=args.dtype)
     ids = model.encode_prompt(args.prompt)
     if len(ids) > model.card.context_length:
         raise ZooError(f"the prompt is {len(ids)} tokens; '{args.name}' attends over at most {model.card.context_length}")
     with torch.no_grad():
-        maps = model.network.attention_maps(torch.tensor([ids]))
+        maps = model.network.attention_maps(torch.tensor([ids], device=model.device))
     if not maps:
         raise ZooError(f"'{args.name}' ({model.card.architecture}) has no attention to show")
     labels = [model.tokenizer.decode([i]).replace("\n", "\\n") for i in ids]
     if isinstance(maps, dict):  # named heads (the puzzle)
-        panels = [[(name, m.squeeze(0).numpy()) for name, m in maps.items()]]
+        panels = [[(name, m.squeeze(0).float().cpu().numpy()) for name, m in maps.items()]]
     else:
-        panels = [[(f"layer {layer + 1}, head {head + 1}", m[0, head].numpy()) for head in range(m.shape[1])] for layer, m in enumerate(maps)]
+        panels = [[(f"layer {layer + 1}, head {head + 1}", m[0, head].float().cpu().numpy()) for head in range(m.shape[1])]
+                  for layer, m in enumerate(maps)]
     if args.out:
         attention_grid_png(panels, labels, f"{args.name}: {args.prompt!r}", args.out)
         print(f"{sum(len(row) for row in panels)} attention maps over {len(ids)} tokens written to {args.out}")
@@ -336,7 +338,7 @@ def cmd_eval(args) -> int:
     from .threads import check_threads, use_threads
 
     check_threads(args.threads)
-    model = load(args.name)
+    model = load(args.name, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
@@ -370,11 +372,13 @@ def cmd_train(args) -> int:
         check_seed(args.seed)
     if args.checkpoint_every is not None and args.checkpoint_every < 0:  # named as the flag; the API names its argument
         raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {args.checkpoint_every}")
+    if args.nproc_per_node is not None or args.nnodes is not None:
+        return _launch_data_parallel(args)
     card, registry_file = train_variant(
         args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out,
         publish=args.publish, show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
         new_name=args.new_name, log_every=args.log_every, resume_command=_resume_command(args.argv),
-        interim_eval_windows=args.interim_eval_windows, compile=args.compile,
+        interim_eval_windows=args.interim_eval_windows, compile=args.compile, device=args.device, dtype=args.dtype,
     )
     metrics = card.metrics
     if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
@@ -395,6 +399,26 @@ def _resume_command(argv: list[str]) -> str:
     import shlex
 
     return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
+
+
+def _launch_data_parallel(args) -> int:
+    """`zoo train --nproc-per-node N`: the same run on N processes (per machine) through torchrun."""
+    from .distributed import launch
+    from .trainrun import check_data_parallel_run
+
+    nproc, nnodes = (1 if value is None else value for value in (args.nproc_per_node, args.nnodes))
+    if nproc < 1 or nnodes < 1:
+        raise ZooError("--nproc-per-node and --nnodes must be at least 1")
+    state_path = check_data_parallel_run(args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume)
+    worker = [args.name, "--device", args.device, "--dtype", args.dtype]
+    for option, value in (("--steps", args.steps), ("--seed", args.seed), ("--data", args.data), ("--out", args.out),
+                          ("--checkpoint-every", args.checkpoint_every)):
+        if value is not None:
+            worker += [option, str(value)]
+    worker += [flag for flag, on in (("--publish", args.publish), ("--quiet", args.quiet), ("--resume", args.resume),
+                                     ("--debug", args.debug)) if on]
+    return launch(worker, nproc_per_node=nproc, nnodes=nnodes, node_rank=args.node_rank,
+                  rdzv_endpoint=args.rdzv_endpoint, state_path=state_path, debug=args.debug)
 
 
 def cmd_verify(args) -> int:
@@ -529,6 +553,17 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _device_options(parser: argparse.ArgumentParser, what: str, training: bool = False) -> None:
+    from .devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
+
+    parser.add_argument("--device", type=device_argument, default="auto", metavar="DEVICE",
+                        help=f"where to {what}: {DEVICE_CHOICES}; auto picks CUDA, then MPS, then the CPU (default: auto)")
+    how = ("the forward pass runs under autocast in it, weights stay float32; float16 adds a gradient scaler" if training
+           else "the network's weights are cast to it")
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32",
+                        help=f"floating-point type to {what} in: {how} (default: float32)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.",
                                      formatter_class=DefaultsHelpFormatter)
@@ -592,6 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG (default: none)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads (default: 1 for models under 5M parameters, else torch's default)")
+    _device_options(p, "sample")
     p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
 
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
@@ -601,6 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads (default: 1 for models under 5M parameters, else torch's default)")
+    _device_options(p, "evaluate")
     p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
@@ -624,6 +661,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "eval_windows, at least 64); the final evaluation always uses all of them")
     p.add_argument("--compile", action="store_true",
                    help="run forward and backward through torch.compile (needs a C compiler on CPU; same weights and card)")
+    _device_options(p, "train", training=True)
+    p.add_argument("--nproc-per-node", type=int, metavar="N",
+                   help="data-parallel: train on N processes on this machine through torchrun (Gloo on CPUs, one GPU each with NCCL)")
+    p.add_argument("--nnodes", type=int, metavar="M", help="data-parallel: the number of machines taking part (default 1)")
+    p.add_argument("--node-rank", type=int, metavar="R", help="data-parallel: this machine's number, 0 to M-1 (0 is the one that writes)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="data-parallel: where machine 0 listens for the others")
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
@@ -636,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", metavar="NAME", help="score on this registered dataset (`zoo datasets`); needed when the variants were trained on different text")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
+    _device_options(p, "score and sample")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
@@ -651,12 +695,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="train and score on this text file (default: the recipe's corpus)")
     p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    _device_options(p, "train", training=True)
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run up to N seeds at once, each in its own process (results identical to --jobs 1; default 1)")
     p.set_defaults(run=cmd_experiment)
 
     p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--prompt", required=True, help="the text whose attention to show")
     p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps (default: print)")
+    _device_options(p, "compute the maps")
     p.set_defaults(run=cmd_attention)
 
     p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")

@@ -64,12 +64,15 @@ def compare_variants(
     prompt: str | None = None,
     max_new_tokens: int = 100,
     data: Path | str | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
 ) -> dict:
     if len(names) < 2:
         raise ZooError("compare needs at least two variants")
     if windows < 1:
         raise ZooError(f"windows must be at least 1, not {windows}")
-    models = [load(name) for name in names]
+    models = [load(name, device=device, dtype=dtype) for name in names]
     for model in models:
         if hasattr(model.network, "ask"):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")

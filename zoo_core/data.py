@@ -84,12 +84,15 @@ def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: in
     Under `inference_mode`, not just `no_grad`: no autograd bookkeeping at all.
     The losses are summed as float tensors and read back once at the end,
     instead of a `.item()` per batch (a synchronisation per batch on a GPU)."""
+    from .devices import model_device
+
+    device = model_device(model)
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
     try:
         for i in range(0, len(inputs), batch_size):
-            x, y = inputs[i : i + batch_size], targets[i : i + batch_size]
+            x, y = inputs[i : i + batch_size].to(device), targets[i : i + batch_size].to(device)
             _, loss = model(x, y)
             total = total + loss.double() * y.numel()
             count += y.numel()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -125,6 +126,9 @@ def _targets(tokens: torch.Tensor, count: int, longest: int, seed: int) -> torch
 @torch.no_grad()
 def last_token_loss(model, tokens: torch.Tensor, targets: torch.Tensor, history: int, batch: int = 128) -> float:
     """Mean loss of predicting tokens[t] from the `history` tokens before it."""
+    from .devices import model_device
+
+    device = model_device(model)
     was_training = model.training
     model.eval()
     total = 0.0
@@ -132,8 +136,8 @@ def last_token_loss(model, tokens: torch.Tensor, targets: torch.Tensor, history:
         for i in range(0, len(targets), batch):
             ends = targets[i : i + batch]
             index = ends[:, None] - history + torch.arange(history)[None, :]
-            logits, _ = model(tokens[index])
-            total += F.cross_entropy(logits[:, -1, :], tokens[ends], reduction="sum").item()
+            logits, _ = model(tokens[index].to(device))
+            total += F.cross_entropy(logits[:, -1, :].float(), tokens[ends].to(device), reduction="sum").item()
     finally:
         model.train(was_training)
     return total / len(targets)
@@ -160,7 +164,17 @@ def curve_eval_every(steps: int, eval_every: int) -> int:
     return max(1, min(eval_every, steps // CURVE_POINTS))
 
 
-def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_progress: bool = True) -> dict:
+def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_progress: bool = True,
+              device: str | None = None, dtype: str | None = None, jobs: int = 1) -> dict:
+    """Train every arm for every seed and write results.json, loss.png and
+    samples.png into ``out``. ``jobs`` above 1 runs that many seeds at once, each
+    in its own process; the results are the same as one after the other."""
+    from .devices import resolve_device, resolve_dtype
+
+    if jobs < 1:
+        raise ZooError(f"--jobs must be at least 1, not {jobs}")
+    target = resolve_device(device)
+    placement = (str(target), str(resolve_dtype(dtype, target)).removeprefix("torch."))
     if any(m > study.steps for m in study.milestones):
         study.milestones = [m for m in study.milestones if m <= study.steps]
     if study.steps not in study.milestones:
@@ -178,13 +192,17 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
     prompt_ids = tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()
     make_folder(out)
     runs = []
-    for seed in study.seeds:
-        runs.extend(_run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress))
+    if jobs == 1 or len(study.seeds) == 1:
+        for seed in study.seeds:
+            runs.extend(_run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement))
+    else:
+        runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress)
     contexts = sorted({arm.context for arm in arms})
     report = {
         "study": study.name,
         "description": study.description,
         "config": {**{k: v for k, v in study.__dict__.items() if k != "name"}, "contexts": contexts,
+                   "device": placement[0], "dtype": placement[1],
                    "prompt_text": tokenizer.decode(prompt_ids), "loss_unit": f"nats per {first.card.tokenizer.kind} token"},
         "source_sha256": source_hash(),
         "runs": runs,
@@ -195,12 +213,45 @@ def run_study(study: StudyConfig, out: Path, data: Path | None = None, show_prog
     return report
 
 
-def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress):
+def _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress) -> list[dict]:
+    """One process per seed (at most ``jobs`` at a time), results in seed order.
+    Each process starts fresh (spawn: no state forked from this one) and computes
+    with this process's thread count, so its arithmetic is a sequential run's."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(study.seeds)), mp_context=context) as pool:
+        futures = [pool.submit(_seed_job, study, corpus, targets, prompt_ids, seed, out, placement, torch.get_num_threads())
+                   for seed in study.seeds]
+        runs = []
+        for done, (seed, future) in enumerate(zip(study.seeds, futures), 1):
+            runs.extend(future.result())
+            if show_progress:
+                print(f"{study.name}: seed {seed} done ({done}/{len(study.seeds)})", file=sys.stderr, flush=True)
+    return runs
+
+
+def _seed_job(study, corpus, targets, prompt_ids, seed, out, placement, threads) -> list[dict]:
+    torch.set_num_threads(threads)
+    plugins = get_plugins()
+    arms = _arms(study.arms, plugins)
+    tokenizer = load_tokenizer(arms[0].variant, plugins)
+    return _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, False, placement)
+
+
+def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement=("cpu", "float32")):
+    from .devices import Placement
+
+    device, dtype = torch.device(placement[0]), getattr(torch, placement[1])
     networks = []
     for arm in arms:
         torch.manual_seed(seed)
         networks.append(build_network(arm.variant, plugins))
     _share_initial_values(networks)
+    placements = [Placement(device, dtype) for _ in networks]  # one gradient scaler per network
+    for network, where in zip(networks, placements):
+        where.prepare(network)
     recipe = study.recipe(seed)
     optimizers = [make_optimizer(network, recipe) for network in networks]
     longest = max(arm.context for arm in arms)
@@ -213,24 +264,27 @@ def _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, pl
     for step in range(1, study.steps + 1):
         starts = torch.randint(len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator)
         inputs, outputs = windows_at(corpus.train, starts, longest)
+        inputs, outputs = inputs.to(device), outputs.to(device)
         for i, (arm, network, optimizer) in enumerate(zip(arms, networks, optimizers)):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate_at(step, recipe, study.steps)
             tick = time.perf_counter()
             # The same tokens for every arm, cut into sequences of its own context.
             x, y = inputs.reshape(-1, arm.context), outputs.reshape(-1, arm.context)
-            _, loss = network(x, y)
+            with placements[i].autocast():
+                _, loss = network(x, y)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            placements[i].backward(loss)
+            placements[i].step(optimizer, network.parameters(), None)
             update_seconds[i] += time.perf_counter() - tick
             if step == 1 or step % study.eval_every == 0 or step == study.steps:
-                losses = {split: last_token_loss(network, corpus.split(split), targets[split], arm.context) for split in targets}
+                with placements[i].autocast():
+                    losses = {split: last_token_loss(network, corpus.split(split), targets[split], arm.context) for split in targets}
                 histories[i].append({"step": step, "train_batch": loss.item(), **losses})
             if step in study.milestones:
                 name = f"{arm.label.replace('@', '-ctx')}-seed{seed}-step{step}"
                 save_checkpoint(out / "checkpoints" / f"{name}.safetensors", network.state_dict(), {"arm": arm.label, "seed": seed, "step": step})
-                ids = torch.tensor([prompt_ids])
+                ids = torch.tensor([prompt_ids], device=device)
                 generated = sample_tokens(network, ids, study.sample_tokens, generator=torch.Generator().manual_seed(study.sample_seed))
                 samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids):].tolist())
         shown = {"train": histories[-1][-1]["train"], "validation": histories[-1][-1]["validation"]} if histories[-1] and histories[-1][-1]["step"] == step else None

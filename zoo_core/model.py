@@ -8,6 +8,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .checkpoints import Verification
+from .devices import model_device
 from .errors import ZooError
 from .registry import Variant
 from .sampling import Sample, SampleStream, check_sampling_arguments, sample_seeds, stream_text
@@ -109,6 +110,20 @@ class ZooModel:
         check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
         return stream_text(self.network, self.tokenizer, self.encode_prompt(prompt), seed, max_new_tokens=max_new_tokens,
                            temperature=temperature, top_k=top_k, top_p=top_p, stop=[stop] if isinstance(stop, str) else stop)
+
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.network)
+
+    def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "ZooModel":
+        """Move (and cast) the network, e.g. ``model.to("cuda", "bfloat16")``; returns the model."""
+        from .devices import place, resolve_device, resolve_dtype
+
+        target = device if isinstance(device, torch.device) else resolve_device(device) if device else self.device
+        if isinstance(dtype, str) or dtype is None:
+            dtype = resolve_dtype(dtype, target) if dtype else None
+        place(self.network, target, dtype)
+        return self
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters())

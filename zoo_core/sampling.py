@@ -94,6 +94,15 @@ def _draw(logits: torch.Tensor, temperature: float, top_k, top_p, generator) -> 
     if temperature == 0:  # greedy: no draw at all, so the seed does not matter
         return logits.argmax(dim=-1, keepdim=True)
     probabilities = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)
+    first = generator[0] if isinstance(generator, (list, tuple)) else generator
+    if first is not None and first.device != probabilities.device:
+        # Draw where the generator lives (the CPU): the same seed then gives the
+        # same tokens on a GPU as on the CPU.
+        return _draw_with(probabilities.to(first.device), generator).to(logits.device)
+    return _draw_with(probabilities, generator)
+
+
+def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
     if isinstance(generator, (list, tuple)):
         # One generator per row, each drawing from its own row only: a row's
         # tokens are those it gets when sampled alone with the same seed.
@@ -225,7 +234,8 @@ class SampleStream:
         self.samples: list[Sample] = []
 
     def __iter__(self) -> Iterator[list[str]]:
-        ids = torch.tensor(self.prompt_ids, dtype=torch.long)
+        device = next(self.model.parameters(), torch.empty(0)).device  # the prompt goes where the weights are
+        ids = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)
         generators = [seeded_generator(seed, "seed") for seed in self.seeds]
         tokens = stream_tokens(self.model, ids, generator=generators, **self.settings)
         try:

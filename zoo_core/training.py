@@ -35,6 +35,7 @@ from .data import BatchSampler, Corpus, fixed_windows, mean_loss
 from .progress import TrainingProgress
 
 Progress = TrainingProgress  # the name the training loops have always used
+from .devices import Placement
 
 
 @dataclass
@@ -89,6 +90,7 @@ class TrainingJob:
     on_checkpoint: "Callable[[TrainingState], None] | None" = None
     interim_eval_windows: int | None = None  # windows per split before the final evaluation
     compile: bool = False  # run forward and backward through torch.compile
+    placement: "Placement | None" = None  # device, dtype and data-parallel share (default: CPU, float32, alone)
 
 
 def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
@@ -185,7 +187,7 @@ class StandardTrainer:
         return self.train(
             network, job.recipe, job.corpus, job.context_length, job.progress,
             resume=job.resume, checkpoint_every=job.checkpoint_every, on_checkpoint=job.on_checkpoint,
-            interim_eval_windows=job.interim_eval_windows, compile=job.compile,
+            interim_eval_windows=job.interim_eval_windows, compile=job.compile, placement=job.placement,
         )
 
     def train(
@@ -201,41 +203,50 @@ class StandardTrainer:
         on_checkpoint: Callable[[TrainingState], None] | None = None,
         interim_eval_windows: int | None = None,
         compile: bool = False,
+        placement: Placement | None = None,
     ) -> TrainingResult:
         """Run the recipe (from ``resume``'s step, when given), calling
         ``on_checkpoint`` with the state every ``checkpoint_every`` steps.
 
         Evaluations before the last use ``interim_eval_windows`` windows per
         split (see `interim_windows`); ``compile`` runs the forward and backward
-        through `torch.compile` (same weights, same state dict)."""
+        through `torch.compile` (same weights, same state dict). ``placement``
+        says on which device, in which dtype and as which share of a
+        data-parallel run this process trains (default: the CPU, float32, alone)."""
+        placement = placement or Placement()
         steps = recipe.steps
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
-        windows = {split: fixed_windows(corpus.split(split), context_length, recipe.eval_windows) for split in ("train", "validation")}
+        windows = {split: tuple(map(placement.to_device, fixed_windows(corpus.split(split), context_length, recipe.eval_windows)))
+                   for split in ("train", "validation")}
         interim = interim_windows(recipe, interim_eval_windows)
+        forward = placement.prepare(model)  # before the optimizer: its state lives beside the weights
+        if compile:
+            forward = compiled(forward)
         optimizer = self.make_optimizer(model, recipe)
         result = TrainingResult(steps=steps)
         first_step = 1 if resume is None else _restore(resume, model, optimizer, sampler, result) + 1
-        forward = compiled(model) if compile else model
         model.train()
         with interrupts_at_step_end() as interrupted:
             for step in range(first_step, steps + 1):
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate_at(step, recipe, steps)
                 started = time.perf_counter()
-                inputs, targets = sampler.next()
-                _, loss = forward(inputs, targets)
+                # Every process draws the whole batch (the same windows as a one-process
+                # run) and keeps its share: the generator's state stays the same everywhere.
+                inputs, targets = placement.local_batch(*sampler.next())
+                with placement.autocast():
+                    _, loss = forward(inputs, targets)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if recipe.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-                optimizer.step()
+                placement.backward(loss)
+                placement.step(optimizer, model.parameters(), recipe.grad_clip)
                 result.update_seconds += time.perf_counter() - started
-                result.tokens_seen += targets.numel()
+                result.tokens_seen += targets.numel() * placement.world_size
                 losses = None
                 if step == 1 or step % recipe.eval_every == 0 or step == steps:
                     count = recipe.eval_windows if step == steps else interim
-                    losses = {split: mean_loss(model, inputs[:count], targets[:count]) for split, (inputs, targets) in windows.items()}
-                    result.history.append({"step": step, "train_batch": loss.item(), **losses, "windows": count})
+                    with placement.autocast():
+                        losses = {split: mean_loss(model, inputs[:count], targets[:count]) for split, (inputs, targets) in windows.items()}
+                    result.history.append({"step": step, "train_batch": placement.reported_loss(loss), **losses, "windows": count})
                 if progress:
                     progress.update(step, result.update_seconds, result.tokens_seen, losses, batch_loss=loss.item())
                 if interrupted() and step < steps:

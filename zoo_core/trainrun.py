@@ -9,13 +9,14 @@ since then.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 from pathlib import Path
 
 from .api import build_network, catalogue, load_tokenizer
-from .cards import VARIANT_NAME, Metrics, ModelCard
+from .cards import VARIANT_NAME, Metrics, ModelCard, TrainedWith
 from .checkpoints import save_checkpoint, sha256_file
 from .data import Corpus
 from .datasets import variant_text
@@ -43,6 +44,9 @@ def train_variant(
     resume_command: str | None = None,
     interim_eval_windows: int | None = None,
     compile: bool = False,
+    device: str | None = None,
+    dtype: str | None = None,
+    placement=None,
 ) -> tuple[ModelCard, Path]:
     """Train ``name`` and write its checkpoint and card.
 
@@ -59,7 +63,17 @@ def train_variant(
     Ctrl-C stops after the step in progress, saves the state (whatever
     ``checkpoint_every`` says) and says how to continue: ``resume_command`` when
     given (the CLI passes the command line with ``--resume``), else in words.
+
+    ``device`` and ``dtype`` say where and in what precision to train (default:
+    "auto", float32); a data-parallel worker passes its ``placement`` instead,
+    and only its rank 0 writes anything.
     """
+    if placement is None:
+        from .devices import Placement, resolve_device, resolve_dtype
+
+        target = resolve_device(device)
+        placement = Placement(target, resolve_dtype(dtype, target))
+    writer = placement.rank == 0
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
@@ -81,6 +95,9 @@ def train_variant(
         # the absolute path of the file given with --data; and its sha256 either way.
         overrides.update(data=text.name, data_sha256=text.sha256)
     recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
+    if recipe.batch_size % placement.world_size:
+        raise ZooError(f"the recipe's batch of {recipe.batch_size} windows does not split evenly over {placement.world_size} processes; "
+                       f"use a number of processes that divides it")
     target_name = new_name or name
     if target_name != name:
         if not VARIANT_NAME.fullmatch(target_name):
@@ -98,10 +115,13 @@ def train_variant(
         identity = run_identity(card, recipe, text.text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
 
-    with exclusive_lock(checkpoint_path, wait=False):  # one run per destination, for the whole run
-        for path in (state_path, checkpoint_path):  # left by a run killed while writing them
+    # One run per destination, for the whole run; in a data-parallel run the
+    # writer (rank 0) holds it for all its processes.
+    with exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext():
+        for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
             remove_stale_temporaries(path)
         state = read_training_state(state_path, identity, network) if resume else None
+        show_progress = show_progress and writer
         if show_progress and state is not None:
             print(f"{name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr)
         elif show_progress and state_path.exists():
@@ -113,23 +133,27 @@ def train_variant(
         job = TrainingJob(
             card=card, recipe=recipe, corpus=corpus, context_length=card.context_length, progress=progress,
             resume=state, checkpoint_every=every if trainer.uses_corpus else 0,
-            on_checkpoint=lambda snapshot: write_training_state(state_path, snapshot, identity),
-            interim_eval_windows=interim_eval_windows, compile=compile,
+            on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if writer else None,
+            interim_eval_windows=interim_eval_windows, compile=compile, placement=placement,
         )
         try:
             result = trainer.run(network, job)
         except TrainingInterrupted as stop:
+            if not writer:
+                raise
             how = resume_command or "the same command with --resume (or train_variant(..., resume=True))"
             print(f"\n{name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
                   f"  continue with: {how}", file=sys.stderr)
             raise
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
-            if state_path.exists():
+            if writer and state_path.exists():
                 print(f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}", file=sys.stderr)
             raise
         finally:
             progress.close()
-        new_card = _trained_card(card, recipe, result, network)
+        if not writer:
+            return _trained_card(card, recipe, result, network, placement), registry_file
+        new_card = _trained_card(card, recipe, result, network, placement)
         if variant.tokenizer_path is not None:
             copied = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
             new_card = new_card.model_copy(update={"tokenizer": new_card.tokenizer.model_copy(update={
@@ -200,7 +224,7 @@ def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> Path:
     return target
 
 
-def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:
+def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelCard:
     parameters = sum(p.numel() for p in network.parameters())
     if result.metrics is not None:  # the trainer measured what matters for its kind of network
         return card.model_copy(update={"recipe": recipe, "metrics": Metrics(**result.metrics), "parameters": parameters})
@@ -214,7 +238,8 @@ def _trained_card(card: ModelCard, recipe, result, network) -> ModelCard:
         tokens_per_second=round(result.tokens_per_second),
     )
     return card.model_copy(
-        update={"recipe": recipe, "metrics": metrics, "parameters": parameters}
+        update={"recipe": recipe, "metrics": metrics, "parameters": parameters,
+                "trained_with": TrainedWith(**placement.describe())}
     )
 
 
@@ -223,3 +248,20 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve().relative_to(base.resolve()))
     except ValueError:
         return str(path.resolve())
+
+
+def check_data_parallel_run(name: str, world_size: int, *, out_dir=None, publish=False, resume=False) -> Path:
+    """What the launcher checks before starting any process (a mistake is one line,
+    not one per process); returns where the run keeps its resumable state."""
+    variant = catalogue().get(name)
+    card = variant.card
+    if card.recipe.kind != "trained":
+        raise ZooError(f"variant '{name}' is {card.recipe.kind}; it has no training recipe")
+    batch_size = card.recipe.batch_size
+    if batch_size % world_size:
+        raise ZooError(f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
+                       f"use a number of processes that divides it")
+    state_path = training_state_path(_destination(variant, publish, out_dir)[1])
+    if resume and not state_path.exists():
+        raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
+    return state_path
