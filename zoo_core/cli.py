@@ -409,14 +409,17 @@ def _launch_data_parallel(args) -> int:
     nproc, nnodes = (1 if value is None else value for value in (args.nproc_per_node, args.nnodes))
     if nproc < 1 or nnodes < 1:
         raise ZooError("--nproc-per-node and --nnodes must be at least 1")
-    state_path = check_data_parallel_run(args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume)
+    state_path = check_data_parallel_run(args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume,
+                                         new_name=args.new_name)
     worker = [args.name, "--device", args.device, "--dtype", args.dtype]
     for option, value in (("--steps", args.steps), ("--seed", args.seed), ("--data", args.data), ("--out", args.out),
-                          ("--checkpoint-every", args.checkpoint_every)):
+                          ("--checkpoint-every", args.checkpoint_every), ("--name", args.new_name),
+                          ("--interim-eval-windows", args.interim_eval_windows), ("--log-every", args.log_every),
+                          *(("--registry", registry) for registry in [*args.registry, *args.sub_registry])):
         if value is not None:
             worker += [option, str(value)]
     worker += [flag for flag, on in (("--publish", args.publish), ("--quiet", args.quiet), ("--resume", args.resume),
-                                     ("--debug", args.debug)) if on]
+                                     ("--compile", args.compile), ("--debug", args.debug)) if on]
     return launch(worker, nproc_per_node=nproc, nnodes=nnodes, node_rank=args.node_rank,
                   rdzv_endpoint=args.rdzv_endpoint, state_path=state_path, debug=args.debug)
 

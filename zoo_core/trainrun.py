@@ -250,18 +250,20 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
-def check_data_parallel_run(name: str, world_size: int, *, out_dir=None, publish=False, resume=False) -> Path:
+def check_data_parallel_run(name: str, world_size: int, *, out_dir=None, publish=False, resume=False,
+                            new_name: str | None = None) -> Path:
     """What the launcher checks before starting any process (a mistake is one line,
     not one per process); returns where the run keeps its resumable state."""
-    variant = catalogue().get(name)
+    plugins = get_plugins()
+    variant = catalogue(plugins).get(name)
     card = variant.card
-    if card.recipe.kind != "trained":
-        raise ZooError(f"variant '{name}' is {card.recipe.kind}; it has no training recipe")
+    if not plugins.components["trainers"].create(card.recipe.kind).uses_corpus:
+        raise ZooError(f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes")
     batch_size = card.recipe.batch_size
     if batch_size % world_size:
         raise ZooError(f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
                        f"use a number of processes that divides it")
-    state_path = training_state_path(_destination(variant, publish, out_dir)[1])
+    state_path = training_state_path(_destination(variant, new_name or name, publish, out_dir, plugins)[1])
     if resume and not state_path.exists():
         raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
     return state_path
