@@ -46,3 +46,9 @@ def private_catalogue(tmp_path, monkeypatch):
     yield registry
     monkeypatch.delenv("ZOO_REGISTRY")
     get_plugins(reload=True)
+
+
+@pytest.fixture(autouse=True)
+def private_zoo_home(tmp_path_factory, monkeypatch):
+    """Every test sees an empty user catalogue of its own, never the real $ZOO_HOME."""
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path_factory.mktemp("zoo-home")))

@@ -352,6 +352,36 @@ def cmd_train_tokenizer(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    if args.source == "nanogpt":
+        from .interop.nanogpt import import_nanogpt
+
+        card, registry = import_nanogpt(args.path, args.name, args.tokenizer)
+    else:
+        from .interop.hf import import_hf
+
+        card, registry = import_hf(args.path, args.name, args.tokenizer)
+    print(f"{card.name}: {card.parameters:,} parameters from {args.path} -> {registry.parent / card.checkpoint.path}")
+    print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .api import load
+
+    model = load(args.name)
+    if args.format == "hf":
+        from .interop.hf import export_hf
+
+        written = export_hf(model, args.out)
+    else:
+        from .interop.onnx import export_onnx
+
+        written = export_onnx(model, args.out)
+    print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -458,6 +488,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
+
+    p = commands.add_parser("export", help="write a variant for Hugging Face transformers or ONNX Runtime")
+    p.add_argument("name", help="the variant to export")
+    p.add_argument("--format", choices=["hf", "onnx"], required=True,
+                   help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime")
+    p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
+    p.set_defaults(run=cmd_export)
+
+    p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
+    p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
+    p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
+    p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
+                        "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)")
+    p.set_defaults(run=cmd_import)
     return parser
 
 
