@@ -373,12 +373,16 @@ def cmd_export(args) -> int:
     if args.format == "hf":
         from .interop.hf import export_hf
 
-        written = export_hf(model, args.out)
+        written, checks = export_hf(model, args.out)
     else:
         from .interop.onnx import export_onnx
 
-        written = export_onnx(model, args.out)
+        written, checks = export_onnx(model, args.out)
     print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
+    print(f"  checked: logits on the first {checks['logit_tokens']} validation tokens within "
+          f"{checks['max_logit_difference']:.1e} of the zoo's"
+          + (f"; tokenizer ids identical on all {checks['tokenizer_ids_checked']:,} validation tokens"
+             if "tokenizer_ids_checked" in checks else ""))
     return 0
 
 

@@ -8,8 +8,13 @@ from torch.nn import functional as F
 from .attention import CausalSelfAttention
 
 
-# GELU is the exact (erf) form, as in GPT-2 and nanoGPT; seed 000 uses ReLU.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+def gelu_tanh(x):
+    """GELU's tanh approximation: what OpenAI's GPT-2 weights were trained with ("gelu_new")."""
+    return F.gelu(x, approximate="tanh")
+
+
+# "gelu" is the exact (erf) form, as in nanoGPT; seed 000 uses ReLU.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu-tanh": gelu_tanh}
 
 
 class FeedForward(nn.Module):
