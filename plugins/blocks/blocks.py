@@ -33,11 +33,11 @@ class FeedForward(nn.Module):
         return self.dropout(self.down(self.activation(self.up(x))))
 
 
-def make_norm(kind: str, d_model: int, bias: bool = True) -> nn.Module:
+def make_norm(kind: str, d_model: int, bias: bool = True, eps: float | None = None) -> nn.Module:
     if kind == "layernorm":
-        return nn.LayerNorm(d_model, bias=bias)
+        return nn.LayerNorm(d_model, bias=bias, eps=1e-5 if eps is None else eps)
     if kind == "rmsnorm":
-        return nn.RMSNorm(d_model)
+        return nn.RMSNorm(d_model, eps=eps)
     raise ValueError(f"unknown norm '{kind}' (known: layernorm, rmsnorm)")
 
 
@@ -55,12 +55,13 @@ class _Block(nn.Module):
         norm: str = "layernorm",
         activation: str = "relu",
         bias: bool | None = None,
+        norm_eps: float | None = None,
         **_: object,
     ):
         super().__init__()
-        self.norm1 = make_norm(norm, d_model, bias=bias is not False)
+        self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.attention = CausalSelfAttention(d_model, n_head, dropout, bias=bool(bias))
-        self.norm2 = make_norm(norm, d_model, bias=bias is not False)
+        self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, activation, bias=bias is not False)
 
 

@@ -53,6 +53,7 @@ class TransformerLanguageModel(nn.Module):
         activation: str = "relu",
         layer_bias: bool | None = None,
         tie_embeddings: bool = False,
+        norm_eps: float | None = None,
     ):
         # bias: the vocabulary head's. activation, layer_bias (biases in every
         # block linear and norm and the final norm, or in none; unset keeps seed
@@ -70,6 +71,8 @@ class TransformerLanguageModel(nn.Module):
             layout["activation"] = activation
         if layer_bias is not None:
             layout["bias"] = layer_bias
+        if norm_eps is not None:  # unset: torch's defaults (1e-5 for LayerNorm)
+            layout["norm_eps"] = norm_eps
         self.blocks = nn.ModuleList(
             components["blocks"].create(
                 block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm, **layout
@@ -78,7 +81,11 @@ class TransformerLanguageModel(nn.Module):
         )
         # A block written without a `cache` parameter still works; it is just sampled uncached.
         self.supports_kv_cache = all("cache" in inspect.signature(block.forward).parameters for block in self.blocks)
-        self.final_norm = nn.RMSNorm(d_model) if norm == "rmsnorm" else nn.LayerNorm(d_model, bias=layer_bias is not False)
+        self.final_norm = (
+            nn.RMSNorm(d_model, eps=norm_eps)
+            if norm == "rmsnorm"
+            else nn.LayerNorm(d_model, bias=layer_bias is not False, eps=1e-5 if norm_eps is None else norm_eps)
+        )
         self.lm_head = nn.Linear(d_model, vocab_size, bias=bias)
         if tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight

@@ -26,6 +26,9 @@ from pathlib import Path
 from ..errors import ZooError
 
 LOGIT_TOLERANCE = 1e-4
+# The zoo's activation names and transformers' for the same function.
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_new"}
+ZOO_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh"}
 
 
 def _require_transformers():
@@ -52,12 +55,12 @@ def gpt2_refusal(model) -> str | None:
     encoding = type(network.positions)
     if encoding.rotate is not PositionEncodingBase.rotate or encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
-    if config.get("activation", "relu") not in ("relu", "gelu"):
+    if config.get("activation", "relu") not in HF_ACTIVATIONS:
         return f"'{name}': activation '{config['activation']}' has no GPT-2 counterpart"
     return None
 
 
-def gpt2_state(network, context_length: int):
+def gpt2_state(network, context_length: int, activation: str):
     """GPT-2 tensors and config fields computing the zoo network's logits."""
     import torch
 
@@ -121,11 +124,10 @@ def gpt2_state(network, context_length: int):
     if head_bias is not None:
         head_weight[:, d_model] = head_bias
     state["lm_head.weight"] = head_weight
-    activation = getattr(network.blocks[0].feed_forward, "activation", None)
     fields = dict(
         vocab_size=head_weight.shape[0], n_positions=context_length, n_embd=width, n_layer=n_layer,
         n_head=n_head + (1 if extra else 0), n_inner=d_ff,
-        activation_function="gelu" if getattr(activation, "__name__", "") == "gelu" else "relu",
+        activation_function=HF_ACTIVATIONS[activation],
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=eps * d_model / width,
         tie_word_embeddings=tied and not extra, bos_token_id=None, eos_token_id=None,
     )
@@ -165,7 +167,7 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     if refusal:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
     quiet_transformers()
-    state, fields = gpt2_state(model.network, model.card.context_length)
+    state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("activation", "relu"))
     hf_model = GPT2LMHeadModel(GPT2Config(**fields))
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     if [m for m in missing if not (fields["tie_word_embeddings"] and m == "lm_head.weight")] or unexpected:
@@ -190,3 +192,135 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
         raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
     checks = {"max_logit_difference": difference, "logit_tokens": len(ids), "tokenizer_ids_checked": len(expected)}
     return sorted(path for path in out.iterdir() if path.is_file()), checks
+
+
+# --- import -------------------------------------------------------------------
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def _gpt2_config(folder: Path) -> dict:
+    from ..files import read_limited
+
+    path = folder / "config.json"
+    try:
+        config = json.loads(read_limited(path, MAX_CONFIG_BYTES, "config"))
+    except FileNotFoundError:
+        raise ZooError(f"{folder}: no config.json; not a transformers model folder") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ZooError(f"{path}: not JSON") from None
+    if not isinstance(config, dict) or config.get("model_type") != "gpt2":
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise ZooError(f"{path}: model_type {kind!r}; only GPT-2-layout folders import (model_type 'gpt2')")
+    problems = []
+    if not config.get("scale_attn_weights", True) or config.get("scale_attn_by_inverse_layer_idx", False):
+        problems.append("attention scores not scaled by 1/sqrt(head size)")
+    if config.get("activation_function", "gelu_new") not in ZOO_ACTIVATIONS:
+        problems.append(f"activation {config['activation_function']!r}")
+    if config.get("add_cross_attention"):
+        problems.append("cross-attention")
+    if problems:
+        raise ZooError(f"{path}: cannot import: {'; '.join(problems)}")
+    return config
+
+
+def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | None:
+    """The folder's tokenizer.json in the zoo's form, when it has one: single
+    characters (word level), or byte-level BPE whose first 256 ids are the bytes
+    in order (what `zoo export` writes). None when the folder has no tokenizer."""
+    from ..files import read_limited
+    from .hf_tokenizers import bytes_to_unicode
+
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        return None
+    try:
+        model = json.loads(read_limited(path, 64 * 1024 * 1024, "tokenizer"))["model"]
+        vocabulary = model["vocab"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
+        raise ZooError(f"{path}: not a tokenizers JSON file") from None
+    by_id = sorted(vocabulary.items(), key=lambda item: item[1])
+    if [i for _, i in by_id] != list(range(len(by_id))) or len(by_id) != vocab_size:
+        raise ZooError(f"{path}: ids are not 0..{vocab_size - 1}; give --tokenizer FILE")
+    if model.get("type") == "WordLevel" and all(len(token) == 1 for token, _ in by_id):
+        target = scratch / "characters.json"
+        target.write_text(json.dumps({"characters": [token for token, _ in by_id]}, ensure_ascii=False) + "\n", encoding="utf-8")
+        return target
+    if model.get("type") == "BPE":
+        import base64
+
+        to_byte = {c: b for b, c in bytes_to_unicode().items()}
+        try:
+            tokens = [bytes(to_byte[c] for c in token) for token, _ in by_id]
+        except KeyError:
+            tokens = []
+        if tokens[:256] == [bytes([b]) for b in range(256)]:  # tiktoken's ranks format: rank = id
+            target = scratch / "ranks.tiktoken"
+            target.write_text("".join(f"{base64.b64encode(t).decode('ascii')} {i}\n" for i, t in enumerate(tokens)), encoding="ascii")
+            return target
+    raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
+
+
+def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None):
+    """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
+    ``gpt`` variant in the user's catalogue."""
+    import hashlib
+    import tempfile
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from ..cards import Recipe
+    from .imports import (
+        BUILTIN_CORPUS, check_name_is_free, check_tokenizer, imported_card, publish_import, tokenizer_for_vocabulary,
+    )
+
+    if not folder.is_dir():
+        raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder)")
+    check_name_is_free(name)
+    config = _gpt2_config(folder)
+    weights = folder / "model.safetensors"
+    if not weights.exists():
+        raise ZooError(f"{folder}: no model.safetensors (pickled pytorch_model.bin is not read: it could run code)")
+    try:
+        tensors = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
+    tensors = {key.removeprefix("transformer."): value for key, value in tensors.items()}
+    n_embd, n_layer, n_head = int(config["n_embd"]), int(config["n_layer"]), int(config["n_head"])
+    renamed = {"token_embedding.weight": tensors["wte.weight"], "positions.table.weight": tensors["wpe.weight"],
+               "final_norm.weight": tensors["ln_f.weight"], "final_norm.bias": tensors["ln_f.bias"]}
+    for i in range(n_layer):
+        h, b = f"h.{i}", f"blocks.{i}"
+        for theirs, ours, transpose in [("ln_1", "norm1", False), ("ln_2", "norm2", False), ("attn.c_attn", "attention.qkv", True),
+                                        ("attn.c_proj", "attention.proj", True), ("mlp.c_fc", "feed_forward.up", True),
+                                        ("mlp.c_proj", "feed_forward.down", True)]:
+            try:
+                weight = tensors[f"{h}.{theirs}.weight"]
+                renamed[f"{b}.{ours}.weight"] = weight.T.contiguous() if transpose else weight  # Conv1D stores (in, out)
+                renamed[f"{b}.{ours}.bias"] = tensors[f"{h}.{theirs}.bias"]
+            except KeyError as exc:
+                raise ZooError(f"{weights}: missing tensor {exc}; not GPT-2's layout") from None
+    tied = bool(config.get("tie_word_embeddings", True)) or "lm_head.weight" not in tensors
+    renamed["lm_head.weight"] = renamed["token_embedding.weight"] if tied else tensors["lm_head.weight"]
+    vocab = renamed["token_embedding.weight"].shape[0]
+    zoo_config = {
+        "d_model": n_embd, "n_layer": n_layer, "n_head": n_head, "d_ff": int(config.get("n_inner") or 4 * n_embd),
+        "dropout": 0.0, "positions": "learned", "block": "pre-norm", "norm": "layernorm",
+        "activation": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "layer_bias": True, "tie_embeddings": tied, "bias": False,
+    }
+    eps = float(config.get("layer_norm_epsilon", 1e-5))
+    if eps != 1e-5:
+        zoo_config["norm_eps"] = eps
+    with tempfile.TemporaryDirectory() as scratch:
+        if tokenizer_file is None:
+            tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
+        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+        check_tokenizer(spec, tokenizer_path)
+        parameters = sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight"))
+        card = imported_card(name, zoo_config, int(config["n_positions"]), spec, parameters, weights,
+                             hashlib.sha256(weights.read_bytes()).hexdigest(), "transformers GPT-2",
+                             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"))
+        registry = publish_import(card, renamed, tokenizer_path)
+    return card, registry

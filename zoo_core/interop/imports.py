@@ -74,7 +74,7 @@ def imported_card(
         checkpoint=CheckpointRef(path=f"checkpoints/{name}.safetensors"),
         parameters=parameters,
         lineage=f"imported: {origin} checkpoint {source.name}, source sha256 {source_sha256}",
-        tags=["imported", origin.lower()],
+        tags=["imported", origin.lower().replace(" ", "-")],
     )
 
 
