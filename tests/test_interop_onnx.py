@@ -20,6 +20,7 @@ from .conftest import ROOT  # noqa: E402
 VALIDATION = split_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), 0.9)[1]
 
 
+@pytest.mark.slow  # torch.onnx export takes 30-80 s on a loaded 2-core machine
 def test_onnxruntime_gives_the_zoos_logits(tmp_path, zoo):
     result = zoo("export", "gpt-char-mini", "--format", "onnx", "--out", str(tmp_path))
     assert result.code == 0, result.err

@@ -64,6 +64,9 @@ class Metrics(_Strict):
     validation_perplexity: float | None = Field(None, description="exp(validation_loss)")
     uniform_loss: float | None = Field(None, description="ln(vocabulary size): what guessing uniformly scores")
     loss_unit: str = "nats per token"
+    validation_bits_per_byte: float | None = Field(
+        None, description="bits per UTF-8 byte of the whole validation text: compares across tokenizers (zoo_core.bits)")
+    validation_bits_per_character: float | None = Field(None, description="the same bits per character")
     training_seconds: float | None = None
     tokens_per_second: float | None = None
     accuracy: float | None = None
@@ -115,6 +118,19 @@ class ModelCard(_Strict):
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
         return data
+
+    def header_json_for_comparison(self) -> dict[str, Any]:
+        """``header_json`` without the metrics `zoo eval --record` adds after the
+        weights were written: measuring a checkpoint again must not make it
+        disagree with its own header."""
+        data = self.header_json()
+        for key in MEASURED_LATER:
+            data.get("metrics", {}).pop(key, None)
+        return data
+
+
+# Metrics `zoo eval --record` writes into a registry after training.
+MEASURED_LATER = ("validation_bits_per_byte", "validation_bits_per_character")
 
 
 _ABSENT = object()

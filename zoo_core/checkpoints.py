@@ -188,7 +188,7 @@ def check_header_card(path: Path, header: dict[str, Any], card: ModelCard) -> bo
         raise ZooError(f"{path}: the card in the header is not JSON") from None
     except ValidationError as exc:
         raise ZooError(f"{path}: the card in the header is not a valid card: {describe_validation_error(exc)}") from None
-    difference = first_difference(stored.header_json(), card.header_json())
+    difference = first_difference(stored.header_json_for_comparison(), card.header_json_for_comparison())
     if difference:
         field_name, in_file, in_registry = difference
         raise ZooError(

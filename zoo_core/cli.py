@@ -64,8 +64,8 @@ def cmd_list(args) -> int:
         print(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered", file=sys.stderr)
         return 1
     if args.markdown:
-        print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
-        print("|---|---|---:|---|---|---:|---:|---:|---:|")
+        print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss | val bits/byte |")
+        print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
         for variant, r in zip(variants, rows):
             metrics = variant.card.metrics
             cells = [f"`{r['name']}`", r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
@@ -73,6 +73,8 @@ def cmd_list(args) -> int:
                      *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss))]
             if metrics.accuracy is not None:  # task models are scored by accuracy, not loss
                 cells[-1] = f"accuracy {metrics.accuracy:.0%}"
+            bpb = metrics.validation_bits_per_byte
+            cells.append(f"{bpb:.4f}" if bpb is not None else "—")
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
     headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss"]
@@ -151,14 +153,29 @@ def cmd_compare(args) -> int:
     from .sampling import check_sampling_arguments
 
     check_sampling_arguments(args.max_new_tokens, 1.0, None)
-    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data)
+    report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, args.data,
+                              bits_per_byte=args.bits_per_byte, text_chars=args.text_chars)
+    in_bits = report["unit"] == "bits per byte"
     if args.out:
         from .plots import text_panels_png
 
-        panels = [(f"{m['name']}  (validation {m['validation_loss']:.4f})", m["sample"]) for m in report["models"]]
+        score = "bits_per_byte" if in_bits else "validation_loss"
+        panels = [(f"{m['name']}  ({score.replace('_', ' ')} {m[score]:.4f})", m["sample"]) for m in report["models"]]
         text_panels_png(panels, f"same prompt, temperature 1, sampling seed {report['seed']}", args.out)
     if args.json:
         print(json.dumps(report, indent=2))
+        return 0
+    if in_bits:
+        print(f"{report['reason']}.\nscored text: {report['text']}, identical for every model")
+        print(f"method: {report['method']}")
+        rows = [[m["name"], m["tokenizer"], f"{m['parameters']:,}", f"{m['tokens']:,}", f"{m['nats_per_token']:.4f}",
+                 f"{m['bits_per_character']:.4f}", f"{m['bits_per_byte']:.4f}", f"{m['bits_per_byte_delta']:+.4f}"]
+                for m in report["models"]]
+        print(_format_table(["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
+                            rows, right={2, 3, 4, 5, 6, 7}))
+        print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
+        for model in report["models"]:
+            print(f"\n--- {model['name']} ---\n{model['sample']}")
         return 0
     print(f"{report['windows']} windows of {report['context']} tokens per split, seed {report['seed']}; "
           f"losses in {report['unit']}, deltas against {report['baseline']}")
@@ -233,7 +250,13 @@ def cmd_eval(args) -> int:
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
-        report = evaluate_language_model(model, windows=args.windows, data=args.data)
+        report = evaluate_language_model(model, windows=args.windows, data=args.data, text_chars=args.text_chars)
+        if args.record:
+            from .evaluation import record_bits_per_byte
+
+            if args.data is not None or args.text_chars is not None:
+                raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
+            print(f"recorded bits per byte in {record_bits_per_byte(model, report)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"name": model.name, **report}, indent=2))
     else:
@@ -422,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
     p.add_argument("--data", type=Path, help="evaluate on this text file's validation split")
+    p.add_argument("--text-chars", type=int, default=None, metavar="N",
+                   help="bits per byte on the first N characters of the validation split (default: all of it)")
+    p.add_argument("--record", action="store_true",
+                   help="write validation bits per byte and per character into the variant's card (its registry file)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_eval)
 
@@ -448,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="score on this text file instead of the recipe's corpus")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG")
+    p.add_argument("--bits-per-byte", action="store_true",
+                   help="score in bits per byte on the validation text (automatic when the tokenizers differ)")
+    p.add_argument("--text-chars", type=int, default=None, metavar="N",
+                   help="bits per byte: score the first N characters of the validation split (default: all of it)")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
