@@ -20,16 +20,25 @@ from .conftest import ROOT  # noqa: E402
 VALIDATION = split_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), 0.9)[1]
 
 
+class _Exports(dict):
+    """Each variant exported (through the CLI) once for the module, when first asked for."""
+
+    def __init__(self, factory):
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, name):
+        from zoo_core import cli
+
+        folder = self.factory.mktemp(name)
+        assert cli.main(["export", name, "--format", "hf", "--out", str(folder)]) == 0
+        self[name] = folder
+        return folder
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """gpt-char-mini and transformer-6b-sin exported once for the module."""
-    from zoo_core import cli
-
-    folders = {}
-    for name in ("gpt-char-mini", "transformer-6b-sin"):
-        folders[name] = tmp_path_factory.mktemp(name)
-        assert cli.main(["export", name, "--format", "hf", "--out", str(folders[name])]) == 0
-    return folders
+    return _Exports(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", ["gpt-char-mini", "transformer-6b-sin"])

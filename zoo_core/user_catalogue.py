@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from .cards import ModelCard
+from .errors import ZooError
 from .files import atomic_copy, exclusive_lock
 from .registry import upsert_registry_entry
 
@@ -43,7 +44,10 @@ def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None
 
     home = zoo_home()
     folder = home / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {exc.strerror or exc}") from None
     registry = user_registry_file()
     card = card.model_copy(deep=True)
     if tokenizer_file is not None:

@@ -167,7 +167,10 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     if refusal:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
     quiet_transformers()
-    state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("activation", "relu"))
+    try:
+        state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("activation", "relu"))
+    except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
+        raise ZooError(f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})") from None
     hf_model = GPT2LMHeadModel(GPT2Config(**fields))
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     if [m for m in missing if not (fields["tie_word_embeddings"] and m == "lm_head.weight")] or unexpected:
