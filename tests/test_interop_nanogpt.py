@@ -94,6 +94,10 @@ def test_import_refuses_names_that_exist(tmp_path, zoo_home, zoo):
     _, checkpoint, _ = train_nanogpt(tmp_path, True, steps=1)
     result = zoo("import", "nanogpt", str(checkpoint), "--name", "gpt-char-mini")
     assert result.code == 1 and "already exists" in result.err and len(result.err.strip().splitlines()) == 1
+    result = zoo("import", "nanogpt", str(checkpoint), "--name", "Not_A_Name")
+    assert result.code == 1 and "a variant name is lower-case" in result.err
+    result = zoo("import", "nanogpt", str(checkpoint), "--name", "nano-bpe", "--tokenizer", str(ROOT / "checkpoints" / "bpe-1024.tiktoken"))
+    assert result.code == 1 and "1024 tokens but the card says 65" in result.err
 
 
 class _RunsCode:

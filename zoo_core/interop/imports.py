@@ -3,6 +3,7 @@ user's catalogue, and a check that the name is free."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ def check_name_is_free(name: str) -> None:
     variant of that name, never a built-in or plugin one."""
     from ..api import catalogue
 
+    if not re.fullmatch(ModelCard.model_fields["name"].metadata[0].pattern, name):
+        raise ZooError(f"--name '{name}': a variant name is lower-case letters, digits, '-' and '.', starting with a letter or digit")
     try:
         existing = catalogue().get(name)
     except ZooError:
