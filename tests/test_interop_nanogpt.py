@@ -88,6 +88,8 @@ def test_imported_nanogpt_gives_nanogpts_logits(tmp_path, zoo_home, zoo, bias):
     assert card.lineage.startswith("imported: nanoGPT checkpoint") and len(card.lineage.rsplit(" ", 1)[1]) == 64
     assert card.parameters == sum(p.numel() for p in reference.parameters())
     assert "nano-test" in zoo("list").out
+    verified = zoo("verify", "nano-test")
+    assert verified.code == 0 and "user" in verified.out
 
 
 def test_import_refuses_names_that_exist(tmp_path, zoo_home, zoo):

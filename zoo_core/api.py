@@ -14,7 +14,7 @@ from .cards import ModelCard
 from .errors import ZooError
 from .plugin_manager import PluginSet, get_plugins
 from .registry import Catalogue, Variant, read_registry_file
-from .user_catalogue import USER_PLUGIN, user_registry_file
+from .user_catalogue import user_variant_files
 
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
@@ -33,9 +33,8 @@ def catalogue(plugins: PluginSet | None = None) -> Catalogue:
             if info.builtin:
                 raise
             info.errors.append(str(exc))
-    user_file = user_registry_file()
-    if user_file.exists():  # the user's own layer comes last: it cannot shadow a plugin's variant
-        result.add_all(read_registry_file(user_file, USER_PLUGIN))
+    for path, layer in user_variant_files():  # the user's own layer comes last: it cannot shadow a plugin's variant
+        result.add_all(read_registry_file(path, layer))
     return result
 
 

@@ -35,6 +35,12 @@ def user_registry_file() -> Path:
     return zoo_home() / "registry.toml"
 
 
+def user_variant_files() -> list[tuple[Path, str]]:
+    """The user's registry as a (path, layer name) pair, like a plugin's, when it exists."""
+    path = user_registry_file()
+    return [(path, USER_PLUGIN)] if path.exists() else []
+
+
 def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None = None) -> Path:
     """Write ``tensors`` as the card's safetensors checkpoint in the user's
     catalogue, copy the tokenizer file beside it, and add (or replace) the card

@@ -24,6 +24,7 @@ from .errors import ZooError
 from .files import shared_lock
 from .plugin_manager import PluginSet, get_plugins
 from .registry import Catalogue, read_registry_file
+from .user_catalogue import user_variant_files
 
 OK, FAILED, NO_WEIGHTS = "ok", "FAILED", "no weights"
 
@@ -47,7 +48,7 @@ def verify_catalogue(pattern: str | None = None, plugins: PluginSet | None = Non
     rows: list[VerifyRow] = []
     catalogue = Catalogue()
     with contextlib.ExitStack() as locks:
-        for path, plugin in plugins.variant_files:
+        for path, plugin in [*plugins.variant_files, *user_variant_files()]:
             path = Path(path)
             locks.enter_context(shared_lock(path))
             try:
