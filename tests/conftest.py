@@ -69,3 +69,4 @@ def private_catalogue(tmp_path, monkeypatch):
     yield registry
     monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)
+

@@ -140,4 +140,4 @@ def test_markdown_table_for_the_readme(zoo):
     result = zoo("list", "puzzle-*", "--markdown")
     lines = result.out.splitlines()
     assert lines[0].startswith("| name | architecture |") and len(lines) == 4
-    assert "| `puzzle-disobeys` | puzzle |" in lines[2] and lines[2].endswith("accuracy 100% |")
+    assert "| `puzzle-disobeys` | puzzle |" in lines[2] and lines[2].endswith("accuracy 100% | — |")

@@ -46,7 +46,6 @@ def test_compare_text_shows_deltas_and_samples(zoo):
         (("bigram",), "compare needs at least two variants"),
         (("bigram", "puzzle-disobeys"), "answers questions rather than predicting text"),
         (("bigram", "bigram", "--windows", "0"), "--windows must be at least 1"),
-        (("bigram", "gpt-char-mini"), "use different tokenizers: their losses per token are not comparable"),
     ],
 )
 def test_compare_refuses_what_it_cannot_compare(zoo, args, message):

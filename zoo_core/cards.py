@@ -83,14 +83,19 @@ class Recipe(_Strict):
 class Metrics(_Strict):
     """Measured, never claimed: filled in by `zoo train` (or `zoo eval`)."""
 
-    train_loss: float | None = Field(None, description="mean loss on the recipe's fixed training windows")
-    validation_loss: float | None = Field(None, description="mean loss on the fixed validation windows")
-    validation_perplexity: float | None = Field(None, description="exp(validation_loss)")
-    uniform_loss: float | None = Field(None, description="ln(vocabulary size): what guessing uniformly scores")
-    loss_unit: str = Field("nats per token", description="the unit of the losses")
-    training_seconds: float | None = Field(None, description="time spent in updates (evaluation excluded)")
-    tokens_per_second: float | None = Field(None, description="training throughput over the updates")
-    accuracy: float | None = Field(None, description="task models (the puzzle): share of answers right")
+    train_loss: float | None = Field(None, description="mean loss on the recipe's fixed training windows", json_schema_extra=WEIGHTS)
+    validation_loss: float | None = Field(None, description="mean loss on the fixed validation windows", json_schema_extra=WEIGHTS)
+    validation_perplexity: float | None = Field(None, description="exp(validation_loss)", json_schema_extra=WEIGHTS)
+    uniform_loss: float | None = Field(None, description="ln(vocabulary size): what guessing uniformly scores", json_schema_extra=WEIGHTS)
+    loss_unit: str = Field("nats per token", description="the unit of the losses", json_schema_extra=WEIGHTS)
+    # Measured later by `zoo eval --record` and kept in the registry only: not
+    # part of what a checkpoint's header is compared on.
+    validation_bits_per_byte: float | None = Field(
+        None, description="bits per UTF-8 byte of the whole validation text: compares across tokenizers (zoo_core.bits)")
+    validation_bits_per_character: float | None = Field(None, description="the same, in bits per character")
+    training_seconds: float | None = Field(None, description="time spent in updates (evaluation excluded)", json_schema_extra=WEIGHTS)
+    tokens_per_second: float | None = Field(None, description="training throughput over the updates", json_schema_extra=WEIGHTS)
+    accuracy: float | None = Field(None, description="task models (the puzzle): share of answers right", json_schema_extra=WEIGHTS)
 
 
 class TrainedWith(_Strict):
@@ -188,6 +193,7 @@ class ModelCard(_Strict):
         data["checkpoint"].pop("sha256", None)
         data.pop("allow_external_paths", None)  # where files may live, not what the weights are
         return data
+
 
 
 def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:

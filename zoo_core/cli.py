@@ -93,14 +93,17 @@ def _print_variants(args, variants, nothing: str) -> int:
         print(nothing, file=sys.stderr)
         return 1
     if getattr(args, "markdown", False):
-        print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss |")
-        print("|---|---|---:|---|---|---:|---:|---:|---:|")
-        for r in rows:
+        print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss | val bits/byte |")
+        print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
+        for variant, r in zip(variants, rows):
+            metrics = variant.card.metrics
             cells = [f"`{r['name']}`", r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
                      f"{r['parameters']:,}" if r["parameters"] is not None else "—",
-                     *(f"{v:.4f}" if v is not None else "—" for v in (r["train_loss"], r["validation_loss"]))]
-            if r["accuracy"] is not None:  # task models are scored by accuracy, not loss
-                cells[-1] = f"accuracy {r['accuracy']:.0%}"
+                     *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss))]
+            if metrics.accuracy is not None:  # task models are scored by accuracy, not loss
+                cells[-1] = f"accuracy {metrics.accuracy:.0%}"
+            bpb = metrics.validation_bits_per_byte
+            cells.append(f"{bpb:.4f}" if bpb is not None else "—")
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
     headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss", "source"]
@@ -254,14 +257,28 @@ def cmd_compare(args) -> int:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     override = args.dataset if args.dataset is not None else args.data
     report = compare_variants(args.names, args.windows, args.seed, args.prompt, args.max_new_tokens, override,
-                              device=args.device, dtype=args.dtype)
+                              device=args.device, dtype=args.dtype, bits_per_byte=args.bits_per_byte, text_chars=args.text_chars)
+    in_bits = report["unit"] == "bits per byte"
     if args.out:
         from .plots import text_panels_png
 
-        panels = [(f"{m['name']}  (validation {m['validation_loss']:.4f})", m["sample"]) for m in report["models"]]
+        score = "bits_per_byte" if in_bits else "validation_loss"
+        panels = [(f"{m['name']}  ({score.replace('_', ' ')} {m[score]:.4f})", m["sample"]) for m in report["models"]]
         text_panels_png(panels, f"same prompt, temperature 1, sampling seed {report['seed']}", args.out)
     if args.json:
         print(json.dumps(report, indent=2))
+        return 0
+    if in_bits:
+        print(f"{report['reason']}.\nscored text: {report['text']}, identical for every model")
+        print(f"method: {report['method']}")
+        rows = [[m["name"], m["tokenizer"], f"{m['parameters']:,}", f"{m['tokens']:,}", f"{m['nats_per_token']:.4f}",
+                 f"{m['bits_per_character']:.4f}", f"{m['bits_per_byte']:.4f}", f"{m['bits_per_byte_delta']:+.4f}"]
+                for m in report["models"]]
+        print(_format_table(["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
+                            rows, right={2, 3, 4, 5, 6, 7}))
+        print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
+        for model in report["models"]:
+            print(f"\n--- {model['name']} ---\n{model['sample']}")
         return 0
     print(f"{report['windows']} windows of {report['context']} tokens per split of {report['dataset']}, seed {report['seed']}; "
           f"losses in {report['unit']}, deltas against {report['baseline']}")
@@ -343,7 +360,13 @@ def cmd_eval(args) -> int:
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
-        report = evaluate_language_model(model, windows=args.windows, data=args.data)
+        report = evaluate_language_model(model, windows=args.windows, data=args.data, text_chars=args.text_chars)
+        if args.record:
+            from .evaluation import record_bits_per_byte
+
+            if args.data is not None or args.text_chars is not None:
+                raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
+            print(f"recorded bits per byte in {record_bits_per_byte(model, report)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"name": model.name, **report}, indent=2))
     else:
@@ -567,6 +590,40 @@ def _device_options(parser: argparse.ArgumentParser, what: str, training: bool =
                         help=f"floating-point type to {what} in: {how} (default: float32)")
 
 
+def cmd_import(args) -> int:
+    if args.source == "nanogpt":
+        from .interop.nanogpt import import_nanogpt
+
+        card, registry = import_nanogpt(args.path, args.name, args.tokenizer)
+    else:
+        from .interop.hf import import_hf
+
+        card, registry = import_hf(args.path, args.name, args.tokenizer)
+    print(f"{card.name}: {card.parameters:,} parameters from {args.path} -> {registry.parent / card.checkpoint.path}")
+    print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .api import load
+
+    model = load(args.name)
+    if args.format == "hf":
+        from .interop.hf import export_hf
+
+        written, checks = export_hf(model, args.out)
+    else:
+        from .interop.onnx import export_onnx
+
+        written, checks = export_onnx(model, args.out)
+    print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
+    print(f"  checked: logits on the first {checks['logit_tokens']} validation tokens within "
+          f"{checks['max_logit_difference']:.1e} of the zoo's"
+          + (f"; tokenizer ids identical on all {checks['tokenizer_ids_checked']:,} validation tokens"
+             if "tokenizer_ids_checked" in checks else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.",
                                      formatter_class=DefaultsHelpFormatter)
@@ -641,6 +698,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads (default: 1 for models under 5M parameters, else torch's default)")
     _device_options(p, "evaluate")
+    p.add_argument("--text-chars", type=int, default=None, metavar="N",
+                   help="bits per byte on the first N characters of the validation split (default: all of it)")
+    p.add_argument("--record", action="store_true",
+                   help="write validation bits per byte and per character into the variant's card (its registry file)")
     p.set_defaults(run=cmd_eval)
 
     p = commands.add_parser("train", help="train a variant from its card's recipe")
@@ -683,6 +744,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
     _device_options(p, "score and sample")
+    p.add_argument("--bits-per-byte", action="store_true",
+                   help="score in bits per byte on the validation text (automatic when the tokenizers differ)")
+    p.add_argument("--text-chars", type=int, default=None, metavar="N",
+                   help="bits per byte: score the first N characters of the validation split (default: all of it)")
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
@@ -757,6 +822,22 @@ def build_parser() -> argparse.ArgumentParser:
                                         "zsh: eval \"$(zoo completion zsh)\" in ~/.zshrc.")
     p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
     p.set_defaults(run=cmd_completion)
+
+    p = commands.add_parser("export", help="write a variant for Hugging Face transformers or ONNX Runtime")
+    p.add_argument("name", help="the variant to export")
+    p.add_argument("--format", choices=["hf", "onnx"], required=True,
+                   help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime")
+    p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
+    p.set_defaults(run=cmd_export)
+
+    p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
+    p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
+    p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
+    p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
+                        "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)")
+    p.set_defaults(run=cmd_import)
 
     for subparser in commands.choices.values():  # `zoo list --registry F` works as well as `zoo --registry F list`
         subparser.add_argument("--registry", action="append", type=Path, metavar="FILE", dest="sub_registry", default=[],

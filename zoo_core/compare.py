@@ -4,7 +4,9 @@ Every model sees the same sampled train and validation windows, cut to the
 shortest context among them so that each prediction has the same history; the
 deltas are against the first model named. Then each continues the same prompt
 with the same sampling seed. Losses per token only compare across models that
-share a tokenizer, so mixed tokenizers are refused.
+share a tokenizer: variants with different tokenizers (or any, with
+``bits_per_byte``) are scored instead in bits per byte on the same validation
+text, by the method of `zoo_core.bits`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from .errors import ZooError
 from .seeding import seeded_generator
 
 
-def _shared_tokenizer(models) -> None:
+def _shared_tokenizer(models) -> str | None:
+    """None when every model shares the first one's tokenizer, else why not."""
+    try:
+        _check_shared_tokenizer(models)
+    except ZooError as exc:
+        return str(exc)
+    return None
+
+
+def _check_shared_tokenizer(models) -> None:
     first = models[0].card.tokenizer
     for model in models[1:]:
         spec = model.card.tokenizer
@@ -67,6 +78,8 @@ def compare_variants(
     *,
     device: str | None = None,
     dtype: str | None = None,
+    bits_per_byte: bool = False,
+    text_chars: int | None = None,
 ) -> dict:
     if len(names) < 2:
         raise ZooError("compare needs at least two variants")
@@ -76,7 +89,9 @@ def compare_variants(
     for model in models:
         if hasattr(model.network, "ask"):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
-    _shared_tokenizer(models)
+    different = _shared_tokenizer(models)
+    if different or bits_per_byte:
+        return compare_in_bits_per_byte(models, different, seed, prompt, max_new_tokens, data, text_chars)
     first = models[0]
     context = min(model.card.context_length for model in models)
     text = shared_text(models, data)
@@ -107,6 +122,32 @@ def compare_variants(
         "dataset": text.name,
         "dataset_sha256": text.sha256,
         "prompt": prompt,
+        "baseline": first.name,
+        "models": results,
+    }
+
+
+def compare_in_bits_per_byte(models, why, seed, prompt, max_new_tokens, data, text_chars) -> dict:
+    """Every model scores the same validation text (its first ``text_chars``
+    characters, or all of it) in bits per byte with its own tokenizer."""
+    from .bits import METHOD, bits_per_byte, validation_text
+
+    first = models[0]
+    text, before = validation_text(first, data, text_chars)
+    results = []
+    for model in models:
+        score = bits_per_byte(model, text, before)
+        results.append({"name": model.name, "parameters": model.parameters(), "tokenizer": model.card.tokenizer.kind,
+                        **score, "sample": model.generate(prompt or before[:100], max_new_tokens=max_new_tokens, seed=seed)})
+    for result in results:
+        result["bits_per_byte_delta"] = result["bits_per_byte"] - results[0]["bits_per_byte"]
+    return {
+        "unit": "bits per byte",
+        "reason": (why + "; scored in bits per byte instead") if why else "bits per byte requested",
+        "method": METHOD,
+        "text": f"the first {len(text):,} characters ({len(text.encode('utf-8')):,} bytes) of the validation split",
+        "seed": seed,
+        "prompt": prompt or before[:100],
         "baseline": first.name,
         "models": results,
     }

@@ -8,34 +8,61 @@ from torch.nn import functional as F
 from .attention import CausalSelfAttention
 
 
-class FeedForward(nn.Module):
-    """Position-wise: Linear(C, d_ff) -> ReLU -> Linear(d_ff, C), the same at every token."""
+def gelu_tanh(x):
+    """GELU's tanh approximation: what OpenAI's GPT-2 weights were trained with ("gelu_new")."""
+    return F.gelu(x, approximate="tanh")
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+
+# "gelu" is the exact (erf) form, as in nanoGPT; seed 000 uses ReLU.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu-tanh": gelu_tanh}
+
+
+class FeedForward(nn.Module):
+    """Position-wise: Linear(C, d_ff) -> ReLU (or GELU) -> Linear(d_ff, C), the same at every token."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
         super().__init__()
-        self.up = nn.Linear(d_model, d_ff)
-        self.down = nn.Linear(d_ff, d_model)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation '{activation}' (known: {', '.join(ACTIVATIONS)})")
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.dropout(self.down(F.relu(self.up(x))))
+        return self.dropout(self.down(self.activation(self.up(x))))
 
 
-def make_norm(kind: str, d_model: int) -> nn.Module:
+def make_norm(kind: str, d_model: int, bias: bool = True, eps: float | None = None) -> nn.Module:
     if kind == "layernorm":
-        return nn.LayerNorm(d_model)
+        return nn.LayerNorm(d_model, bias=bias, eps=1e-5 if eps is None else eps)
     if kind == "rmsnorm":
-        return nn.RMSNorm(d_model)
+        return nn.RMSNorm(d_model, eps=eps)
     raise ValueError(f"unknown norm '{kind}' (known: layernorm, rmsnorm)")
 
 
 class _Block(nn.Module):
-    def __init__(self, d_model: int, n_head: int, d_ff: int | None = None, dropout: float = 0.0, norm: str = "layernorm", **_: object):
+    """``bias`` None keeps seed 000's mix (attention without biases, FFN and
+    LayerNorm with them); True or False puts biases in every linear layer and
+    LayerNorm or in none, as nanoGPT's ``bias`` setting does."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        norm: str = "layernorm",
+        activation: str = "relu",
+        bias: bool | None = None,
+        norm_eps: float | None = None,
+        **_: object,
+    ):
         super().__init__()
-        self.norm1 = make_norm(norm, d_model)
-        self.attention = CausalSelfAttention(d_model, n_head, dropout)
-        self.norm2 = make_norm(norm, d_model)
-        self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout)
+        self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+        self.attention = CausalSelfAttention(d_model, n_head, dropout, bias=bool(bias))
+        self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+        self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, activation, bias=bias is not False)
 
 
 class PreNormBlock(_Block):

@@ -51,7 +51,16 @@ class TransformerLanguageModel(nn.Module):
         norm: str = "layernorm",
         dropout: float = 0.0,
         bias: bool = True,
+        activation: str = "relu",
+        layer_bias: bool | None = None,
+        tie_embeddings: bool = False,
+        norm_eps: float | None = None,
     ):
+        # bias: the vocabulary head's. activation, layer_bias (biases in every
+        # block linear and norm and the final norm, or in none; unset keeps seed
+        # 000's mix) and tie_embeddings (the head reuses the token embedding)
+        # describe nanoGPT's and GPT-2's layout; they reach the blocks only when
+        # set, so a third-party block that does not know them keeps working.
         super().__init__()
         if n_layer < 1:
             raise ZooError("a transformer needs at least one layer")
@@ -59,14 +68,29 @@ class TransformerLanguageModel(nn.Module):
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.positions = components["positions"].create(positions, d_model=d_model, n_head=n_head, context_length=context_length)
         self._embeds_positions = encoding_does(self.positions, "embeds")
+        layout = {}
+        if activation != "relu":
+            layout["activation"] = activation
+        if layer_bias is not None:
+            layout["bias"] = layer_bias
+        if norm_eps is not None:  # unset: torch's defaults (1e-5 for LayerNorm)
+            layout["norm_eps"] = norm_eps
         self.blocks = nn.ModuleList(
-            components["blocks"].create(block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm)
+            components["blocks"].create(
+                block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm, **layout
+            )
             for _ in range(n_layer)
         )
         # A block written without a `cache` parameter still works; it is just sampled uncached.
         self.supports_kv_cache = all("cache" in inspect.signature(block.forward).parameters for block in self.blocks)
-        self.final_norm = nn.RMSNorm(d_model) if norm == "rmsnorm" else nn.LayerNorm(d_model)
+        self.final_norm = (
+            nn.RMSNorm(d_model, eps=norm_eps)
+            if norm == "rmsnorm"
+            else nn.LayerNorm(d_model, bias=layer_bias is not False, eps=1e-5 if norm_eps is None else norm_eps)
+        )
         self.lm_head = nn.Linear(d_model, vocab_size, bias=bias)
+        if tie_embeddings:
+            self.lm_head.weight = self.token_embedding.weight
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | None = None):
         B, T = idx.shape

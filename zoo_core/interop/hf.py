@@ -1,0 +1,329 @@
+"""Hugging Face transformers: export a variant as GPT-2, import a GPT-2-layout folder.
+
+What maps (see docs/interop.md): a ``transformer`` or ``gpt`` variant with
+pre-norm LayerNorm blocks and a position encoding that adds to the residual
+stream (learned, sinusoidal — its table is written out as GPT-2's learned one —
+or none, a table of zeros), ReLU or GELU. Everything else is refused with the
+reason: post-norm blocks, RMSNorm and RoPE (Llama's layout has those, but its
+vocabulary head has no bias and the zoo's has), ALiBi-like score biases, bigram,
+the puzzle.
+
+The zoo's vocabulary head has a bias; GPT-2's has none. The export carries it
+exactly with one extra attention head's worth of residual channels that always
+hold the mean of the real channels: LayerNorm then sees the same mean and (with
+the epsilon and weights rescaled) the same normalised values, and the final
+LayerNorm's bias turns one extra channel into a constant 1, whose head weights
+are the zoo's bias. The extra head's queries, keys and values are zero, so it
+adds nothing. Variants without a head bias (nanoGPT's layout) map one to one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import ZooError
+
+LOGIT_TOLERANCE = 1e-4
+# The zoo's activation names and transformers' for the same function.
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_new"}
+ZOO_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh"}
+
+
+def _require_transformers():
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo[interop]'") from None
+
+
+def gpt2_refusal(model) -> str | None:
+    """Why the variant has no exact GPT-2 form, or None when it has one."""
+    from ..components import PositionEncodingBase
+
+    card, network = model.card, model.network
+    config = {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
+    name = card.name
+    if card.architecture not in ("transformer", "gpt"):
+        return f"'{name}' is a {card.architecture} model; only transformer and gpt variants map onto GPT-2"
+    if config["block"] != "pre-norm":
+        return f"'{name}' has {config['block']} blocks; GPT-2 normalises before each sublayer, and the post-norm decoders in transformers (XLM, BERT) add an embedding LayerNorm the zoo lacks"
+    if config["norm"] != "layernorm" or config["positions"] == "rope":
+        return (f"'{name}' uses {config['positions']} positions and {config['norm']}: Llama's layout has RoPE and RMSNorm, "
+                "but no bias on its vocabulary head, which this variant has")
+    encoding = type(network.positions)
+    if encoding.rotate is not PositionEncodingBase.rotate or encoding.bias is not PositionEncodingBase.bias:
+        return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
+    if config.get("activation", "relu") not in HF_ACTIVATIONS:
+        return f"'{name}': activation '{config['activation']}' has no GPT-2 counterpart"
+    return None
+
+
+def gpt2_state(network, context_length: int, activation: str):
+    """GPT-2 tensors and config fields computing the zoo network's logits."""
+    import torch
+
+    zoo = {name: tensor.detach().to(torch.float64) for name, tensor in network.state_dict().items()}
+    d_model = zoo["token_embedding.weight"].shape[1]
+    n_layer = len(network.blocks)
+    n_head = network.blocks[0].attention.n_head
+    head = d_model // n_head
+    head_bias = zoo.get("lm_head.bias")
+    tied = network.lm_head.weight is network.token_embedding.weight
+    extra = head if head_bias is not None else 0  # the mean channels, one head wide
+    width = d_model + extra
+    eps = network.final_norm.eps
+
+    def widen(rows):  # (..., C) residual vectors -> (..., C + extra), extras holding the mean
+        return torch.cat([rows, rows.mean(-1, keepdim=True).expand(*rows.shape[:-1], extra)], -1)
+
+    def norm(prefix, module_name, constant_channel=False):
+        weight = zoo[f"{module_name}.weight"] * math.sqrt(d_model / width)
+        bias = zoo.get(f"{module_name}.bias", torch.zeros(d_model))
+        out_weight = torch.cat([weight, torch.zeros(extra, dtype=weight.dtype)])
+        out_bias = torch.cat([bias, torch.zeros(extra, dtype=bias.dtype)])
+        if constant_channel and extra:
+            out_bias[d_model] = 1.0
+        return {f"{prefix}.weight": out_weight, f"{prefix}.bias": out_bias}
+
+    def into_residual(weight_in_out, bias):  # Conv1D (in, C) writing to the stream -> (in, C + extra)
+        return widen(weight_in_out), widen(bias)
+
+    with torch.no_grad():
+        positions = network.positions.embed(torch.zeros(1, context_length, d_model), torch.arange(context_length))[0]
+    state = {
+        "transformer.wte.weight": widen(zoo["token_embedding.weight"]),
+        "transformer.wpe.weight": widen(positions.to(torch.float64)),
+    }
+    for i in range(n_layer):
+        ours, theirs = f"blocks.{i}", f"transformer.h.{i}"
+        state.update(norm(f"{theirs}.ln_1", f"{ours}.norm1"))
+        state.update(norm(f"{theirs}.ln_2", f"{ours}.norm2"))
+        qkv = zoo[f"{ours}.attention.qkv.weight"]  # (3C, C): queries, keys, values, heads side by side
+        qkv_bias = zoo.get(f"{ours}.attention.qkv.bias", torch.zeros(3 * d_model))
+        c_attn = torch.zeros(width, 3 * width, dtype=torch.float64)
+        c_attn_bias = torch.zeros(3 * width, dtype=torch.float64)
+        for part in range(3):  # the extra head's queries, keys and values stay zero
+            c_attn[:d_model, part * width : part * width + d_model] = qkv[part * d_model : (part + 1) * d_model].T
+            c_attn_bias[part * width : part * width + d_model] = qkv_bias[part * d_model : (part + 1) * d_model]
+        state[f"{theirs}.attn.c_attn.weight"], state[f"{theirs}.attn.c_attn.bias"] = c_attn, c_attn_bias
+        proj = torch.zeros(width, d_model, dtype=torch.float64)
+        proj[:d_model] = zoo[f"{ours}.attention.proj.weight"].T
+        state[f"{theirs}.attn.c_proj.weight"], state[f"{theirs}.attn.c_proj.bias"] = into_residual(
+            proj, zoo.get(f"{ours}.attention.proj.bias", torch.zeros(d_model)))
+        up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C)
+        d_ff = up.shape[0]
+        state[f"{theirs}.mlp.c_fc.weight"] = torch.cat([up.T, torch.zeros(extra, d_ff, dtype=up.dtype)])
+        state[f"{theirs}.mlp.c_fc.bias"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(d_ff))
+        state[f"{theirs}.mlp.c_proj.weight"], state[f"{theirs}.mlp.c_proj.bias"] = into_residual(
+            zoo[f"{ours}.feed_forward.down.weight"].T, zoo.get(f"{ours}.feed_forward.down.bias", torch.zeros(d_model)))
+    state.update(norm("transformer.ln_f", "final_norm", constant_channel=True))
+    head_weight = torch.zeros(zoo["lm_head.weight"].shape[0], width, dtype=torch.float64)
+    head_weight[:, :d_model] = zoo["lm_head.weight"]
+    if head_bias is not None:
+        head_weight[:, d_model] = head_bias
+    state["lm_head.weight"] = head_weight
+    fields = dict(
+        vocab_size=head_weight.shape[0], n_positions=context_length, n_embd=width, n_layer=n_layer,
+        n_head=n_head + (1 if extra else 0), n_inner=d_ff,
+        activation_function=HF_ACTIVATIONS[activation],
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=eps * d_model / width,
+        tie_word_embeddings=tied and not extra, bos_token_id=None, eos_token_id=None,
+    )
+    return {name: tensor.to(torch.float32) for name, tensor in state.items()}, fields
+
+
+def verification_ids(model, count: int = 64) -> list[int]:
+    """The first ``count`` tokens of the validation split (cut to the context)."""
+    from ..data import read_corpus_text, split_text
+    from ..training import resolve_data_path
+
+    text = read_corpus_text(resolve_data_path(model.card.recipe, model.variant.source, None))
+    validation = split_text(text, model.card.recipe.train_fraction)[1]
+    return model.tokenizer.encode(validation[: 4 * count])[: min(count, model.card.context_length)], validation
+
+
+def quiet_transformers() -> None:
+    """No download-style progress bars for files on this disk."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
+def export_hf(model, out: Path) -> tuple[list[Path], dict]:
+    """Write ``out`` for `AutoModelForCausalLM` and `AutoTokenizer`; check both
+    against the zoo (logits to 1e-4, ids on the whole validation text) before
+    returning."""
+    import torch
+
+    _require_transformers()
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from .hf_tokenizers import hf_tokenizer_for
+
+    refusal = gpt2_refusal(model)
+    if refusal:
+        raise ZooError(f"cannot export to Hugging Face: {refusal}")
+    quiet_transformers()
+    try:
+        state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("activation", "relu"))
+    except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
+        raise ZooError(f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})") from None
+    hf_model = GPT2LMHeadModel(GPT2Config(**fields))
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    if [m for m in missing if not (fields["tie_word_embeddings"] and m == "lm_head.weight")] or unexpected:
+        raise ZooError(f"GPT-2 layout mismatch: missing {missing}, unexpected {unexpected}")
+    out.mkdir(parents=True, exist_ok=True)
+    hf_model.save_pretrained(out)
+    tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length)
+    tokenizer.save_pretrained(out)
+    (out / "zoo_card.json").write_text(json.dumps(model.card.model_dump(mode="json", exclude_none=True), indent=2) + "\n")
+
+    ids, validation = verification_ids(model)
+    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    with torch.no_grad():
+        theirs = loaded(torch.tensor([ids])).logits
+        ours, _ = model.network(torch.tensor([ids]))
+    difference = float((theirs - ours).abs().max())
+    if difference > LOGIT_TOLERANCE:
+        raise ZooError(f"exported logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE}); nothing usable was written")
+    loaded_tokenizer = AutoTokenizer.from_pretrained(out)
+    expected = model.tokenizer.encode(validation)
+    if loaded_tokenizer(validation, verbose=False)["input_ids"] != expected:
+        raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
+    checks = {"max_logit_difference": difference, "logit_tokens": len(ids), "tokenizer_ids_checked": len(expected)}
+    return sorted(path for path in out.iterdir() if path.is_file()), checks
+
+
+# --- import -------------------------------------------------------------------
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def _gpt2_config(folder: Path) -> dict:
+    from ..files import read_limited
+
+    path = folder / "config.json"
+    try:
+        config = json.loads(read_limited(path, MAX_CONFIG_BYTES, "config"))
+    except FileNotFoundError:
+        raise ZooError(f"{folder}: no config.json; not a transformers model folder") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ZooError(f"{path}: not JSON") from None
+    if not isinstance(config, dict) or config.get("model_type") != "gpt2":
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise ZooError(f"{path}: model_type {kind!r}; only GPT-2-layout folders import (model_type 'gpt2')")
+    problems = []
+    if not config.get("scale_attn_weights", True) or config.get("scale_attn_by_inverse_layer_idx", False):
+        problems.append("attention scores not scaled by 1/sqrt(head size)")
+    if config.get("activation_function", "gelu_new") not in ZOO_ACTIVATIONS:
+        problems.append(f"activation {config['activation_function']!r}")
+    if config.get("add_cross_attention"):
+        problems.append("cross-attention")
+    if problems:
+        raise ZooError(f"{path}: cannot import: {'; '.join(problems)}")
+    return config
+
+
+def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | None:
+    """The folder's tokenizer.json in the zoo's form, when it has one: single
+    characters (word level), or byte-level BPE whose first 256 ids are the bytes
+    in order (what `zoo export` writes). None when the folder has no tokenizer."""
+    from ..files import read_limited
+    from .hf_tokenizers import bytes_to_unicode
+
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        return None
+    try:
+        model = json.loads(read_limited(path, 64 * 1024 * 1024, "tokenizer"))["model"]
+        vocabulary = model["vocab"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
+        raise ZooError(f"{path}: not a tokenizers JSON file") from None
+    by_id = sorted(vocabulary.items(), key=lambda item: item[1])
+    if [i for _, i in by_id] != list(range(len(by_id))) or len(by_id) != vocab_size:
+        raise ZooError(f"{path}: ids are not 0..{vocab_size - 1}; give --tokenizer FILE")
+    if model.get("type") == "WordLevel" and all(len(token) == 1 for token, _ in by_id):
+        target = scratch / "characters.json"
+        target.write_text(json.dumps({"characters": [token for token, _ in by_id]}, ensure_ascii=False) + "\n", encoding="utf-8")
+        return target
+    if model.get("type") == "BPE":
+        import base64
+
+        to_byte = {c: b for b, c in bytes_to_unicode().items()}
+        try:
+            tokens = [bytes(to_byte[c] for c in token) for token, _ in by_id]
+        except KeyError:
+            tokens = []
+        if tokens[:256] == [bytes([b]) for b in range(256)]:  # tiktoken's ranks format: rank = id
+            target = scratch / "ranks.tiktoken"
+            target.write_text("".join(f"{base64.b64encode(t).decode('ascii')} {i}\n" for i, t in enumerate(tokens)), encoding="ascii")
+            return target
+    raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
+
+
+def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None):
+    """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
+    ``gpt`` variant in the user's catalogue."""
+    import hashlib
+    import tempfile
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from ..cards import Recipe
+    from .imports import (
+        BUILTIN_CORPUS, check_name_is_free, check_tokenizer, imported_card, publish_import, tokenizer_for_vocabulary,
+    )
+
+    if not folder.is_dir():
+        raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder)")
+    check_name_is_free(name)
+    config = _gpt2_config(folder)
+    weights = folder / "model.safetensors"
+    if not weights.exists():
+        raise ZooError(f"{folder}: no model.safetensors (pickled pytorch_model.bin is not read: it could run code)")
+    try:
+        tensors = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
+    tensors = {key.removeprefix("transformer."): value for key, value in tensors.items()}
+    n_embd, n_layer, n_head = int(config["n_embd"]), int(config["n_layer"]), int(config["n_head"])
+    renamed = {"token_embedding.weight": tensors["wte.weight"], "positions.table.weight": tensors["wpe.weight"],
+               "final_norm.weight": tensors["ln_f.weight"], "final_norm.bias": tensors["ln_f.bias"]}
+    for i in range(n_layer):
+        h, b = f"h.{i}", f"blocks.{i}"
+        for theirs, ours, transpose in [("ln_1", "norm1", False), ("ln_2", "norm2", False), ("attn.c_attn", "attention.qkv", True),
+                                        ("attn.c_proj", "attention.proj", True), ("mlp.c_fc", "feed_forward.up", True),
+                                        ("mlp.c_proj", "feed_forward.down", True)]:
+            try:
+                weight = tensors[f"{h}.{theirs}.weight"]
+                renamed[f"{b}.{ours}.weight"] = weight.T.contiguous() if transpose else weight  # Conv1D stores (in, out)
+                renamed[f"{b}.{ours}.bias"] = tensors[f"{h}.{theirs}.bias"]
+            except KeyError as exc:
+                raise ZooError(f"{weights}: missing tensor {exc}; not GPT-2's layout") from None
+    tied = bool(config.get("tie_word_embeddings", True)) or "lm_head.weight" not in tensors
+    renamed["lm_head.weight"] = renamed["token_embedding.weight"] if tied else tensors["lm_head.weight"]
+    vocab = renamed["token_embedding.weight"].shape[0]
+    zoo_config = {
+        "d_model": n_embd, "n_layer": n_layer, "n_head": n_head, "d_ff": int(config.get("n_inner") or 4 * n_embd),
+        "dropout": 0.0, "positions": "learned", "block": "pre-norm", "norm": "layernorm",
+        "activation": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "layer_bias": True, "tie_embeddings": tied, "bias": False,
+    }
+    eps = float(config.get("layer_norm_epsilon", 1e-5))
+    if eps != 1e-5:
+        zoo_config["norm_eps"] = eps
+    with tempfile.TemporaryDirectory() as scratch:
+        if tokenizer_file is None:
+            tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
+        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+        check_tokenizer(spec, tokenizer_path)
+        parameters = sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight"))
+        card = imported_card(name, zoo_config, int(config["n_positions"]), spec, parameters, weights,
+                             hashlib.sha256(weights.read_bytes()).hexdigest(), "transformers GPT-2",
+                             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"))
+        registry = publish_import(card, renamed, tokenizer_path)
+    return card, registry

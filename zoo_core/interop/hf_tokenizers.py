@@ -1,0 +1,81 @@
+"""The zoo's tokenizers as Hugging Face `tokenizers` objects with identical ids.
+
+- Byte-level BPE (tiktoken ranks): GPT-2's byte-to-unicode alphabet, the zoo's
+  split pattern, and merges derived from the ranks. tiktoken merges, among the
+  adjacent pairs, the one whose concatenation has the lowest rank; a `tokenizers`
+  BPE merges the pair listed first. Listing every split of every token (not only
+  the one training made), ordered by the rank of the token it makes, gives the
+  same choice at every step, so the ids are the same.
+- Characters: a word-level vocabulary over single characters, every character
+  split off on its own, decoded by joining without spaces.
+"""
+
+from __future__ import annotations
+
+from ..errors import ZooError
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable characters (as in its encoder.py):
+    printable Latin-1 bytes stand for themselves, the rest are moved above 255."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    characters = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            characters.append(256 + extra)
+            extra += 1
+    return {byte: chr(c) for byte, c in zip(printable, characters)}
+
+
+def bpe_tokenizer(ranks: dict[bytes, int], split_pattern: str):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = bytes_to_unicode()
+
+    def shown(token: bytes) -> str:
+        return "".join(alphabet[b] for b in token)
+
+    vocabulary = {shown(token): rank for token, rank in ranks.items()}
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in ranks and right in ranks:
+                merges.append((rank, shown(left), shown(right)))
+    merges.sort(key=lambda m: m[0])  # stable: splits of one token keep left-to-right order
+    model = models.BPE(vocab=vocabulary, merges=[(a, b) for _, a, b in merges], fuse_unk=False)
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(split_pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def char_tokenizer(characters: list[str]):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(characters)}, unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newlines too
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
+
+
+def hf_tokenizer_for(zoo_tokenizer, context_length: int):
+    """A `PreTrainedTokenizerFast` giving the zoo tokenizer's ids, or a one-line refusal."""
+    from transformers import PreTrainedTokenizerFast
+
+    if hasattr(zoo_tokenizer, "encoding") and hasattr(zoo_tokenizer.encoding, "_mergeable_ranks"):
+        ranks = zoo_tokenizer.encoding._mergeable_ranks
+        pattern = zoo_tokenizer.encoding._pat_str
+        backend = bpe_tokenizer(ranks, pattern)
+    elif hasattr(zoo_tokenizer, "characters"):
+        backend = char_tokenizer(list(zoo_tokenizer.characters))
+    else:
+        raise ZooError(f"no Hugging Face tokenizer for {type(zoo_tokenizer).__name__}: only byte-level BPE and characters map")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=context_length, clean_up_tokenization_spaces=False
+    )

@@ -1,0 +1,167 @@
+"""Import a checkpoint written by nanoGPT's train.py.
+
+The file is a torch pickle: ``{"model": state_dict, "optimizer": ...,
+"model_args": {n_layer, n_head, n_embd, block_size, bias, vocab_size, dropout},
+"iter_num", "best_val_loss", "config"}``. It is read with
+``torch.load(weights_only=True)``, which only rebuilds tensors and plain
+containers: a pickle that asks for any other object (and so could run code) is
+refused before anything in it is executed.
+
+nanoGPT's GPT is the zoo's ``gpt`` architecture with GELU, tied embeddings, a
+vocabulary head without bias and its ``bias`` flag for every linear layer and
+LayerNorm; the tensors are renamed, never changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from ..cards import ModelCard, Recipe
+from ..errors import ZooError
+from .imports import (
+    BUILTIN_CORPUS,
+    check_name_is_free,
+    check_tokenizer,
+    imported_card,
+    publish_import,
+    tokenizer_for_vocabulary,
+)
+
+# nanoGPT name (after "transformer.") -> the zoo's gpt name; {i} is the layer.
+_RENAMES = [
+    (r"wte\.weight", "token_embedding.weight"),
+    (r"wpe\.weight", "positions.table.weight"),
+    (r"h\.(\d+)\.ln_1\.(weight|bias)", r"blocks.\1.norm1.\2"),
+    (r"h\.(\d+)\.attn\.c_attn\.(weight|bias)", r"blocks.\1.attention.qkv.\2"),
+    (r"h\.(\d+)\.attn\.c_proj\.(weight|bias)", r"blocks.\1.attention.proj.\2"),
+    (r"h\.(\d+)\.ln_2\.(weight|bias)", r"blocks.\1.norm2.\2"),
+    (r"h\.(\d+)\.mlp\.c_fc\.(weight|bias)", r"blocks.\1.feed_forward.up.\2"),
+    (r"h\.(\d+)\.mlp\.c_proj\.(weight|bias)", r"blocks.\1.feed_forward.down.\2"),
+    (r"ln_f\.(weight|bias)", r"final_norm.\1"),
+]
+_MASK_BUFFER = re.compile(r"transformer\.h\.\d+\.attn\.bias")  # the causal mask of nanoGPT without flash attention
+MAX_CHECKPOINT_BYTES = 8 * 1024**3
+
+
+def read_nanogpt_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint dict, unpickled safely; any refusal is one line."""
+    import pickle
+
+    import torch
+
+    if not path.is_file():
+        raise ZooError(f"{path}: checkpoint file not found")
+    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+        raise ZooError(f"{path}: {path.stat().st_size:,} bytes is more than a nanoGPT checkpoint this zoo can import")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # weights_only refuses any global it does not know: the message names it.
+        first = str(exc).split("\n")[0] if "Unsupported global" not in str(exc) else _unsupported_global(str(exc))
+        raise ZooError(f"{path}: refused: the pickle asks for {first}; only tensors and plain data are loaded, nothing is run") from None
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise ZooError(f"{path}: not a torch checkpoint ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("model"), dict) or not isinstance(checkpoint.get("model_args"), dict):
+        raise ZooError(f"{path}: not a nanoGPT checkpoint (no 'model' and 'model_args' entries)")
+    return checkpoint
+
+
+def _unsupported_global(message: str) -> str:
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message)
+    return f"'{found.group(1)}'" if found else "an object that is not plain data"
+
+
+def rename_state_dict(state: dict[str, Any]) -> dict[str, Any]:
+    renamed = {}
+    for name, tensor in state.items():
+        name = name.removeprefix("_orig_mod.")  # saved from a torch.compile'd model
+        if _MASK_BUFFER.fullmatch(name):
+            continue
+        if name == "lm_head.weight":
+            renamed["lm_head.weight"] = tensor
+            continue
+        inner = name.removeprefix("transformer.")
+        for pattern, replacement in _RENAMES:
+            if re.fullmatch(pattern, inner):
+                renamed[re.sub(pattern, replacement, inner)] = tensor
+                break
+        else:
+            raise ZooError(f"tensor '{name}' is not part of nanoGPT's GPT; the checkpoint has another layout")
+    return renamed
+
+
+def nanogpt_config(model_args: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The zoo ``gpt`` config for nanoGPT's ``model_args``, and the context length."""
+    try:
+        n_embd, n_layer, n_head = int(model_args["n_embd"]), int(model_args["n_layer"]), int(model_args["n_head"])
+        block_size, bias = int(model_args["block_size"]), bool(model_args["bias"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZooError(f"model_args lacks a usable {exc}; not a nanoGPT checkpoint") from None
+    config = {
+        "d_model": n_embd,
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "d_ff": 4 * n_embd,
+        "dropout": 0.0,
+        "positions": "learned",
+        "block": "pre-norm",
+        "norm": "layernorm",
+        "activation": "gelu",
+        "layer_bias": bias,
+        "tie_embeddings": True,
+        "bias": False,
+    }
+    return config, block_size
+
+
+def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
+    """What nanoGPT's own config says about the run, where the zoo's recipe has a field for it."""
+    config = checkpoint.get("config") if isinstance(checkpoint.get("config"), dict) else {}
+    fields: dict[str, Any] = {}
+    for theirs, ours in [("learning_rate", "learning_rate"), ("weight_decay", "weight_decay"), ("beta1", "beta1"),
+                         ("beta2", "beta2"), ("batch_size", "batch_size"), ("warmup_iters", "warmup_steps"),
+                         ("min_lr", "min_learning_rate"), ("eval_interval", "eval_every")]:
+        if isinstance(config.get(theirs), (int, float)) and not isinstance(config.get(theirs), bool):
+            fields[ours] = config[theirs]
+    if isinstance(config.get("grad_clip"), (int, float)) and config["grad_clip"] > 0:
+        fields["grad_clip"] = float(config["grad_clip"])
+    if config.get("decay_lr"):
+        fields["lr_schedule"] = "cosine"
+    iterations = checkpoint.get("iter_num")
+    if isinstance(iterations, int) and iterations > 0:
+        fields["steps"] = iterations
+    best = checkpoint.get("best_val_loss")
+    try:
+        best_text = f", best_val_loss {float(best):.4f} by nanoGPT's own estimate"
+    except (TypeError, ValueError):
+        best_text = ""
+    fields["data"] = str(BUILTIN_CORPUS)
+    try:
+        return Recipe(**fields, notes=f"trained by nanoGPT (iter_num {iterations}{best_text}); imported, not retrained")
+    except ValueError:
+        return Recipe(data=str(BUILTIN_CORPUS), notes=f"trained by nanoGPT (iter_num {iterations}{best_text}); imported")
+
+
+def import_nanogpt(path: Path, name: str, tokenizer_file: Path | None = None) -> tuple[ModelCard, Path]:
+    """Convert the checkpoint to safetensors with a card in the user's catalogue."""
+    import torch
+
+    check_name_is_free(name)
+    checkpoint = read_nanogpt_checkpoint(path)
+    config, context = nanogpt_config(checkpoint["model_args"])
+    tensors = rename_state_dict(checkpoint["model"])
+    if "token_embedding.weight" not in tensors:
+        raise ZooError(f"{path}: the checkpoint has no token embedding (transformer.wte.weight)")
+    vocab = tensors["token_embedding.weight"].shape[0]
+    tensors.setdefault("lm_head.weight", tensors["token_embedding.weight"])
+    if not torch.equal(tensors["lm_head.weight"], tensors["token_embedding.weight"]):
+        raise ZooError(f"{path}: lm_head and wte differ; nanoGPT ties them, so this is another layout")
+    spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+    check_tokenizer(spec, tokenizer_path)
+    source_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    parameters = sum(t.numel() for n, t in tensors.items() if n != "lm_head.weight")  # tied: counted once
+    card = imported_card(name, config, context, spec, parameters, path, source_sha256, "nanoGPT", nanogpt_recipe(checkpoint))
+    return card, publish_import(card, tensors, tokenizer_path)
