@@ -21,24 +21,61 @@ def check_sampling_arguments(max_new_tokens: int, temperature: float, top_k: int
         raise ZooError(f"--top-k must be at least 1, not {top_k}")
 
 
+def check_nucleus(top_p: float | None) -> None:
+    if top_p is not None and not 0 < top_p <= 1:  # also rejects NaN
+        raise ZooError(f"top_p must be greater than 0 and at most 1, not {top_p}")
+
+
+def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row of ``logits`` (B, V) -> (B, 1)."""
+    if temperature == 0:  # greedy: no draw, so the generator does not move
+        return logits.argmax(dim=-1, keepdim=True)
+    # Scale the gap to the best token, not the logits, and by no less than
+    # float32's smallest normal number: nothing overflows or becomes 0/0,
+    # so a tiny temperature means greedy decoding rather than NaN.
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, _SMALLEST_TEMPERATURE)
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probabilities = torch.softmax(logits, dim=-1)
+    if top_p is not None and top_p < 1:
+        # Nucleus: keep the most likely tokens until their mass reaches top_p
+        # (always the best one), then renormalise.
+        ordered, order = torch.sort(probabilities, dim=-1, descending=True)
+        mass_before = torch.cumsum(ordered, dim=-1) - ordered
+        ordered = ordered.masked_fill(mass_before >= top_p, 0.0)
+        probabilities = torch.zeros_like(probabilities).scatter(-1, order, ordered)
+        probabilities = probabilities / probabilities.sum(dim=-1, keepdim=True)
+    return torch.multinomial(probabilities, 1, generator=generator)
+
+
 @torch.no_grad()
-def sample_tokens(
+def stream_tokens(
     model,
     ids: torch.Tensor,
     max_new_tokens: int,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool | None = None,
-) -> torch.Tensor:
-    """Extend ``ids`` (B, T) by ``max_new_tokens`` sampled tokens.
+):
+    """Yield ``max_new_tokens`` sampled token ids (B, 1), one step at a time.
 
-    The model only ever sees its last ``context_length`` tokens, so sampling can
-    run past the window. Draws come from ``generator`` alone: the same seed gives
-    the same tokens. Models with ``supports_kv_cache`` (and ``make_cache()``) are
-    sampled with a KV cache unless ``use_cache=False``: the same tokens, faster.
+    ``temperature=0`` is greedy decoding; ``top_k`` keeps the k likeliest tokens,
+    ``top_p`` the smallest set whose probability reaches p. The model only ever
+    sees its last ``context_length`` tokens, so sampling can run past the window.
+    Draws come from ``generator`` alone: the same seed gives the same tokens.
+    Models with ``supports_kv_cache`` (and ``make_cache()``) are sampled with a
+    KV cache unless ``use_cache=False``: the same tokens, faster. Stopping early
+    (closing the generator) stops the work: a server drops a departed client so.
     """
-    check_sampling_arguments(max_new_tokens, temperature, top_k)
+    if temperature != 0:
+        check_sampling_arguments(max_new_tokens, temperature, top_k)
+    else:
+        check_sampling_arguments(max_new_tokens, 1.0, top_k)
+    check_nucleus(top_p)
     cached = getattr(model, "supports_kv_cache", False) if use_cache is None else use_cache
     window = model.context_length
     cache = None
@@ -56,17 +93,23 @@ def sample_tokens(
                 # token, which every cached key above the first layer has seen,
                 # so the whole window is recomputed, exactly as uncached.
                 logits, _ = model(ids[:, -window:])
-            logits = logits[:, -1, :].float()  # (B, V)
-            # Scale the gap to the best token, not the logits, and by no less than
-            # float32's smallest normal number: nothing overflows or becomes 0/0,
-            # so a tiny temperature means greedy decoding rather than NaN.
-            logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, _SMALLEST_TEMPERATURE)
-            if top_k is not None and top_k < logits.size(-1):
-                kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probabilities = torch.softmax(logits, dim=-1)
-            next_ids = torch.multinomial(probabilities, 1, generator=generator)
+            next_ids = _next_token(logits[:, -1, :].float(), temperature, top_k, top_p, generator)
             ids = torch.cat((ids, next_ids), dim=1)
+            yield next_ids
     finally:
         model.train(was_training)
-    return ids
+
+
+def sample_tokens(
+    model,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """Extend ``ids`` (B, T) by ``max_new_tokens`` sampled tokens (see ``stream_tokens``)."""
+    steps = list(stream_tokens(model, ids, max_new_tokens, temperature, top_k, top_p, generator, use_cache))
+    return torch.cat((ids, *steps), dim=1)
