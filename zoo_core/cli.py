@@ -225,6 +225,23 @@ def cmd_attention(args) -> int:
     return 0
 
 
+def cmd_gallery(args) -> int:
+    from .web.gallery import write_gallery
+
+    report = write_gallery(args.out, pattern=args.variants, cache=args.cache, quiet=args.quiet)
+    print(f"{report['variants']} variants, {report['studies']} studies -> {args.out / 'index.html'} "
+          f"({report['seconds']:.1f} s, {report['cached']} from cache)")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from .web.server import Limits, serve
+
+    limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)
+    serve(args.host, args.port, args.site, limits)
+    return 0
+
+
 def cmd_eval(args) -> int:
     from .api import load
     from .evaluation import evaluate_language_model
@@ -436,6 +453,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", required=True)
     p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps")
     p.set_defaults(run=cmd_attention)
+
+    p = commands.add_parser("gallery", help="write a static site of every variant and study (opens from file://)")
+    p.add_argument("--out", type=Path, default=Path("site"), help="output folder (default: %(default)s)")
+    p.add_argument("--variants", metavar="PATTERN", help="only variants matching this shell wildcard (default: all)")
+    p.add_argument("--cache", type=Path, help="where per-variant samples and maps are cached (default: the user cache folder)")
+    p.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
+    p.set_defaults(run=cmd_gallery)
+
+    p = commands.add_parser("serve", help="serve the gallery, a sampling page and an OpenAI-style completions API")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--site", type=Path, help="a folder written by `zoo gallery` to serve at / (default: none, / is the sampling page)")
+    p.add_argument("--max-tokens-limit", type=int, default=1024, metavar="N",
+                   help="largest max_tokens a request may ask for (default: %(default)s)")
+    p.add_argument("--max-concurrent", type=int, default=4, metavar="N",
+                   help="generations at once; more get HTTP 429 (default: %(default)s)")
+    p.set_defaults(run=cmd_serve)
 
     p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")
     p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*'")
