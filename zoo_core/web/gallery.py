@@ -387,7 +387,8 @@ def write_gallery(out: Path, pattern: str | None = None, cache: Path | None = No
             print(f"  {variant.name}{'' if not row['weights'] else ' (cached)' if page['measured'] and hit else ''}",
                   file=sys.stderr, flush=True)
 
-    introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", set(everything.names()))
+    # Arms link to their pages only where this gallery has them (--variants may leave some out).
+    introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", {r["name"] for r in rows})
     pictures = (experiments or PROJECT_ROOT / "docs" / "experiments.md").parent / "experiments"
     if studies and pictures.is_dir():
         (images / "studies").mkdir(parents=True, exist_ok=True)

@@ -292,6 +292,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         Route("/", index),
         Route("/sample", sample_page),
         Route("/health", health),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/v1/models", models),
         Route("/v1/completions", completions, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
