@@ -170,3 +170,10 @@ def test_binds_to_loopback_by_default():
     from zoo_core.cli import build_parser
 
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
+
+
+def test_a_client_that_leaves_a_plain_request_stops_it(server):
+    body = {"model": SMALL, "prompt": "ROMEO:", "max_tokens": 100000}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(server.url + "/v1/completions", json=body, timeout=httpx.Timeout(60, read=3))
+    assert _wait_until(lambda: _running(server) == 0, 20), "a departed client's generation kept running"

@@ -32,6 +32,8 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         self.log = tempfile.TemporaryFile()
+        if "--site" not in arguments:
+            arguments = ("--no-gallery", *arguments)  # the API tests need no gallery built
         self.process = subprocess.Popen([*ZOO, "serve", "--port", str(self.port), *arguments],
                                         stdout=self.log, stderr=subprocess.STDOUT, env=environment)
         deadline = time.monotonic() + 120

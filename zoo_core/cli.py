@@ -237,8 +237,18 @@ def cmd_gallery(args) -> int:
 def cmd_serve(args) -> int:
     from .web.server import Limits, serve
 
+    if args.max_tokens_limit < 1 or args.max_concurrent < 1:
+        raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
     limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)
-    serve(args.host, args.port, args.site, limits)
+    site = args.site
+    if site is None and not args.no_gallery:
+        from .web.gallery import default_cache_folder, write_gallery
+
+        # Measurements are cached per checkpoint: only the first start pays for them.
+        site = default_cache_folder().parent / "site"
+        print(f"zoo serve: writing the gallery to {site} ...", file=sys.stderr, flush=True)
+        write_gallery(site, quiet=True)
+    serve(args.host, args.port, site, limits)
     return 0
 
 
@@ -464,7 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("serve", help="serve the gallery, a sampling page and an OpenAI-style completions API")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    p.add_argument("--site", type=Path, help="a folder written by `zoo gallery` to serve at / (default: none, / is the sampling page)")
+    p.add_argument("--site", type=Path,
+                   help="a folder written by `zoo gallery` to serve at / (default: write the gallery into the user cache folder)")
+    p.add_argument("--no-gallery", action="store_true", help="serve only the sampling page and the API (/ goes to /sample)")
     p.add_argument("--max-tokens-limit", type=int, default=1024, metavar="N",
                    help="largest max_tokens a request may ask for (default: %(default)s)")
     p.add_argument("--max-concurrent", type=int, default=4, metavar="N",

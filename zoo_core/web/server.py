@@ -250,12 +250,24 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
 
             return StreamingResponse(events(), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        async def watch_for_departure():
+            # Without a stream nothing is sent until the end, so nothing would
+            # notice a client that left: ask the connection instead.
+            while not stop.is_set():
+                if await request.is_disconnected():
+                    stop.set()
+                    return
+                await asyncio.sleep(0.25)
+
+        watcher = asyncio.create_task(watch_for_departure())
         text = []
         try:
             async for piece in pieces_out():
                 text.append(piece)
         except ZooError as exc:
             return _error(400, str(exc))
+        finally:
+            watcher.cancel()
         await worker
         completion = "".join(text)
         completion_tokens = usage["completion_tokens"]
