@@ -39,7 +39,8 @@ def test_stream_yields_the_tokens_sample_tokens_returns(bpe_model):
 
 def test_temperature_zero_is_greedy_and_ignores_the_seed(bpe_model):
     ids = _ids(bpe_model, "KING")
-    runs = [sample_tokens(bpe_model.network, ids, 12, temperature=0, generator=torch.Generator().manual_seed(s)) for s in (1, 2)]
+    runs = [torch.cat((ids, *stream_tokens(bpe_model.network, ids, 12, temperature=0, generator=torch.Generator().manual_seed(s))), dim=1)
+            for s in (1, 2)]
     assert torch.equal(runs[0], runs[1])
     expected = ids
     for _ in range(12):  # argmax by hand, token by token
@@ -55,7 +56,8 @@ def test_top_p(bpe_model):
         return sample_tokens(bpe_model.network, ids, 15, top_p=top_p, generator=torch.Generator().manual_seed(seed))
 
     assert torch.equal(draw(1.0), draw(None))  # the whole mass: plain sampling, same draws
-    assert torch.equal(draw(1e-9), sample_tokens(bpe_model.network, ids, 15, temperature=0))  # only the best token
+    greedy = torch.cat((ids, *stream_tokens(bpe_model.network, ids, 15, temperature=0)), dim=1)
+    assert torch.equal(draw(1e-9), greedy)  # only the best token
     # A middle nucleus never draws a token outside it.
     logits, _ = bpe_model.network(ids)
     probabilities = torch.softmax(logits[0, -1].float(), -1)

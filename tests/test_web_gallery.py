@@ -87,6 +87,12 @@ def test_variant_page_shows_card_curves_samples_attention_and_bigram(site):
 
     assert escape(model.generate("ROMEO:", max_new_tokens=60, seed=1), quote=False) in page
     assert "Against the bigram on the same windows" in page
+    # ... and the comparison is what `zoo compare` reports for those windows.
+    from zoo_core.compare import compare_variants
+
+    report = compare_variants(["bigram", "transformer-1b-learned-ctx8"], windows=128, seed=42, max_new_tokens=1)
+    for model_report in report["models"]:
+        assert f"{model_report['validation_loss']:.4f}" in page and f"{model_report['train_loss']:.4f}" in page
     assert "seed 000_c92b2adfc54d4d80" in page  # lineage
 
 

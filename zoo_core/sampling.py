@@ -110,6 +110,11 @@ def sample_tokens(
     use_cache: bool | None = None,
     top_p: float | None = None,
 ) -> torch.Tensor:
-    """Extend ``ids`` (B, T) by ``max_new_tokens`` sampled tokens (see ``stream_tokens``)."""
+    """Extend ``ids`` (B, T) by ``max_new_tokens`` sampled tokens (see ``stream_tokens``).
+
+    Unlike ``stream_tokens`` it refuses temperature 0, as `zoo sample --temperature`
+    does; the server's temperature 0 (greedy, as in OpenAI's API) goes through
+    ``stream_tokens``."""
+    check_sampling_arguments(max_new_tokens, temperature, top_k)
     steps = list(stream_tokens(model, ids, max_new_tokens, temperature, top_k, top_p, generator, use_cache))
     return torch.cat((ids, *steps), dim=1)

@@ -49,8 +49,8 @@ PUZZLE_QUESTIONS = (
     "Crow keep-flight disobeys swap-speech he-is?",
     "Human swap-flight disobeys keep-speech he-is?",
     "Human disobeys swap-flight keep-speech he-is?",
-    "Rock swap-flight swap-speech he-is?",
-    "Flying superhero disobeys swap-flight he-is?",
+    "Rock swap-flight disobeys swap-speech he-is?",
+    "Rock disobeys swap-flight swap-speech he-is?",
 )
 # Bump when what is cached changes shape or meaning.
 CACHE_VERSION = 1
