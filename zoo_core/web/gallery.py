@@ -23,7 +23,6 @@ import re
 import shutil
 import sys
 import time
-from html import escape
 from pathlib import Path
 
 from ..errors import ZooError
