@@ -131,3 +131,24 @@ def test_sampling_page_streams_what_zoo_sample_prints(browser, site, artifacts):
         assert [e for e in watched.errors if "status of 400" not in e] == []  # the browser logs the refused request
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_whole_zoo_gallery_from_disk(browser, tmp_path, artifacts):
+    """Every variant of every catalogue layer, as `zoo gallery --out site/` writes it."""
+    import zoo_core
+
+    done = subprocess.run([sys.executable, "-m", "zoo_core.cli", "gallery", "--out", str(tmp_path / "site"),
+                           "--cache", str(tmp_path / "cache"), "--quiet"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    watched = _Watched(browser)
+    watched.page.goto((tmp_path / "site" / "index.html").as_uri())
+    shown = watched.page.eval_on_selector_all("#variants tbody tr", "rows => rows.map(r => r.dataset.name)")
+    assert sorted(shown) == sorted(card.name for card in zoo_core.list_variants())
+    watched.page.screenshot(path=str(artifacts / "gallery-whole-zoo.png"), full_page=True)
+    for name in shown:
+        watched.page.goto((tmp_path / "site" / "variants" / f"{name}.html").as_uri())
+        assert watched.broken_images() == [], name
+    watched.page.goto((tmp_path / "site" / "puzzle.html").as_uri())
+    assert watched.image_count() == 7 and watched.broken_images() == []
+    assert watched.errors == []
