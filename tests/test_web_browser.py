@@ -1,0 +1,154 @@
+"""The gallery and the sampling page in headless Chromium (Debian's `chromium`,
+driven by Playwright's Python bindings; no browser is downloaded).
+
+Screenshots are written to $ZOO_TEST_ARTIFACTS (or a temporary folder, printed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="the browser tests need the web extra: pip install 'zoo[web]'")
+sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need Playwright: pip install playwright")
+
+from tests.web_support import SMALL, Server, artifacts_folder, zoo_sample  # noqa: E402
+
+CHROMIUM = os.environ.get("ZOO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).is_file():
+    pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set ZOO_CHROMIUM)", allow_module_level=True)
+
+# Flags for a sandbox-less container without a GPU or network.
+LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PATTERN = "*1b-learned*"
+
+
+@pytest.fixture(scope="module")
+def artifacts():
+    folder = artifacts_folder()
+    print(f"\nbrowser screenshots: {folder}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser")
+    done = subprocess.run([sys.executable, "-m", "zoo_core.cli", "gallery", "--out", str(root / "site"), "--variants",
+                           PATTERN, "--cache", str(root / "cache"), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return root / "site"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    # Playwright gives every launch a fresh temporary profile of its own.
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_FLAGS)
+        yield browser
+        browser.close()
+
+
+class _Watched:
+    """A page that records console errors, failed requests and every image's state."""
+
+    def __init__(self, browser):
+        self.page = browser.new_page(viewport={"width": 1200, "height": 900})
+        self.errors: list[str] = []
+        self.page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.on("requestfailed", lambda request: self.errors.append(f"failed: {request.url}"))
+
+    def broken_images(self) -> list[str]:
+        return self.page.evaluate("Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+
+    def image_count(self) -> int:
+        return self.page.evaluate("document.images.length")
+
+
+def test_gallery_from_disk(browser, site, artifacts):
+    watched = _Watched(browser)
+    page = watched.page
+    page.goto((site / "index.html").as_uri())
+    names = page.eval_on_selector_all("#variants tbody tr", "rows => rows.map(r => r.dataset.name)")
+    assert names == ["transformer-1b-learned-ctx8", "transformer-1b-learned-post-ctx8"]
+    assert page.inner_text("#shown-count") == "2 of 2 shown"
+    # Filtering by tag hides the pre-norm variant; sorting by loss puts the lower first.
+    page.select_option("#filter-tags", "post-norm")
+    assert page.inner_text("#shown-count") == "1 of 2 shown"
+    page.select_option("#filter-tags", "")
+    page.click("th:has-text('val loss')")
+    sorted_names = page.eval_on_selector_all("#variants tbody tr", "rows => rows.map(r => r.dataset.name)")
+    assert sorted_names[0] == "transformer-1b-learned-ctx8"  # 3.9599 < 3.9703
+    page.screenshot(path=str(artifacts / "gallery-index.png"), full_page=True)
+
+    page.click("text=transformer-1b-learned-ctx8")
+    page.wait_for_load_state("load")
+    assert page.url.endswith("variants/transformer-1b-learned-ctx8.html")
+    assert watched.image_count() == 3  # loss curves, two attention heads
+    assert watched.broken_images() == []
+    page.screenshot(path=str(artifacts / "gallery-variant.png"), full_page=True)
+
+    page.goto((site / "studies" / "positions.html").as_uri())
+    assert watched.image_count() >= 1 and watched.broken_images() == []
+    page.screenshot(path=str(artifacts / "gallery-study.png"))
+    assert watched.errors == []
+
+
+def test_sampling_page_streams_what_zoo_sample_prints(browser, site, artifacts):
+    server = Server("--site", str(site))
+    try:
+        watched = _Watched(browser)
+        page = watched.page
+        page.goto(server.url + "/")
+        assert page.eval_on_selector_all("#variants tbody tr", "rows => rows.length") == 2  # the gallery, served
+        assert watched.broken_images() == []
+        page.goto(server.url + "/sample")
+        page.select_option("#model", SMALL)
+        page.fill("#prompt", "JULIET:")
+        page.fill("#temperature", "0.9")
+        page.fill("#top_k", "50")
+        page.fill("#max_tokens", "40")
+        page.fill("#seed", "11")
+        page.click("#generate")
+        page.wait_for_selector("#status[data-state]", timeout=60_000)
+        assert page.get_attribute("#status", "data-state") == "done", page.inner_text("#status")
+        shown = page.inner_text("#output")
+        page.screenshot(path=str(artifacts / "sampling-page.png"), full_page=True)
+        assert shown.rstrip("\n") == zoo_sample(SMALL, "JULIET:", 40, seed=11, temperature=0.9, top_k=50).rstrip("\n")
+        assert watched.errors == []
+        # A limit the page cannot hide: the server's message is shown, not a stack trace.
+        page.evaluate("document.getElementById('max_tokens').removeAttribute('max')")
+        page.fill("#max_tokens", "999999")
+        page.click("#generate")
+        page.wait_for_selector("#status[data-state]", timeout=60_000)
+        assert "max_tokens" in page.inner_text("#status")
+        assert [e for e in watched.errors if "status of 400" not in e] == []  # the browser logs the refused request
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_whole_zoo_gallery_from_disk(browser, tmp_path, artifacts):
+    """Every variant of every catalogue layer, as `zoo gallery --out site/` writes it."""
+    import zoo_core
+
+    done = subprocess.run([sys.executable, "-m", "zoo_core.cli", "gallery", "--out", str(tmp_path / "site"),
+                           "--cache", str(tmp_path / "cache"), "--quiet"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    watched = _Watched(browser)
+    watched.page.goto((tmp_path / "site" / "index.html").as_uri())
+    shown = watched.page.eval_on_selector_all("#variants tbody tr", "rows => rows.map(r => r.dataset.name)")
+    assert sorted(shown) == sorted(card.name for card in zoo_core.list_variants())
+    watched.page.screenshot(path=str(artifacts / "gallery-whole-zoo.png"), full_page=True)
+    for name in shown:
+        watched.page.goto((tmp_path / "site" / "variants" / f"{name}.html").as_uri())
+        assert watched.broken_images() == [], name
+    watched.page.goto((tmp_path / "site" / "puzzle.html").as_uri())
+    assert watched.image_count() == 7 and watched.broken_images() == []
+    assert watched.errors == []

@@ -1,0 +1,131 @@
+"""`zoo gallery`: a self-contained site written from the real catalogue and checkpoints."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jinja2", reason="the gallery needs the web extra: pip install 'zoo[web]'")
+pytest.importorskip("markdown", reason="the gallery needs the web extra: pip install 'zoo[web]'")
+
+PATTERN = "*1b-learned*"  # transformer-1b-learned-ctx8 and its post-norm twin: quick to sample
+VARIANTS = ["transformer-1b-learned-ctx8", "transformer-1b-learned-post-ctx8"]
+
+
+class _References(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.references: list[str] = []
+        self.rows: list[str] = []
+
+    def handle_starttag(self, tag, attributes):
+        attributes = dict(attributes)
+        for key in ("src", "href"):
+            if attributes.get(key):
+                self.references.append(attributes[key])
+        if tag == "tr" and "data-name" in attributes:
+            self.rows.append(attributes["data-name"])
+
+
+def _parse(path: Path) -> _References:
+    parser = _References()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def _gallery(out: Path, cache: Path, pattern: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zoo_core.cli", "gallery", "--out", str(out), "--variants", pattern,
+                           "--cache", str(cache), "--quiet"], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gallery")
+    done = _gallery(root / "site", root / "cache", PATTERN)
+    assert done.returncode == 0, done.stderr
+    return root / "site", root / "cache", done
+
+
+def test_index_lists_the_variants_and_links_only_local_files(site):
+    out, _, done = site
+    assert "2 variants, 4 studies" in done.stdout
+    index = _parse(out / "index.html")
+    assert index.rows == VARIANTS
+    pages = sorted(out.rglob("*.html"))
+    assert {p.name for p in (out / "variants").iterdir()} == {f"{v}.html" for v in VARIANTS}
+    assert {p.stem for p in (out / "studies").iterdir()} == {"depth-1-2", "depth-4-6-8", "context", "positions"}
+    for page in pages:
+        for reference in _parse(page).references:
+            assert not re.match(r"^[a-z]+:", reference), f"{page.name} refers outside the site: {reference}"
+            target = (page.parent / reference.split("#")[0]).resolve()
+            assert target.is_file(), f"{page.name}: broken link {reference}"
+    for text_file in [*pages, *out.rglob("*.css"), *out.rglob("*.js")]:
+        assert "http://" not in text_file.read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert "https://" not in text_file.read_text(), text_file
+
+
+def test_variant_page_shows_card_curves_samples_attention_and_bigram(site):
+    out, _, _ = site
+    page = (out / "variants" / "transformer-1b-learned-ctx8.html").read_text()
+    images = [r for r in _parse(out / "variants" / "transformer-1b-learned-ctx8.html").references if r.endswith(".svg")]
+    assert any("loss" in i for i in images)
+    assert sum("attention" in i for i in images) == 2  # one layer of two heads
+    for image in images:
+        root = ElementTree.parse(out / "variants" / image).getroot()
+        assert root.tag.endswith("svg") and len(root) > 3
+    # The samples are what `zoo sample` draws with the same seed.
+    from zoo_core.api import load
+
+    model = load("transformer-1b-learned-ctx8")
+    from html import escape
+
+    assert escape(model.generate("ROMEO:", max_new_tokens=60, seed=1), quote=False) in page
+    assert "Against the bigram on the same windows" in page
+    # ... and the comparison is what `zoo compare` reports for those windows.
+    from zoo_core.compare import compare_variants
+
+    report = compare_variants(["bigram", "transformer-1b-learned-ctx8"], windows=128, seed=42, max_new_tokens=1)
+    for model_report in report["models"]:
+        assert f"{model_report['validation_loss']:.4f}" in page and f"{model_report['train_loss']:.4f}" in page
+    assert "seed 000_c92b2adfc54d4d80" in page  # lineage
+
+
+def _gallery_here(capsys, out: Path, cache: Path, pattern: str) -> tuple[int, str, str]:
+    """The same command in this process (torch is imported once for the module)."""
+    from zoo_core.cli import main
+
+    code = main(["gallery", "--out", str(out), "--variants", pattern, "--cache", str(cache), "--quiet"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_second_run_reuses_the_cache(site, tmp_path, capsys):
+    out, cache, _ = site
+    code, stdout, _ = _gallery_here(capsys, tmp_path / "again", cache, PATTERN)
+    assert code == 0
+    assert "2 from cache" in stdout
+    assert (tmp_path / "again" / "variants" / "transformer-1b-learned-ctx8.html").read_text() == \
+        (out / "variants" / "transformer-1b-learned-ctx8.html").read_text()
+
+
+def test_puzzle_page_shows_slots_heads_and_answers(tmp_path, capsys):
+    assert _gallery_here(capsys, tmp_path / "site", tmp_path / "cache", "puzzle-*")[0] == 0
+    page = (tmp_path / "site" / "puzzle.html").read_text()
+    assert "previous_word_is_disobey" in page and "pos5" in page  # slots
+    assert "previous_word" in page and "flight" in page  # heads
+    # Word order changes the answer only with positions: the two columns differ.
+    row = re.search(r"Crow keep-flight disobeys swap-speech he-is\?</code></td>(.*?)</tr>", page).group(1)
+    answers = re.findall(r"<code>(\w+)", row)
+    assert len(answers) == 2 and answers[0] != answers[1]
+
+
+def test_no_match_is_one_clear_error(tmp_path, capsys):
+    code, _, stderr = _gallery_here(capsys, tmp_path / "site", tmp_path / "cache", "no-such-*")
+    assert code == 1
+    assert stderr.strip() == "zoo: error: no variant matches 'no-such-*'"

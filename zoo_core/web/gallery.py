@@ -1,0 +1,410 @@
+"""`zoo gallery`: a static site of every variant and study that opens from file://.
+
+Layout of the output folder::
+
+    index.html              every variant: sortable, filterable table
+    variants/NAME.html      card, lineage, loss curves, samples, attention, vs bigram
+    studies/NAME.html       one page per study of docs/experiments.md
+    puzzle.html             task variants: slots, heads, answers
+    img/                    SVG pictures drawn here (and the studies' PNGs)
+    static/zoo.css          the one style sheet
+
+Nothing is fetched at view time: data are written into the pages, pictures are
+files beside them, and there are no remote fonts, scripts or styles. What costs
+model time (samples, attention maps, the bigram comparison) is cached per
+variant under the checkpoint's sha256, so a second run only re-renders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ZooError
+from . import svg
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+
+# Fixed so that every variant's page shows the same thing and a reader can
+# reproduce it: `zoo sample NAME --prompt PROMPT --max-new-tokens N --seed S`.
+SAMPLE_PROMPT = "ROMEO:"
+SAMPLE_SEEDS = (0, 1)
+SAMPLE_TOKENS = 60
+ATTENTION_PROMPT = "ROMEO:\nBut soft, what light"
+COMPARE_WINDOWS = 128
+COMPARE_SEED = 42
+BASELINE = "bigram"
+# Questions every task variant (the puzzle) answers side by side: the same words
+# in another order change the answer only for the network that sees positions.
+PUZZLE_QUESTIONS = (
+    "Crow disobeys keep-flight swap-speech he-is?",
+    "Crow keep-flight disobeys swap-speech he-is?",
+    "Human swap-flight disobeys keep-speech he-is?",
+    "Human disobeys swap-flight keep-speech he-is?",
+    "Rock swap-flight disobeys swap-speech he-is?",
+    "Rock disobeys swap-flight swap-speech he-is?",
+)
+# Bump when what is cached changes shape or meaning.
+CACHE_VERSION = 1
+
+
+def default_cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "zoo" / "gallery"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9.\-]+", "-", name.lower()).strip("-") or "page"
+
+
+def _templates():
+    try:
+        from jinja2 import Environment, FileSystemLoader, select_autoescape
+    except ImportError:
+        raise ZooError("the gallery needs the web extra: pip install 'zoo[web]'") from None
+    environment = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(), trim_blocks=True,
+                              lstrip_blocks=True)
+    environment.filters["loss"] = lambda v: "—" if v is None else f"{v:.4f}"
+    environment.filters["thousands"] = lambda v: "—" if v is None else f"{v:,}"
+    return environment
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ZooError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# -- what the card and files say (no torch) -----------------------------------------
+
+
+def _history(variant) -> dict | None:
+    path = variant.checkpoint_path.with_name(variant.checkpoint_path.name.removesuffix(".safetensors") + ".history.json")
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _loss_chart(name: str, history: dict) -> str:
+    rows = history.get("history") or []
+    series = {}
+    for key, label in (("train", "train"), ("validation", "validation")):
+        points = [(row["step"], row[key]) for row in rows if isinstance(row.get(key), (int, float))]
+        if points:
+            series[label] = points
+    return svg.line_chart(series, f"{name}: loss during training", "update", "loss (nats per token)") if series else ""
+
+
+def _row(variant) -> dict:
+    card = variant.card
+    from ..api import has_published_weights
+
+    metrics = card.metrics
+    return {
+        "name": card.name,
+        "slug": _slug(card.name),
+        "description": card.description,
+        "architecture": card.architecture,
+        "tokenizer": f"{card.tokenizer.kind}-{card.tokenizer.vocab_size}",
+        "context": card.context_length,
+        "parameters": card.parameters,
+        "validation_loss": metrics.validation_loss,
+        "bits_per_byte": getattr(metrics, "bits_per_byte", None),  # a metric not every card records
+        "accuracy": metrics.accuracy,
+        "plugin": variant.plugin,
+        "source": variant.source.name,  # the registry file; its folder is this machine's business
+        "tags": list(card.tags),
+        "lineage": card.lineage,
+        "weights": has_published_weights(variant),
+    }
+
+
+# -- what costs model time (cached) ----------------------------------------------------
+
+
+class _Baseline:
+    """The bigram's model and tokenised corpus, loaded once for every comparison."""
+
+    def __init__(self, catalogue):
+        self.variant = catalogue.get(BASELINE) if BASELINE in catalogue.names() else None
+        self.model = None
+        self.corpora: dict[str, object] = {}
+
+    def shares_tokenizer(self, variant) -> bool:
+        if self.variant is None:
+            return False
+        mine, theirs = variant.card.tokenizer, self.variant.card.tokenizer
+        if (mine.kind, mine.vocab_size) != (theirs.kind, theirs.vocab_size):
+            return False
+        a, b = variant.tokenizer_path, self.variant.tokenizer_path
+        return a == b or (a is not None and b is not None and a.read_bytes() == b.read_bytes())
+
+
+def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | None:
+    """What `zoo compare bigram NAME --windows 128 --seed 42` reports, without its samples."""
+    import torch
+
+    from ..compare import shared_windows
+    from ..data import Corpus, mean_loss, read_corpus_text
+    from ..training import resolve_data_path
+
+    if model.name == BASELINE or not baseline.shares_tokenizer(model.variant):
+        return None
+    if baseline.model is None:
+        baseline.model = cache_models.get(BASELINE)
+    first = baseline.model
+    data = resolve_data_path(first.card.recipe, first.variant.source, None)
+    key = str(data)
+    if key not in baseline.corpora:
+        baseline.corpora[key] = Corpus.from_text(read_corpus_text(data), first.tokenizer, first.card.recipe.train_fraction)
+    corpus = baseline.corpora[key]
+    context = min(first.card.context_length, model.card.context_length)
+    generator = torch.Generator().manual_seed(COMPARE_SEED)
+    batches = {split: shared_windows(corpus.split(split), context, COMPARE_WINDOWS, generator) for split in ("train", "validation")}
+    result = {"context": context, "windows": COMPARE_WINDOWS, "seed": COMPARE_SEED, "baseline": BASELINE}
+    for split, (inputs, targets) in batches.items():
+        ours, theirs = mean_loss(model.network, inputs, targets), mean_loss(first.network, inputs, targets)
+        result[split] = {"variant": ours, "baseline": theirs, "delta": ours - theirs}
+    return result
+
+
+def _attention(model, prompt: str) -> dict | None:
+    import torch
+
+    network = model.network
+    if not hasattr(network, "attention_maps"):
+        return None
+    ids = model.encode_prompt(prompt)[-model.card.context_length:]
+    with torch.no_grad():
+        maps = network.attention_maps(torch.tensor([ids]))
+    if not maps:
+        return None
+    labels = [model.tokenizer.decode([i]) for i in ids]
+    panels = []
+    if isinstance(maps, dict):
+        for name, matrix in maps.items():
+            panels.append({"title": name, "matrix": matrix.squeeze(0).tolist()})
+    else:
+        for layer, matrix in enumerate(maps):
+            for head in range(matrix.shape[1]):
+                panels.append({"title": f"layer {layer + 1}, head {head + 1}", "matrix": matrix[0, head].tolist()})
+    for panel in panels:
+        panel["matrix"] = [[round(v, 4) for v in row] for row in panel["matrix"]]
+    return {"prompt": prompt, "labels": labels, "panels": panels}
+
+
+def _task_answers(model) -> list[dict]:
+    answers = []
+    for question in PUZZLE_QUESTIONS:
+        try:
+            answers.append({"question": question, "answer": model.network.ask(model.tokenizer, question)})
+        except ZooError as exc:
+            answers.append({"question": question, "answer": f"(cannot answer: {exc})"})
+    return answers
+
+
+def _task_structure(model) -> dict:
+    """Slots and heads of a task network that names them (the puzzle)."""
+    import torch
+
+    network = model.network
+    slots = list(getattr(getattr(network, "slots", None), "names", []) or [])
+    heads = list(getattr(network, "head_names", []) or [])
+    attention = None
+    if hasattr(network, "trace"):
+        ids = model.tokenizer.encode(PUZZLE_QUESTIONS[0])
+        trace = network.trace(torch.tensor(ids, dtype=torch.long))
+        labels = [model.tokenizer.decode([i]) for i in ids]
+        attention = {"prompt": PUZZLE_QUESTIONS[0], "labels": labels,
+                     "panels": [{"title": name, "matrix": [[round(float(v), 4) for v in row] for row in matrix.tolist()]}
+                                for name, matrix in trace["attention"].items()]}
+    return {"slots": slots, "heads": heads, "attention": attention}
+
+
+def _measure(variant, models, baseline: _Baseline) -> dict:
+    from .generation import is_task_model
+
+    model = models.get(variant.name)
+    measured: dict = {"parameters": model.parameters()}
+    if is_task_model(model):
+        measured["answers"] = _task_answers(model)
+        measured["task"] = _task_structure(model)
+        return measured
+    measured["samples"] = [
+        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, max_new_tokens=SAMPLE_TOKENS, seed=seed)} for seed in SAMPLE_SEEDS
+    ]
+    measured["attention"] = _attention(model, ATTENTION_PROMPT)
+    measured["comparison"] = _compare_with_baseline(model, baseline, models)
+    return measured
+
+
+def _cached_measure(variant, models, baseline: _Baseline, cache: Path) -> tuple[dict, bool]:
+    sha = variant.card.checkpoint.sha256
+    key = {"version": CACHE_VERSION, "sha256": sha, "prompt": SAMPLE_PROMPT, "seeds": SAMPLE_SEEDS,
+           "tokens": SAMPLE_TOKENS, "attention": ATTENTION_PROMPT, "windows": COMPARE_WINDOWS,
+           "baseline": baseline.variant.card.checkpoint.sha256 if baseline.variant else None,
+           "questions": PUZZLE_QUESTIONS}
+    path = cache / f"{_slug(variant.name)}.json"
+    if sha is not None and path.is_file():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if stored.get("key") == json.loads(json.dumps(key)):
+                return stored["measured"], True
+        except (OSError, ValueError):
+            pass  # a damaged cache entry is measured again
+    measured = _measure(variant, models, baseline)
+    if sha is not None:  # weights without a checksum may change under the same name
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"key": key, "measured": measured}), encoding="utf-8")
+            temporary.replace(path)
+        except OSError:
+            pass  # an unwritable cache only costs time
+    return measured, False
+
+
+# -- pictures ----------------------------------------------------------------------------
+
+
+def _printable(label: str) -> str:
+    return "".join(c if c.isprintable() and c != " " else {"\n": "\\n", " ": "␣"}.get(c, "·") for c in label)
+
+
+def _attention_images(name: str, attention: dict | None, images: Path, prefix: str = "") -> list[dict]:
+    if not attention:
+        return []
+    labels = [_printable(label) for label in attention["labels"]]
+    figures = []
+    for i, panel in enumerate(attention["panels"]):
+        file = f"{_slug(name)}-{prefix}attention-{i + 1}.svg"
+        _write(images / file, svg.heatmap(panel["matrix"], labels, labels, panel["title"]))
+        figures.append({"file": f"img/{file}", "title": panel["title"]})
+    return figures
+
+
+# -- studies -------------------------------------------------------------------------------
+
+
+def _studies(source: Path, variant_names: set[str]) -> tuple[str, list[dict]]:
+    """docs/experiments.md cut at its second-level headings: one page per study."""
+    if not source.is_file():
+        return "", []
+    try:
+        import markdown
+    except ImportError:
+        raise ZooError("the gallery needs the web extra: pip install 'zoo[web]'") from None
+    text = source.read_text(encoding="utf-8")
+    parts = re.split(r"^## ", text, flags=re.MULTILINE)
+    introduction = markdown.markdown(parts[0], extensions=["tables", "fenced_code"])
+    studies = []
+    for part in parts[1:]:
+        heading, _, body = part.partition("\n")
+        name = heading.split(":", 1)[0].strip()
+        html = markdown.markdown(body, extensions=["tables", "fenced_code"])
+        # Pictures sit beside the markdown file; the site keeps them under img/.
+        html = re.sub(r'src="experiments/([^"/]+)"', r'src="../img/studies/\1"', html)
+
+        # Arms named in code spans link to their variant page.
+        def link(match):
+            arm = match.group(1)
+            return f'<a href="../variants/{_slug(arm)}.html"><code>{arm}</code></a>' if arm in variant_names else match.group(0)
+
+        html = re.sub(r"<code>([a-z0-9.\-]+)</code>", link, html)
+        studies.append({"name": name, "slug": _slug(name), "title": heading.strip(), "html": html})
+    return introduction, studies
+
+
+# -- the site -------------------------------------------------------------------------------
+
+
+def write_gallery(out: Path, pattern: str | None = None, cache: Path | None = None, quiet: bool = False,
+                  experiments: Path | None = None) -> dict:
+    """Write the site into ``out``; returns counts and the seconds it took."""
+    from ..api import catalogue
+    from .generation import ModelCache
+
+    started = time.perf_counter()
+    environment = _templates()
+    everything = catalogue()
+    variants = everything.match(pattern)
+    if not variants:
+        raise ZooError(f"no variant matches '{pattern}'" if pattern else "no variants registered")
+    cache = cache or default_cache_folder()
+    out = Path(out)
+    images = out / "img"
+    if out.exists() and not out.is_dir():
+        raise ZooError(f"{out} exists and is not a folder")
+    shutil.rmtree(images, ignore_errors=True)  # pictures of variants no longer shown go away
+    (out / "static").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(STATIC / "zoo.css", out / "static" / "zoo.css")
+    shutil.copyfile(STATIC / "gallery.js", out / "static" / "gallery.js")
+
+    models = ModelCache()
+    baseline = _Baseline(everything)
+    rows, tasks, cached = [], [], 0
+    for variant in variants:
+        row = _row(variant)
+        history = _history(variant)
+        chart = _loss_chart(variant.name, history) if history else ""
+        page = {"row": row, "card": variant.card.model_dump(mode="json", exclude_none=True), "loss_chart": None,
+                "measured": None, "attention": [], "problem": None}
+        if chart:
+            _write(images / f"{row['slug']}-loss.svg", chart)
+            page["loss_chart"] = f"img/{row['slug']}-loss.svg"
+        if row["weights"]:
+            try:
+                measured, hit = _cached_measure(variant, models, baseline, cache)
+                cached += hit
+                page["measured"] = measured
+                page["attention"] = _attention_images(variant.name, measured.get("attention"), images)
+                if "task" in measured:
+                    structure = measured["task"]
+                    tasks.append({"row": row, "answers": measured["answers"], "slots": structure["slots"],
+                                  "heads": structure["heads"],
+                                  "attention": _attention_images(variant.name, structure["attention"], images, "task-")})
+            except ZooError as exc:  # one broken variant must not hide the others
+                page["problem"] = str(exc)
+        rows.append(row)
+        _write(out / "variants" / f"{row['slug']}.html",
+               environment.get_template("variant.html").render(root="../", page=page, sample_prompt=SAMPLE_PROMPT,
+                                                               sample_tokens=SAMPLE_TOKENS,
+                                                               attention_prompt=ATTENTION_PROMPT))
+        if not quiet:
+            print(f"  {variant.name}{'' if not row['weights'] else ' (cached)' if page['measured'] and hit else ''}",
+                  file=sys.stderr, flush=True)
+
+    # Arms link to their pages only where this gallery has them (--variants may leave some out).
+    introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", {r["name"] for r in rows})
+    pictures = (experiments or PROJECT_ROOT / "docs" / "experiments.md").parent / "experiments"
+    if studies and pictures.is_dir():
+        (images / "studies").mkdir(parents=True, exist_ok=True)
+        for picture in pictures.glob("*.png"):
+            shutil.copyfile(picture, images / "studies" / picture.name)
+    for study in studies:
+        _write(out / "studies" / f"{study['slug']}.html",
+               environment.get_template("study.html").render(root="../", study=study, studies=studies))
+    if tasks:
+        question_answers = [{"question": q, "answers": [next(a["answer"] for a in task["answers"] if a["question"] == q)
+                                                        for task in tasks]} for q in PUZZLE_QUESTIONS]
+        _write(out / "puzzle.html", environment.get_template("puzzle.html").render(
+            root="", tasks=tasks, questions=question_answers))
+    columns = {key: sorted({str(v) for r in rows for v in ([r[key]] if key != "tags" else r[key])})
+               for key in ("architecture", "tokenizer", "tags")}
+    _write(out / "index.html", environment.get_template("index.html").render(
+        root="", rows=rows, filters=columns, studies=studies, introduction=introduction, has_puzzle=bool(tasks),
+        has_bits=any(r["bits_per_byte"] is not None for r in rows)))
+    return {"variants": len(rows), "studies": len(studies), "tasks": len(tasks), "cached": cached,
+            "seconds": time.perf_counter() - started, "index": str(out / "index.html")}
