@@ -174,13 +174,13 @@ def test_killing_one_process_stops_the_run_in_one_line_and_keeps_the_saved_state
 def _interrupted_state(tmp_path: Path, small_text: Path, steps: int, stop_after: int) -> Path:
     """Train ``stop_after`` steps of a ``steps``-step run in one process and write its state, as a killed run leaves it."""
     from zoo_core.api import build_network, catalogue, load_tokenizer
-    from zoo_core.data import read_corpus_text
+    from zoo_core.datasets import read_text_file
     from zoo_core.training import StandardTrainer, seeded_network
     from zoo_core.trainstate import run_identity, training_state_path, write_training_state
 
     variant = catalogue().get(NAME)
     recipe = variant.card.recipe.model_validate({**variant.card.recipe.model_dump(), "steps": steps, "data": str(small_text.resolve())})
-    text = read_corpus_text(small_text)
+    text = read_text_file(small_text).text
     corpus = Corpus.from_text(text, load_tokenizer(variant), recipe.train_fraction)
     network = seeded_network(lambda: build_network(variant), recipe.seed)
     path = training_state_path(tmp_path / "resumed" / f"{NAME}.safetensors")

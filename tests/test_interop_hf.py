@@ -12,12 +12,13 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the interop extra is not installed: pip install -e '.[interop]'")
 
 import zoo_core  # noqa: E402
-from zoo_core.data import read_corpus_text, split_text  # noqa: E402
+from zoo_core.data import split_text  # noqa: E402
+from zoo_core.datasets import read_text_file  # noqa: E402
 from zoo_core.plugin_manager import get_plugins  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 
-VALIDATION = split_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), 0.9)[1]
+VALIDATION = split_text(read_text_file(ROOT / "data" / "tinyshakespeare.txt").text, 0.9)[1]
 
 
 class _Exports(dict):

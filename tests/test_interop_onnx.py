@@ -13,11 +13,12 @@ onnxruntime = pytest.importorskip("onnxruntime", reason="the interop extra is no
 pytest.importorskip("onnxscript", reason="the interop extra is not installed: pip install -e '.[interop]'")
 
 import zoo_core  # noqa: E402
-from zoo_core.data import read_corpus_text, split_text  # noqa: E402
+from zoo_core.data import split_text  # noqa: E402
+from zoo_core.datasets import read_text_file  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 
-VALIDATION = split_text(read_corpus_text(ROOT / "data" / "tinyshakespeare.txt"), 0.9)[1]
+VALIDATION = split_text(read_text_file(ROOT / "data" / "tinyshakespeare.txt").text, 0.9)[1]
 
 
 @pytest.mark.slow  # torch.onnx export takes 30-80 s on a loaded 2-core machine

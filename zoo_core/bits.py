@@ -87,10 +87,10 @@ def bits_per_byte(model, text: str, before: str) -> dict:
 
 def validation_text(model, data=None, characters: int | None = None) -> tuple[str, str]:
     """The card's validation text (or its first ``characters``) and the text before it."""
-    from .data import read_corpus_text, split_text
-    from .training import resolve_data_path
+    from .data import split_text
+    from .datasets import variant_text
 
-    text = read_corpus_text(resolve_data_path(model.card.recipe, model.variant.source, data))
+    text = variant_text(model.variant, data).text
     train, validation = split_text(text, model.card.recipe.train_fraction)
     if characters is not None:
         if characters < 1:

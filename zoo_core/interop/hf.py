@@ -136,10 +136,10 @@ def gpt2_state(network, context_length: int, activation: str):
 
 def verification_ids(model, count: int = 64) -> list[int]:
     """The first ``count`` tokens of the validation split (cut to the context)."""
-    from ..data import read_corpus_text, split_text
-    from ..training import resolve_data_path
+    from ..data import split_text
+    from ..datasets import variant_text
 
-    text = read_corpus_text(resolve_data_path(model.card.recipe, model.variant.source, None))
+    text = variant_text(model.variant).text
     validation = split_text(text, model.card.recipe.train_fraction)[1]
     return model.tokenizer.encode(validation[: 4 * count])[: min(count, model.card.context_length)], validation
 

@@ -157,18 +157,18 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
     import torch
 
     from ..compare import shared_windows
-    from ..data import Corpus, mean_loss, read_corpus_text
-    from ..training import resolve_data_path
+    from ..data import Corpus, mean_loss
+    from ..datasets import variant_text
 
     if model.name == BASELINE or not baseline.shares_tokenizer(model.variant):
         return None
     if baseline.model is None:
         baseline.model = cache_models.get(BASELINE)
     first = baseline.model
-    data = resolve_data_path(first.card.recipe, first.variant.source, None)
-    key = str(data)
+    text = variant_text(first.variant)
+    key = text.sha256
     if key not in baseline.corpora:
-        baseline.corpora[key] = Corpus.from_text(read_corpus_text(data), first.tokenizer, first.card.recipe.train_fraction)
+        baseline.corpora[key] = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction)
     corpus = baseline.corpora[key]
     context = min(first.card.context_length, model.card.context_length)
     generator = torch.Generator().manual_seed(COMPARE_SEED)
