@@ -621,11 +621,11 @@ def cmd_import(args) -> int:
     if args.source == "nanogpt":
         from .interop.nanogpt import import_nanogpt
 
-        card, registry = import_nanogpt(args.path, args.name, args.tokenizer)
+        card, registry = import_nanogpt(args.path, args.name, args.tokenizer, args.license)
     else:
         from .interop.hf import import_hf
 
-        card, registry = import_hf(args.path, args.name, args.tokenizer)
+        card, registry = import_hf(args.path, args.name, args.tokenizer, args.license)
     print(f"{card.name}: {card.parameters:,} parameters from {args.path} -> {registry.parent / card.checkpoint.path}")
     print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
     return 0
@@ -883,6 +883,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
                         "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)")
+    p.add_argument("--license", default="unspecified",
+                   help="the imported weights' license, recorded in the card (default: unspecified; the zoo never assumes one)")
     p.set_defaults(run=cmd_import)
 
     for subparser in commands.choices.values():  # `zoo list --registry F` works as well as `zoo --registry F list`

@@ -264,7 +264,7 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
     raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
 
 
-def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None):
+def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, license: str = "unspecified"):
     """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
     ``gpt`` variant in the user's catalogue."""
     import hashlib
@@ -324,6 +324,7 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None):
         parameters = sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight"))
         card = imported_card(name, zoo_config, int(config["n_positions"]), spec, parameters, weights,
                              hashlib.sha256(weights.read_bytes()).hexdigest(), "transformers GPT-2",
-                             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"))
+                             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
+                             license=license)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry

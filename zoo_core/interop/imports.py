@@ -75,6 +75,7 @@ def imported_card(
     source_sha256: str,
     origin: str,
     recipe: Recipe,
+    license: str = "unspecified",
 ) -> ModelCard:
     return ModelCard(
         name=name,
@@ -87,6 +88,7 @@ def imported_card(
         checkpoint=CheckpointRef(path=f"checkpoints/{name}.safetensors"),
         parameters=parameters,
         lineage=f"imported: {origin} checkpoint {source.name}, source sha256 {source_sha256}",
+        license=license,  # the weights' owner decides; the zoo never assumes one
         tags=["imported", origin.lower().replace(" ", "-")],
     )
 

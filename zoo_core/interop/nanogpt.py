@@ -145,7 +145,8 @@ def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
         return Recipe(data=str(BUILTIN_CORPUS), notes=f"trained by nanoGPT (iter_num {iterations}{best_text}); imported")
 
 
-def import_nanogpt(path: Path, name: str, tokenizer_file: Path | None = None) -> tuple[ModelCard, Path]:
+def import_nanogpt(path: Path, name: str, tokenizer_file: Path | None = None,
+                   license: str = "unspecified") -> tuple[ModelCard, Path]:
     """Convert the checkpoint to safetensors with a card in the user's catalogue."""
     import torch
 
@@ -163,5 +164,6 @@ def import_nanogpt(path: Path, name: str, tokenizer_file: Path | None = None) ->
     check_tokenizer(spec, tokenizer_path)
     source_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     parameters = sum(t.numel() for n, t in tensors.items() if n != "lm_head.weight")  # tied: counted once
-    card = imported_card(name, config, context, spec, parameters, path, source_sha256, "nanoGPT", nanogpt_recipe(checkpoint))
+    card = imported_card(name, config, context, spec, parameters, path, source_sha256, "nanoGPT", nanogpt_recipe(checkpoint),
+                         license=license)
     return card, publish_import(card, tensors, tokenizer_path)
