@@ -7,9 +7,14 @@ PROMPT ?= ROMEO:
 
 .PHONY: demo test test-all clean-venv
 
+# Everything the tests use: plots, the test tools, the interop extras (transformers,
+# ONNX) and the web extras (Starlette, uvicorn, Playwright's bindings; the browser
+# itself is Debian's chromium, which .ci/run installs). setuptools is upgraded first:
+# the packaging tests build wheels offline and need its bdist_wheel.
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[plots,test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade 'setuptools>=70.1' wheel
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[plots,test,interop,web,web-test]'
 	touch $@
 
 demo: $(BIN)/.installed
