@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -38,16 +37,27 @@ SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints",
 LEFTOVERS = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.lock", "*.state.safetensors")
 
 
-def _dependency_folders() -> list[Path]:
-    """Where the running interpreter finds the zoo's dependencies: never a folder
-    that also holds an install of the zoo itself (the editable one)."""
+def _dependency_folders(mirrors: Path) -> list[Path]:
+    """Where the running interpreter finds the zoo's dependencies (torch is reused,
+    never reinstalled). A folder that also holds the zoo itself (the editable
+    install CI's venv has) is mirrored without it: symlinks to everything else."""
     folders = {Path(module.__file__).resolve().parent.parent for module in (torch, numpy, pluggy, pydantic, safetensors, tiktoken)}
     import regex
 
     folders.add(Path(regex.__file__).resolve().parent.parent)
-    for folder in folders:
-        assert not list(folder.glob("zoo-*.dist-info")), f"{folder} holds the zoo itself; cannot reuse its dependencies"
-    return sorted(folders)
+    usable = []
+    for number, folder in enumerate(sorted(folders)):
+        own = [entry for entry in folder.iterdir() if entry.name.startswith(("zoo-", "__editable__.zoo-", "__editable___zoo_"))]
+        if not own:
+            usable.append(folder)
+            continue
+        mirror = mirrors / f"dependencies-{number}"
+        mirror.mkdir(parents=True)
+        for entry in folder.iterdir():
+            if entry not in own and entry.suffix != ".pth":
+                (mirror / entry.name).symlink_to(entry)
+        usable.append(mirror)
+    return usable
 
 
 def _pip(*args: str, cwd: Path | None = None) -> None:
@@ -97,7 +107,7 @@ def installed(tmp_path_factory) -> Installed:
     venv = base / "venv"
     site = Path(subprocess.check_output(
         [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
-    (site / "_local_dependencies.pth").write_text("".join(f"{folder}\n" for folder in _dependency_folders()))
+    (site / "_local_dependencies.pth").write_text("".join(f"{folder}\n" for folder in _dependency_folders(base / "mirrors")))
     workdir = base / "somewhere-else"
     workdir.mkdir()
     result = Installed(venv, workdir, base / "home")
