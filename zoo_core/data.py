@@ -15,9 +15,6 @@ from .errors import ZooError
 from .seeding import seeded_generator
 
 
-MAX_CORPUS_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
-
-
 def split_text(text: str, train_fraction: float) -> tuple[str, str]:
     cut = int(len(text) * train_fraction)
     return text[:cut], text[cut:]

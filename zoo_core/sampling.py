@@ -110,35 +110,6 @@ def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
     return torch.multinomial(probabilities, 1, generator=generator)
 
 
-def check_nucleus(top_p: float | None) -> None:
-    if top_p is not None and not 0 < top_p <= 1:  # also rejects NaN
-        raise ZooError(f"top_p must be greater than 0 and at most 1, not {top_p}")
-
-
-def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-                generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row of ``logits`` (B, V) -> (B, 1)."""
-    if temperature == 0:  # greedy: no draw, so the generator does not move
-        return logits.argmax(dim=-1, keepdim=True)
-    # Scale the gap to the best token, not the logits, and by no less than
-    # float32's smallest normal number: nothing overflows or becomes 0/0,
-    # so a tiny temperature means greedy decoding rather than NaN.
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, _SMALLEST_TEMPERATURE)
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probabilities = torch.softmax(logits, dim=-1)
-    if top_p is not None and top_p < 1:
-        # Nucleus: keep the most likely tokens until their mass reaches top_p
-        # (always the best one), then renormalise.
-        ordered, order = torch.sort(probabilities, dim=-1, descending=True)
-        mass_before = torch.cumsum(ordered, dim=-1) - ordered
-        ordered = ordered.masked_fill(mass_before >= top_p, 0.0)
-        probabilities = torch.zeros_like(probabilities).scatter(-1, order, ordered)
-        probabilities = probabilities / probabilities.sum(dim=-1, keepdim=True)
-    return torch.multinomial(probabilities, 1, generator=generator)
-
-
 @torch.no_grad()
 def stream_tokens(
     model,
