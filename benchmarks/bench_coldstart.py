@@ -4,8 +4,8 @@ processes against `import torch` in a fresh process, in alternating rounds.
 Each command is a new Python process timed from start to exit; its peak
 resident memory is what GNU time reports (`/usr/bin/time -f %M`; a child forked
 straight from this large process would inherit its high-water mark). `zoo list` runs once
-before timing, so its validated index is in the cache, as it is for anyone who
-has listed before (a changed registry costs one validated listing).
+before timing, so the interpreter's bytecode caches are warm, as they are for anyone
+who has listed before.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _run(command: list[str]) -> tuple[float, float]:
 
 
 def run() -> dict:
-    _run(COMMANDS["zoo list"])  # fills the listing cache
+    _run(COMMANDS["zoo list"])  # warms the bytecode caches
     seconds = {name: [] for name in COMMANDS}
     memory = {name: [] for name in COMMANDS}
     for round_ in range(ROUNDS):
