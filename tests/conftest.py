@@ -70,3 +70,16 @@ def private_catalogue(tmp_path, monkeypatch):
     monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
     get_plugins(reload=True)
 
+
+@pytest.fixture
+def use_registry(monkeypatch):
+    """``use_registry(path)`` makes that registry file the built-in catalogue for
+    the rest of the test (hostile cards are written there)."""
+
+    def switch(registry):
+        monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
+        get_plugins(reload=True)
+
+    yield switch
+    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY", raising=False)
+    get_plugins(reload=True)

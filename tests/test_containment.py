@@ -12,23 +12,11 @@ import pytest
 from zoo_core.errors import ZooError
 from zoo_core.files import read_limited
 from zoo_core.paths import resolve_inside
-from zoo_core.plugin_manager import get_plugins
 from zoo_core.registry import read_registry_file
 
 from .hostile_cards import BASE, card_data, hostile_variant, write_catalogue
 
 SECRET = b"root:x:0:0:root:/root:/bin/bash\n"
-
-
-@pytest.fixture
-def use_registry(monkeypatch):
-    def switch(registry):
-        monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
-        get_plugins(reload=True)
-
-    yield switch
-    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY", raising=False)
-    get_plugins(reload=True)
 
 
 @pytest.fixture

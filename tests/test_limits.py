@@ -12,20 +12,8 @@ import zoo_core
 import zoo_core.model  # noqa: F401
 from zoo_core.errors import ZooError
 from zoo_core.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
-from zoo_core.plugin_manager import get_plugins
 
-from .hostile_cards import BASE, hostile_variant
-
-
-@pytest.fixture
-def use_registry(monkeypatch):
-    def switch(registry):
-        monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(registry))
-        get_plugins(reload=True)
-
-    yield switch
-    monkeypatch.delenv("ZOO_BUILTIN_REGISTRY", raising=False)
-    get_plugins(reload=True)
+from .hostile_cards import hostile_variant
 
 
 def _one_line_error(result, *fragments):
