@@ -29,17 +29,18 @@ def format_duration(seconds: float) -> str:
 
 class RunningAverage:
     """Exponential moving average with the start-up bias removed (as in Adam):
-    the first values are not pulled towards zero."""
+    the first values are not pulled towards zero. Values may be 0-d tensors: the
+    average then stays on their device and is read back only by ``get``."""
 
     def __init__(self, smoothing: float = _SMOOTHING):
         self.smoothing, self.value, self.count = smoothing, 0.0, 0
 
-    def add(self, x: float) -> None:
+    def add(self, x) -> None:
         self.count += 1
         self.value = self.smoothing * self.value + (1 - self.smoothing) * x
 
     def get(self) -> float | None:
-        return self.value / (1 - self.smoothing**self.count) if self.count else None
+        return float(self.value) / (1 - self.smoothing**self.count) if self.count else None
 
 
 class TrainingProgress:
@@ -87,10 +88,10 @@ class TrainingProgress:
         mean_eval = sum(self.eval_seconds) / len(self.eval_seconds) if self.eval_seconds else 0.0
         return remaining * per_step + evaluations * mean_eval
 
-    def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None, batch_loss: float | None = None) -> None:
+    def update(self, step: int, seconds: float, tokens: int, losses: dict | None = None, batch_loss=None) -> None:
         """After step ``step``: ``seconds`` and ``tokens`` are the run's update time
         and tokens so far, ``losses`` an evaluation's (if one ran), ``batch_loss``
-        the step's training loss."""
+        the step's training loss (a float or a 0-d tensor)."""
         if not self.enabled:
             return
         now = time.monotonic()

@@ -32,10 +32,10 @@ import torch
 
 from .cards import Recipe
 from .data import BatchSampler, Corpus, fixed_windows, mean_loss
+from .devices import Placement
 from .progress import TrainingProgress
 
 Progress = TrainingProgress  # the name the training loops have always used
-from .devices import Placement
 
 
 @dataclass
@@ -245,10 +245,11 @@ class StandardTrainer:
                 if step == 1 or step % recipe.eval_every == 0 or step == steps:
                     count = recipe.eval_windows if step == steps else interim
                     with placement.autocast():
-                        losses = {split: mean_loss(model, inputs[:count], targets[:count]) for split, (inputs, targets) in windows.items()}
+                        losses = {split: mean_loss(model, x[:count], y[:count]) for split, (x, y) in windows.items()}
                     result.history.append({"step": step, "train_batch": placement.reported_loss(loss), **losses, "windows": count})
                 if progress:
-                    progress.update(step, result.update_seconds, result.tokens_seen, losses, batch_loss=loss.item())
+                    # The tensor, not .item(): no host sync per step on a GPU (read when drawn).
+                    progress.update(step, result.update_seconds, result.tokens_seen, losses, batch_loss=loss.detach())
                 if interrupted() and step < steps:
                     if progress:
                         progress.close()
