@@ -95,9 +95,7 @@ def train_variant(
         # the absolute path of the file given with --data; and its sha256 either way.
         overrides.update(data=text.name, data_sha256=text.sha256)
     recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
-    if recipe.batch_size % placement.world_size:
-        raise ZooError(f"the recipe's batch of {recipe.batch_size} windows does not split evenly over {placement.world_size} processes; "
-                       f"use a number of processes that divides it")
+    _check_batch_splits(recipe.batch_size, placement.world_size)
     target_name = new_name or name
     if target_name != name:
         if not VARIANT_NAME.fullmatch(target_name):
@@ -155,9 +153,9 @@ def train_variant(
             return _trained_card(card, recipe, result, network, placement), registry_file
         new_card = _trained_card(card, recipe, result, network, placement)
         if variant.tokenizer_path is not None:
-            copied = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
+            copied, copied_sha = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
             new_card = new_card.model_copy(update={"tokenizer": new_card.tokenizer.model_copy(update={
-                "file": _relative(copied, registry_file.parent), "sha256": sha256_file(copied)})})
+                "file": _relative(copied, registry_file.parent), "sha256": copied_sha})})
         new_card = new_card.model_copy(
             update={"checkpoint": new_card.checkpoint.model_copy(update={"path": _relative(checkpoint_path, registry_file.parent)})}
         )
@@ -188,7 +186,7 @@ def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Pat
     registry_file = (named[-1] if named else user_registry_path()).expanduser().resolve()
     if registry_file == variant.source and target_name == variant.name:
         return registry_file, variant.checkpoint_path  # retraining a variant where it is declared
-    holder = _holder(target_name, plugins)
+    holder = catalogue(plugins).find(target_name)
     if holder is not None and holder.source != registry_file:
         raise ZooError(
             f"variant '{target_name}' already exists in the {holder.layer} catalogue ({holder.source}); "
@@ -199,10 +197,6 @@ def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Pat
     return registry_file, registry_file.parent / "checkpoints" / f"{target_name}.safetensors"
 
 
-def _holder(name: str, plugins) -> Variant | None:
-    return catalogue(plugins).find(name)
-
-
 def _inside_installed_package(path: Path) -> bool:
     import sysconfig
 
@@ -210,18 +204,19 @@ def _inside_installed_package(path: Path) -> bool:
     return any(folder == path or folder in path.parents for folder in installed)
 
 
-def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> Path:
+def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> tuple[Path, str]:
     """Copy the tokenizer file beside the new checkpoint, sharing an identical
-    copy already there (variants of one vocabulary compare as such)."""
+    copy already there (variants of one vocabulary compare as such); returns
+    the copy and its sha256."""
     make_folder(folder)
+    wanted = sha256_file(source)
     target = folder / source.name
-    if target.resolve() == source.resolve():
-        return target
-    if target.exists() and sha256_file(target) != sha256_file(source):
-        target = folder / f"{variant_name}-{source.name}"
-    if not target.exists() or sha256_file(target) != sha256_file(source):
-        atomic_copy(source, target)
-    return target
+    if target.resolve() != source.resolve():
+        if target.exists() and sha256_file(target) != wanted:
+            target = folder / f"{variant_name}-{source.name}"
+        if not target.exists() or sha256_file(target) != wanted:
+            atomic_copy(source, target)
+    return target, wanted
 
 
 def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelCard:
@@ -250,6 +245,12 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
+def _check_batch_splits(batch_size: int, world_size: int) -> None:
+    if batch_size % world_size:
+        raise ZooError(f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
+                       f"use a number of processes that divides it")
+
+
 def check_data_parallel_run(name: str, world_size: int, *, out_dir=None, publish=False, resume=False,
                             new_name: str | None = None) -> Path:
     """What the launcher checks before starting any process (a mistake is one line,
@@ -259,10 +260,7 @@ def check_data_parallel_run(name: str, world_size: int, *, out_dir=None, publish
     card = variant.card
     if not plugins.components["trainers"].create(card.recipe.kind).uses_corpus:
         raise ZooError(f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes")
-    batch_size = card.recipe.batch_size
-    if batch_size % world_size:
-        raise ZooError(f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
-                       f"use a number of processes that divides it")
+    _check_batch_splits(card.recipe.batch_size, world_size)
     state_path = training_state_path(_destination(variant, new_name or name, publish, out_dir, plugins)[1])
     if resume and not state_path.exists():
         raise ZooError(f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)")
