@@ -85,13 +85,11 @@ def bits_per_byte(model, text: str, before: str) -> dict:
     }
 
 
-def validation_text(model, data=None, characters: int | None = None) -> tuple[str, str]:
-    """The card's validation text (or its first ``characters``) and the text before it."""
+def validation_text(text: str, train_fraction: float, characters: int | None = None) -> tuple[str, str]:
+    """The validation split of ``text`` (or its first ``characters``) and the text before it."""
     from .data import split_text
-    from .datasets import variant_text
 
-    text = variant_text(model.variant, data).text
-    train, validation = split_text(text, model.card.recipe.train_fraction)
+    train, validation = split_text(text, train_fraction)
     if characters is not None:
         if characters < 1:
             raise ZooError(f"--text-chars must be at least 1, not {characters}")

@@ -133,7 +133,7 @@ def compare_in_bits_per_byte(models, why, seed, prompt, max_new_tokens, data, te
     from .bits import METHOD, bits_per_byte, validation_text
 
     first = models[0]
-    text, before = validation_text(first, data, text_chars)
+    text, before = validation_text(variant_text(first.variant, data).text, first.card.recipe.train_fraction, text_chars)
     results = []
     for model in models:
         score = bits_per_byte(model, text, before)

@@ -26,7 +26,7 @@ def evaluate_language_model(model, windows: int | None = None, data: Path | None
         for split in ("train", "validation")
     }
     uniform = math.log(card.tokenizer.vocab_size)
-    scored, before = validation_text(model, data, text_chars)
+    scored, before = validation_text(text.text, recipe.train_fraction, text_chars)  # the text read once, above
     bits = bits_per_byte(model, scored, before)
     return {
         "train_loss": losses["train"],
