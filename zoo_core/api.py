@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .cards import ModelCard
 from .errors import ZooError
+from .files import describe_os_error
 from .plugin_manager import PluginSet, get_plugins
 from .registry import Catalogue, Variant
 
@@ -75,7 +76,7 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
     except FileNotFoundError:
         raise ZooError(f"{path}: tokenizer file not found") from None
     except OSError as exc:
-        raise ZooError(f"{path}: cannot read tokenizer file: {exc.strerror or exc}") from None
+        raise ZooError(f"{path}: cannot read tokenizer file: {describe_os_error(exc)}") from None
     if actual != expected:
         raise ZooError(f"{path}: sha256 mismatch: the card has {expected[:16]}…, the tokenizer file has {actual[:16]}… (changed or replaced)")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from string import Template
 
 from .errors import ZooError
+from .files import describe_os_error
 
 # An entry-point name that is also a valid position name and, with '-' -> '_',
 # a valid Python package name.
@@ -357,5 +358,5 @@ def write_plugin_skeleton(name: str, directory: Path | None = None) -> tuple[Pat
             path.write_text(Template(template).substitute(names), encoding="utf-8")
             written.append(path)
     except OSError as exc:
-        raise ZooError(f"{directory}: cannot write the plugin: {exc.strerror or exc}") from None
+        raise ZooError(f"{directory}: cannot write the plugin: {describe_os_error(exc)}") from None
     return directory, written

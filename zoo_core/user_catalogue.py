@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .cards import ModelCard
 from .errors import ZooError
-from .files import atomic_copy, exclusive_lock
+from .files import atomic_copy, describe_os_error, exclusive_lock
 from .locations import user_registry_path, zoo_home
 from .registry import upsert_registry_entry
 
@@ -30,7 +30,7 @@ def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {exc.strerror or exc}") from None
+        raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {describe_os_error(exc)}") from None
     registry = user_registry_path()
     card = card.model_copy(deep=True)
     if tokenizer_file is not None:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from ..errors import ZooError
+from ..files import describe_os_error
 from . import svg
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -81,7 +82,7 @@ def _write(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise ZooError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ZooError(f"cannot write {path}: {describe_os_error(exc)}") from None
 
 
 # -- what the card and files say (no torch) -----------------------------------------
