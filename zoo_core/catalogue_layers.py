@@ -76,6 +76,17 @@ def registry_files(plugins: PluginSet) -> list[RegistryFile]:
     return unique
 
 
+def read_into(catalogue: Catalogue, file: RegistryFile) -> None:
+    """Add ``file``'s variants: in the user's own layers (user, extra) a clashing
+    name is refused variant by variant; a built-in or plugin file clashes whole."""
+    variants = read_registry_file(file.path, file.plugin, layer=file.layer)
+    if file.layer in ("user", "extra"):
+        for variant in variants:
+            catalogue.add_or_refuse(variant)
+    else:
+        catalogue.add_all(variants)
+
+
 def build_catalogue(plugins: PluginSet | None = None) -> Catalogue:
     """Every variant of every layer.
 
@@ -89,12 +100,11 @@ def build_catalogue(plugins: PluginSet | None = None) -> Catalogue:
         if file.layer in ("user", "extra"):
             if file.layer == "extra" and not file.path.exists():
                 raise ZooError(f"{file.path}: registry file not found (named by ZOO_REGISTRY or --registry)")
-            for variant in read_registry_file(file.path, file.plugin, layer=file.layer):
-                result.add_or_refuse(variant)
+            read_into(result, file)
             continue
         info = plugins.plugins[file.plugin]
         try:
-            result.add_all(read_registry_file(file.path, file.plugin, layer=file.layer))
+            read_into(result, file)
         except ZooError as exc:
             if info.builtin:
                 raise

@@ -23,8 +23,8 @@ from .api import has_published_weights, load_variant
 from .errors import ZooError
 from .files import shared_lock
 from .plugin_manager import PluginSet, get_plugins
-from .catalogue_layers import registry_files
-from .registry import Catalogue, read_registry_file
+from .catalogue_layers import read_into, registry_files
+from .registry import Catalogue
 
 OK, FAILED, NO_WEIGHTS = "ok", "FAILED", "no weights"
 
@@ -51,12 +51,7 @@ def verify_catalogue(pattern: str | None = None, plugins: PluginSet | None = Non
         for file in registry_files(plugins):
             locks.enter_context(shared_lock(file.path))
             try:
-                variants = read_registry_file(file.path, file.plugin, layer=file.layer)
-                if file.layer in ("user", "extra"):
-                    for variant in variants:
-                        catalogue.add_or_refuse(variant)
-                else:
-                    catalogue.add_all(variants)
+                read_into(catalogue, file)
             except ZooError as exc:
                 rows.append(VerifyRow("-", file.plugin, _shown(file.path), FAILED, str(exc).removeprefix(f"{file.path}: ")))
         for problem in catalogue.problems:
