@@ -8,6 +8,7 @@ run on another number of processes, and rendezvous two "machines" on 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -86,6 +87,16 @@ def test_two_processes_end_with_the_one_process_weights(zoo, tmp_path, small_tex
     # Only rank 0 wrote, and it left nothing behind but the result.
     assert sorted(p.name for p in two.iterdir() if not p.name.endswith(".lock")) == sorted(
         [f"{NAME}.safetensors", f"{NAME}.history.json", "registry.toml", "bpe-1024.tiktoken"])
+
+
+def test_a_data_parallel_run_publishes_under_its_new_name(zoo, tmp_path, small_text, private_home):
+    # Every train option reaches the workers: --publish --name lands in the user catalogue.
+    launched = _zoo("train", NAME, "--steps", "4", "--data", str(small_text), "--quiet", "--device", "cpu",
+                    "--nproc-per-node", "2", "--publish", "--name", "dp-1b")
+    assert launched.returncode == 0, launched.stderr
+    assert (private_home / "checkpoints" / "dp-1b.safetensors").exists()
+    listed = zoo("list", "--source", "user", "--json")
+    assert [row["name"] for row in json.loads(listed.out)] == ["dp-1b"]
 
 
 def test_a_batch_that_does_not_split_is_refused_before_launching(zoo, tmp_path, small_text):

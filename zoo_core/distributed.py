@@ -75,8 +75,11 @@ def worker_main(argv: list[str] | None = None) -> int:
     from .devices import resolve_device, resolve_dtype
     from .trainrun import train_variant
 
+    from .catalogue_layers import set_command_line_registries
+
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(["train", *argv])
+    set_command_line_registries([*args.registry, *args.sub_registry])  # as `zoo train` does: --registry adds and redirects --publish
     rank, world_size = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
     try:
         if rank < 0 or world_size < 1:
@@ -96,7 +99,8 @@ def worker_main(argv: list[str] | None = None) -> int:
             card, registry_file = train_variant(
                 args.name, steps=args.steps, seed=args.seed, data=args.data, out_dir=args.out, publish=args.publish,
                 show_progress=not args.quiet, resume=args.resume, checkpoint_every=args.checkpoint_every,
-                placement=placement,
+                new_name=args.new_name, log_every=args.log_every, interim_eval_windows=args.interim_eval_windows,
+                compile=args.compile, placement=placement,
             )
         finally:
             dist.destroy_process_group()
