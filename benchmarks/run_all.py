@@ -18,15 +18,14 @@ import platform
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
 from benchmarks import bench_coldstart, bench_loading, bench_sampling, bench_training, bench_trainloop
-from benchmarks.common import machine_load
+from benchmarks.common import BENCHMARKS_PAGE, machine_load, own_sections
 
-OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-SERVER_BEGIN, SERVER_END = "<!-- bench_server: begin -->", "<!-- bench_server: end -->"
+# Benchmarks run on their own write their own sections; this runner keeps them.
+OWN_SECTIONS = ("bench_compile", "bench_server")
 
 
 def _s(spread: dict, fmt: str = ",.0f") -> str:
@@ -175,13 +174,9 @@ def main() -> None:
         "time hashing the file; that is the price of refusing a corrupted checkpoint.",
         "",
     ]
-    OUTPUT.parent.mkdir(exist_ok=True)
-    # The server's load test writes its own section (benchmarks/bench_server.py,
-    # between markers): kept as it is, since this runner does not measure it.
-    previous = OUTPUT.read_text() if OUTPUT.exists() else ""
-    kept = previous[previous.index(SERVER_BEGIN):previous.index(SERVER_END) + len(SERVER_END)] \
-        if SERVER_BEGIN in previous and SERVER_END in previous else ""
-    OUTPUT.write_text("\n".join(lines) + ("\n" + kept + "\n" if kept else ""))
+    previous = BENCHMARKS_PAGE.read_text() if BENCHMARKS_PAGE.exists() else ""
+    kept = own_sections(previous, OWN_SECTIONS)
+    BENCHMARKS_PAGE.write_text("\n".join(lines) + "".join("\n" + section + "\n" for section in kept))
     print("\n".join(lines))
 
 
