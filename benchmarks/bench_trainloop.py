@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import zoo_core
+from zoo_core.training import interim_windows
 from benchmarks.common import NANOGPT_MODEL, ROOT, spread, timed
 
 STEPS, ROUNDS = 100, 2
@@ -70,7 +71,8 @@ def run() -> dict:
             for side in (list(sides) if round_ % 2 == 0 else list(reversed(sides))):
                 times[side].append(timed(lambda: subprocess.run(commands[side], check=True, cwd=ROOT, capture_output=True, env=environment)))
     result = {"steps": STEPS, "threads": THREADS, "eval_windows": recipe.eval_windows, "batch_size": recipe.batch_size,
-              "recipe_eval_iters": recipe_eval_iters, "readme_eval_iters": README_EVAL_ITERS}
+              "recipe_eval_iters": recipe_eval_iters, "readme_eval_iters": README_EVAL_ITERS,
+              "zoo_interim_windows": interim_windows(recipe)}
     for side in sides:
         result[side] = spread(times[side])
         if side != "zoo":
