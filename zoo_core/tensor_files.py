@@ -10,7 +10,9 @@ nothing is held twice.
 
 The file is byte for byte what safetensors writes (tensors ordered by dtype,
 widest first, then by name; the header padded with spaces to 8 bytes), so a
-checkpoint's sha256 does not depend on which writer made it;
+checkpoint's sha256 does not depend on which writer made it (metadata keys are
+sorted; safetensors' order of several keys varies between processes, and the
+zoo writes one);
 `tests/test_speed_paths.py` compares the two on every dtype the zoo uses.
 Where this layout is not known (an exotic dtype, a big-endian machine) the
 safetensors library writes the bytes instead.
