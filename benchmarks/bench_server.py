@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common import BENCHMARKS_PAGE, section_markers, write_section
 from tests.web_support import Server
 
-OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench_server: begin -->", "<!-- bench_server: end -->"
+BEGIN, END = section_markers("bench_server")
 VARIANT = "transformer-1b-learned-ctx8"
 MAX_TOKENS = 32
 PROMPTS = ["ROMEO:", "First Citizen:", "KING RICHARD III:", "To be"]
@@ -160,13 +160,8 @@ def main() -> None:
         print("errors:", *errors[:5], sep="\n  ")
     if args.no_write:
         return
-    text = OUTPUT.read_text() if OUTPUT.exists() else ""
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    OUTPUT.write_text(text)
-    print(f"written to {OUTPUT}")
+    write_section("bench_server", section)
+    print(f"written to {BENCHMARKS_PAGE}")
 
 
 if __name__ == "__main__":

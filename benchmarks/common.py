@@ -81,3 +81,35 @@ def best_of(repeats: int, run) -> float:
 
 def median(values):
     return statistics.median(values)
+
+
+# --- sections of docs/benchmarks.md written by benchmarks run on their own ----------
+
+BENCHMARKS_PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def section_markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+
+
+def write_section(name: str, section: str) -> None:
+    """Put ``section`` (which starts and ends with its markers) into the page,
+    replacing that benchmark's previous one; the rest of the page is kept."""
+    begin, end = section_markers(name)
+    text = BENCHMARKS_PAGE.read_text() if BENCHMARKS_PAGE.exists() else ""
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    BENCHMARKS_PAGE.write_text(text)
+
+
+def own_sections(text: str, names: tuple[str, ...]) -> list[str]:
+    """The sections those benchmarks wrote, as they are in ``text``: `run_all`
+    keeps them when it rewrites the page, since it does not measure them."""
+    kept = []
+    for name in names:
+        begin, end = section_markers(name)
+        if begin in text and end in text:
+            kept.append(text[text.index(begin):text.index(end) + len(end)])
+    return kept

@@ -9,7 +9,10 @@ gradient clipping, a loss read-back every `log_interval`, and a checkpoint
 (model + optimizer) whenever validation improves after iteration 0. As in
 train.py the loop runs iterations 0..max_iters, evaluating before the update.
 
-    python benchmarks/nanogpt_train_loop.py DATA_DIR OUT_DIR MAX_ITERS EVAL_INTERVAL
+    python benchmarks/nanogpt_train_loop.py DATA_DIR OUT_DIR MAX_ITERS EVAL_INTERVAL MODEL_PY [EVAL_ITERS]
+
+EVAL_ITERS defaults to 20, the README's CPU setting (20 batches of 12 = 240
+windows per split); the benchmark also runs it with the zoo recipe's windows.
 """
 
 import importlib.util
@@ -21,12 +24,12 @@ import numpy as np
 import torch
 
 
-def main(data_dir, out_dir, max_iters, eval_interval, model_path):
+def main(data_dir, out_dir, max_iters, eval_interval, model_path, eval_iters=20):
     spec = importlib.util.spec_from_file_location("nanogpt_model", model_path)
     model_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(model_module)
     # config/train_shakespeare_char.py with its CPU overrides (README)
-    eval_iters, log_interval, batch_size, block_size = 20, 10, 12, 64
+    log_interval, batch_size, block_size = 10, 12, 64
     n_layer, n_head, n_embd, dropout, bias = 4, 4, 128, 0.0, False
     learning_rate, min_lr, warmup_iters, lr_decay_iters = 1e-3, 1e-4, 100, 2000
     weight_decay, beta1, beta2, grad_clip = 1e-1, 0.9, 0.99, 1.0
@@ -98,4 +101,4 @@ def main(data_dir, out_dir, max_iters, eval_interval, model_path):
 
 if __name__ == "__main__":
     data_dir, out_dir, max_iters, eval_interval, model_path = sys.argv[1:6]
-    main(data_dir, out_dir, int(max_iters), int(eval_interval), model_path)
+    main(data_dir, out_dir, int(max_iters), int(eval_interval), model_path, *(int(a) for a in sys.argv[6:7]))

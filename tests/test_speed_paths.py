@@ -148,3 +148,58 @@ def test_threads_default_by_model_size_and_bad_counts_are_refused(zoo, monkeypat
         assert result.code == 0 and result.out.startswith("ROMEO:") and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+# --- the training loss ------------------------------------------------------------
+
+def _scored(loss_function, logits, targets):
+    logits = logits.detach().clone().requires_grad_()
+    loss = loss_function(logits, targets)
+    loss.backward()
+    return loss.detach(), logits.grad
+
+
+@pytest.mark.parametrize("rows, vocabulary", [(1024, 1024), (768, 65), (3, 2)])
+def test_one_pass_cross_entropy_gives_torchs_loss_and_gradient(rows, vocabulary):
+    from torch.nn import functional as F
+
+    from zoo_core.losses import cross_entropy
+
+    generator = torch.Generator().manual_seed(rows)
+    logits = torch.randn(rows, vocabulary, generator=generator, dtype=torch.float64) * 4
+    targets = torch.randint(vocabulary, (rows,), generator=generator)
+    ours, theirs = _scored(cross_entropy, logits, targets), _scored(F.cross_entropy, logits, targets)
+    assert torch.equal(ours[0], theirs[0])
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-12, atol=1e-15)  # float64: the same expression
+    ours, theirs = _scored(cross_entropy, logits.float(), targets), _scored(F.cross_entropy, logits.float(), targets)
+    assert torch.equal(ours[0], theirs[0])  # torch's own forward: the loss bit for bit
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-8)
+
+
+def test_cross_entropy_without_gradients_is_torchs_own():
+    from torch.nn import functional as F
+
+    from zoo_core.losses import cross_entropy
+
+    logits, targets = torch.randn(64, 65), torch.randint(65, (64,))
+    with torch.no_grad():
+        assert torch.equal(cross_entropy(logits, targets), F.cross_entropy(logits, targets))  # evaluations unchanged, bit for bit
+
+
+def test_cross_entropy_scores_half_precision_in_float32():
+    from zoo_core.losses import cross_entropy
+
+    logits = torch.randn(16, 65).bfloat16().requires_grad_()
+    loss = cross_entropy(logits, torch.randint(65, (16,)))
+    loss.backward()
+    assert loss.dtype == torch.float32 and logits.grad.dtype == torch.bfloat16
+
+
+def test_cross_entropy_refuses_a_second_backward_through_its_reused_buffer():
+    from zoo_core.losses import cross_entropy
+
+    logits = torch.randn(8, 5, requires_grad=True)
+    loss = cross_entropy(logits, torch.randint(5, (8,)))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from .cards import ModelCard, first_difference
 from .errors import ZooError, printable
-from .files import describe_os_error, atomic_write_bytes, open_regular, read_limited
+from .files import describe_os_error, open_regular, read_limited
 from .registry import describe_validation_error
 
 CARD_KEY = "zoo.card"
@@ -79,13 +79,9 @@ def header_card(path: Path) -> dict[str, Any] | None:
 
 def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any]) -> str:
     """Write weights (and the card, in the header) atomically; return the file's sha256."""
-    from safetensors.torch import save
+    from .tensor_files import write_safetensors
 
-    tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in state_dict.items()}
-    metadata = {CARD_KEY: json.dumps(card_header, sort_keys=True)}
-    data = save(tensors, metadata=metadata)  # in memory, then written by the zoo: every OS error is its own
-    atomic_write_bytes(path, data)
-    return hashlib.sha256(data).hexdigest()
+    return write_safetensors(path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)})
 
 
 @dataclass

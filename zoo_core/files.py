@@ -15,7 +15,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .errors import ZooError
 
@@ -68,14 +68,21 @@ _write = os.write
 
 def write_all(temporary: Path, data: bytes) -> None:
     """Write ``data`` to ``temporary`` in full, or raise the OS error that stopped it."""
+    write_chunks(temporary, [data])
+
+
+def write_chunks(temporary: Path, pieces: Iterable[bytes | memoryview]) -> None:
+    """Write each buffer of ``pieces`` in turn to ``temporary``, in full, or raise
+    the OS error that stopped it (a file written from parts never held whole)."""
     fd = os.open(temporary, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     try:
-        view = memoryview(data)
-        while view:
-            written = _write(fd, view[: 1 << 20])
-            if written <= 0:
-                raise OSError(errno.EIO, "the write made no progress")
-            view = view[written:]
+        for piece in pieces:
+            view = memoryview(piece).cast("B")
+            while view:
+                written = _write(fd, view[: 1 << 20])
+                if written <= 0:
+                    raise OSError(errno.EIO, "the write made no progress")
+                view = view[written:]
     finally:
         os.close(fd)
 

@@ -110,7 +110,7 @@ def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
     return torch.multinomial(probabilities, 1, generator=generator)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def stream_tokens(
     model,
     ids: torch.Tensor,

@@ -31,7 +31,6 @@ import torch
 from .cards import ModelCard, Recipe, first_difference
 from .checkpoints import one_line, read_header, shape_report
 from .errors import ZooError, printable
-from .files import atomic_write_bytes
 from .training import TrainingState
 
 STATE_KEY = "zoo.training_state"
@@ -57,14 +56,13 @@ def run_identity(card: ModelCard, recipe: Recipe, corpus_text: str) -> dict[str,
 
 
 def write_training_state(path: Path, state: TrainingState, identity: dict[str, Any]) -> None:
-    from safetensors.torch import save
+    from .tensor_files import write_safetensors
 
     tensors = {f"model.{name}": tensor for name, tensor in state.model.items()}
     optimizer_tensors, optimizer_json = _flatten_optimizer(state.optimizer)
     tensors.update(optimizer_tensors)
     tensors["rng.torch"] = state.torch_rng
     tensors["rng.sampler"] = state.sampler_rng
-    tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
     document = {
         "format": FORMAT,
         "identity": identity,
@@ -75,7 +73,7 @@ def write_training_state(path: Path, state: TrainingState, identity: dict[str, A
         "optimizer": optimizer_json,
     }
     metadata = {STATE_KEY: json.dumps(document)}
-    atomic_write_bytes(path, save(tensors, metadata=metadata))
+    write_safetensors(path, tensors, metadata)
 
 
 def read_training_state(path: Path, identity: dict[str, Any], network: torch.nn.Module) -> TrainingState:

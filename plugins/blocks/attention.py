@@ -33,11 +33,13 @@ class KVCache:
         end = self.length + T
         if end > self.capacity:
             raise ValueError(f"the KV cache holds {self.capacity} tokens; {end} do not fit")
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
-        self.positions[self.length : end] = positions
+        # narrow + copy_ rather than slice assignment: the same copy without
+        # indexing's per-call work, which shows when decoding one token at a time
+        self.k.narrow(2, self.length, T).copy_(k)
+        self.v.narrow(2, self.length, T).copy_(v)
+        self.positions.narrow(0, self.length, T).copy_(positions)
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end], self.positions[:end]
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end), self.positions.narrow(0, 0, end)
 
 
 class CausalSelfAttention(nn.Module):
@@ -96,5 +98,5 @@ class CausalSelfAttention(nn.Module):
                 if bias is not None:
                     mask = mask + bias.to(q.dtype)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
-        return self.residual_dropout(self.proj(y)), weights
+        y = self.proj(y.transpose(1, 2).reshape(B, T, C))  # heads side by side again
+        return (self.residual_dropout(y) if self.training else y), weights  # identity outside training: no call

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from torch import nn
-from torch.nn import functional as F
+
+from zoo_core.losses import cross_entropy
 
 from .config import call_with_config
 
@@ -23,7 +24,7 @@ class BigramLanguageModel(nn.Module):
 
     def forward(self, idx, targets=None):
         logits = self.lm_head(self.token_embedding(idx))  # (B, T, V)
-        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss = None if targets is None else cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
 
     def attention_maps(self, idx):

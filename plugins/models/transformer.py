@@ -12,10 +12,10 @@ import inspect
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from zoo_core.components import encoding_does
 from zoo_core.errors import ZooError
+from zoo_core.losses import cross_entropy
 
 from zoo_plugins.blocks.attention import KVCache
 
@@ -119,7 +119,7 @@ class TransformerLanguageModel(nn.Module):
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
         logits, _ = self._run(idx, need_weights=False, cache=cache)
-        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss = None if targets is None else cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
 
     def attention_maps(self, idx):

@@ -1,0 +1,102 @@
+"""`zoo train --compile` against the eager step, on this machine's CPU.
+
+The zoo's own network at each benchmark shape, stepped eagerly and through
+`zoo_core.training.compiled` (torch.compile with fullgraph=True: a graph break
+is an error, not a silent fallback), with the same fused AdamW, in alternating
+rounds after both have warmed up. The first compiled steps are timed apart:
+that is what a `zoo train --compile` run pays before its first update.
+Not part of `run_all` (compiling takes a while); writes its own section of
+docs/benchmarks.md:
+
+    .venv/bin/python -m benchmarks.bench_compile
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import torch
+
+import zoo_core
+from benchmarks.bench_training import SHAPES, THREADS, _stepper
+from benchmarks.common import machine_load, section_markers, spread, write_section, zoo_network
+from zoo_core.training import compiled, make_optimizer
+
+ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 3, 2.0
+
+
+def measure(name: str) -> dict:
+    card = zoo_core.get_variant(name).card
+    recipe, context, vocab = card.recipe, card.context_length, card.tokenizer.vocab_size
+    data = torch.randint(0, vocab, (200_000,), generator=torch.Generator().manual_seed(0))
+    eager, _ = zoo_network(name)
+    network, _ = zoo_network(name)
+    steppers = {
+        "eager": _stepper(eager, make_optimizer(eager, recipe), data, context, recipe.batch_size, recipe.grad_clip),
+        "compiled": _stepper(compiled(network), make_optimizer(network, recipe), data, context, recipe.batch_size, recipe.grad_clip),
+    }
+    started = time.perf_counter()
+    steppers["compiled"]()  # compiles forward and backward
+    compile_seconds = time.perf_counter() - started
+    for step in steppers.values():
+        for _ in range(WARMUP):
+            step()
+    tokens = recipe.batch_size * context
+    rates = {side: [] for side in steppers}
+    for round_ in range(ROUNDS):
+        for side in (list(steppers) if round_ % 2 == 0 else list(reversed(steppers))):
+            step, steps, began = steppers[side], 0, time.perf_counter()
+            while time.perf_counter() - began < SECONDS_PER_ROUND:
+                step()
+                steps += 1
+            rates[side].append(steps * tokens / (time.perf_counter() - began))
+    return {"shape": name, "compile_seconds": compile_seconds, "eager": spread(rates["eager"]),
+            "compiled": spread(rates["compiled"]),
+            "ratio": spread([c / e for c, e in zip(rates["compiled"], rates["eager"])])}
+
+
+def _verdict(ratios: list[float]) -> str:
+    if all(r < 1 for r in ratios):
+        return ("Compiling does not pay on this machine at these sizes (below 1.0× on every shape), and its "
+                "compile time comes on top: `--compile` stays an option, off by default.")
+    if all(r > 1 for r in ratios):
+        return "Compiling pays on every shape here once compiled; whether it pays for a whole run depends on the compile time."
+    return "Compiling pays on some shapes and not on others here: `--compile` stays an option, off by default."
+
+
+def main() -> None:
+    torch.set_num_threads(THREADS)
+    load_before, started = machine_load(), time.perf_counter()
+    rows = [measure(name) for name in SHAPES]
+    load_after = machine_load()
+
+    def s(value, fmt):
+        return f"{value['median']:{fmt}} ({value['min']:{fmt}}–{value['max']:{fmt}})"
+
+    begin, end = section_markers("bench_compile")
+    lines = [
+        begin,
+        "## `zoo train --compile` on this CPU",
+        "",
+        f"`python -m benchmarks.bench_compile`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"{(time.perf_counter() - started) / 60:.1f} minutes, torch {torch.__version__}, {THREADS} thread; machine load "
+        f"before {' / '.join(f'{x:.1f}' for x in load_before)}, after {' / '.join(f'{x:.1f}' for x in load_after)}. "
+        "The zoo's network eager and through torch.compile (fullgraph: no graph breaks), same fused AdamW, "
+        f"{ROUNDS} alternating rounds of {SECONDS_PER_ROUND:.0f} s after warm-up.",
+        "",
+        "| shape | first compiled step (s) | eager tokens/s | compiled tokens/s | compiled / eager |",
+        "|---|---:|---:|---:|---:|",
+        *(f"| {r['shape']} | {r['compile_seconds']:.1f} | {s(r['eager'], ',.0f')} | {s(r['compiled'], ',.0f')} | "
+          f"**{s(r['ratio'], '.2f')}×** |" for r in rows),
+        "",
+        _verdict([r["ratio"]["median"] for r in rows]),
+        end,
+    ]
+    section = "\n".join(lines)
+    print(section)
+    write_section("bench_compile", section)
+
+
+if __name__ == "__main__":
+    main()
