@@ -27,7 +27,7 @@ def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = f
 
 
 def _summary(card) -> dict:
-    """The facts `zoo list` shows, from the card alone."""
+    """The facts `zoo list` shows, from the card alone (``Variant.facts``: no pydantic)."""
     config = card.config
     positions = config.get("positions", "-")
     if isinstance(positions, bool):  # the puzzle's one-hot position slots are on or off
@@ -85,7 +85,7 @@ def cmd_search(args) -> int:
 def _print_variants(args, variants, nothing: str) -> int:
     from .api import unbuildable_reason
 
-    rows = [{**_summary(v.card), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
+    rows = [{**_summary(v.facts), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k not in ("train_loss", "accuracy")} for r in rows], indent=2))
         return 0
@@ -96,7 +96,7 @@ def _print_variants(args, variants, nothing: str) -> int:
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss | val bits/byte |")
         print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
         for variant, r in zip(variants, rows):
-            metrics = variant.card.metrics
+            metrics = variant.facts.metrics
             cells = [f"`{r['name']}`", r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
                      f"{r['parameters']:,}" if r["parameters"] is not None else "—",
                      *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss))]
@@ -151,7 +151,7 @@ def cmd_load(args) -> int:
     verification = model.verification
     summary = {
         "name": model.name,
-        "architecture": model.card.architecture,
+        "architecture": model.facts.architecture,
         "parameters": model.parameters(),
         "checkpoint": str(verification.path),
         "sha256": verification.sha256,
@@ -164,7 +164,7 @@ def cmd_load(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{model.name}: {model.card.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors")
+        print(f"{model.name}: {model.facts.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors")
         print(f"  checkpoint {verification.path}")
         print(f"  verified   {', '.join(verification.checks)} (sha256 {verification.sha256[:16]}…)")
         print(f"  loaded in  {total * 1000:.0f} ms (weights {verification.seconds * 1000:.1f} ms; "
