@@ -194,6 +194,13 @@ def test_a_toml_date_is_validated_every_time_not_cached(zoo, private_catalogue, 
     assert type(zoo_core.get_variant(NAME).card.config["trained_on"]).__name__ == "date"
 
 
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
 # -- checkpoint headers --------------------------------------------------------------
 
 
@@ -234,40 +241,3 @@ def test_a_damaged_header_entry_is_ignored(zoo, private_catalogue):
     written = entry.read_bytes()
     entry.write_bytes(written.replace(b'"learning_rate":0.001', b'"learning_rate":0.002'))
     assert zoo("load", NAME).code == 0 and entry.read_bytes() == written
-
-
-# -- fresh processes: what they import -----------------------------------------------
-
-
-def _fresh(code: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
-
-
-def _imported_after(commands: list[list[str]], modules: tuple[str, ...]) -> set[str]:
-    code = ("import contextlib, io, sys\nfrom zoo_core.cli import main\n"
-            f"for command in {commands!r}:\n"
-            "    with contextlib.redirect_stdout(io.StringIO()):\n"
-            "        assert main(command) == 0, command\n"
-            f"print(','.join(m for m in {modules!r} if m in sys.modules))\n")
-    done = _fresh(code)
-    assert done.returncode == 0, done.stderr
-    return set(filter(None, done.stdout.strip().split(",")))
-
-
-def test_with_a_warm_cache_listing_imports_no_pydantic_torch_or_rich(zoo):
-    assert zoo("list").code == 0  # warms this test's cache folder
-    assert _imported_after([["list", "--json"], ["search", "rope", "--json"], ["list", "--sort", "parameters", "--json"]],
-                           ("pydantic", "torch", "rich")) == set()
-    assert _imported_after([["list"]], ("pydantic", "torch", "rich")) == {"rich"}  # the table needs rich alone
-
-
-def test_with_a_warm_cache_loading_and_sampling_import_no_pydantic(zoo):
-    assert zoo("load", "transformer-6b-sin").code == 0
-    assert zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "2").code == 0
-    imported = _imported_after([["load", "transformer-6b-sin"],
-                                ["sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "2"]],
-                               ("pydantic", "torch"))
-    assert imported == {"torch"}
