@@ -1,12 +1,17 @@
 """Cold start: what a command pays before its own work. With the card cache warm
 (zoo_core.card_cache), listing imports neither pydantic nor torch (nor rich when
-no table is drawn), and loading and sampling import torch alone."""
+no table is drawn), and loading and sampling import torch alone; sampling sets
+its thread count before loading, which is torch work too."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+import torch
+
+from zoo_core import checkpoints
 
 from .conftest import ROOT
 
@@ -44,3 +49,25 @@ def test_with_a_warm_cache_loading_and_sampling_import_no_pydantic(zoo):
                                ("pydantic", "torch"))
     assert imported == {"torch"}
 
+
+def test_sampling_sets_its_threads_before_loading(zoo, monkeypatch):
+    # A small model samples on one thread; checking and copying its weights on
+    # two, on a busy machine, took longer than the sampling.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen = []
+    real = checkpoints.load_verified
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoints, "load_verified", recording)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        result = zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "2")
+        assert result.code == 0 and seen == [1]
+        torch.set_num_threads(2)
+        assert zoo("eval", "puzzle-disobeys").code == 0 and seen == [1, 1]
+    finally:
+        torch.set_num_threads(before)

@@ -198,12 +198,14 @@ def cmd_sample(args) -> int:
     prompt = read_prompt(args.prompt, args.prompt_file)
     if not prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
-    from .api import load
+    from .api import get_variant, load_variant
 
-    from .threads import check_threads, use_threads
+    from .threads import check_threads, use_threads, use_threads_before_loading
 
     check_threads(args.threads)  # before paying for the checkpoint
-    model = load(args.name, device=args.device, dtype=args.dtype)
+    variant = get_variant(args.name)
+    use_threads_before_loading(variant.facts.parameters, args.threads)
+    model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
         ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
@@ -376,13 +378,15 @@ def cmd_serve(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .api import load
+    from .api import get_variant, load_variant
     from .evaluation import evaluate_language_model
 
-    from .threads import check_threads, use_threads
+    from .threads import check_threads, use_threads, use_threads_before_loading
 
     check_threads(args.threads)
-    model = load(args.name, device=args.device, dtype=args.dtype)
+    variant = get_variant(args.name)
+    use_threads_before_loading(variant.facts.parameters, args.threads)
+    model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
