@@ -78,6 +78,25 @@ def test_unknown_command_gets_a_suggestion(zoo, typed, suggested):
     assert f"unknown command '{typed}'; did you mean {suggested}" in result.err
 
 
+def test_help_before_a_command_still_lists_every_command(zoo, capsys):
+    # A command line naming a command builds that command's parser alone; help
+    # asked for before it is the whole program's and lists them all.
+    with pytest.raises(SystemExit):
+        cli.main(["--help", "list"])
+    text = capsys.readouterr().out
+    assert all(f"    {name} " in text for name in _commands(cli.build_parser()))
+
+
+def test_options_before_the_command_with_one_command_built(zoo, tmp_path):
+    assert cli._command_to_build(["--debug", "--registry", "x.toml", "--max-memory=1G", "list"]) == "list"
+    assert cli._command_to_build(["--registry", "list", "show"]) == "show"  # "list" is the file's name there
+    for unusual in (["--help", "list"], ["-h"], [], ["lst"], ["--deb", "list"], ["--", "list"]):
+        assert cli._command_to_build(unusual) is None, unusual
+    result = zoo("--max-parameters", "1000000", "--registry", str(tmp_path / "none.toml"), "list")
+    assert result.code == 1 and "none.toml: registry file not found" in result.err
+    assert _names(zoo("--max-memory", "4G", "list", "gpt-char-m*", "--json")) == ["gpt-char-mini", "gpt-char-mini-rope"]
+
+
 def test_unknown_command_without_a_close_one(zoo):
     result = zoo("xyzzy")
     assert result.code == 2 and "zoo --help" in result.err

@@ -29,6 +29,26 @@ def test_zoo_plugins_reports_each_plugin(zoo):
     assert all(not p["errors"] for p in report.values())
 
 
+def test_each_distribution_s_metadata_is_parsed_once(monkeypatch):
+    # Reading dist.metadata parses the whole METADATA file every time; one
+    # distribution brings several entry points.
+    parsed = []
+    real = importlib.metadata.Distribution.metadata
+
+    def counting(self):
+        parsed.append(self)
+        return real.fget(self)
+
+    monkeypatch.setattr(importlib.metadata.Distribution, "metadata", property(counting))
+    plugins = PluginSet()
+    plugins.load_entry_points()
+    during = list(parsed)
+    zoo_entry_points = importlib.metadata.entry_points(group="zoo")
+    assert len(zoo_entry_points) > len({ep.dist.name for ep in zoo_entry_points}), "the test needs a distribution with two plugins"
+    assert during and len(during) == len({id(dist) for dist in during}), "a distribution's METADATA was parsed more than once"
+    assert plugins.plugins["positions"].distribution == "zoo" and plugins.plugins["positions"].version == "0.1.0"
+
+
 def _plugin(name, **hooks):
     module = types.SimpleNamespace(**{hook: hookimpl(function) for hook, function in hooks.items()})
     module.__name__ = name

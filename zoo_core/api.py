@@ -9,12 +9,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .cards import ModelCard
 from .errors import ZooError
 from .files import describe_os_error
 from .plugin_manager import PluginSet, get_plugins
 from .registry import Catalogue, Variant
+
+if TYPE_CHECKING:
+    from .cards import ModelCard
+
+# The paths `zoo list`, `zoo load` and `zoo sample` take read a variant's
+# ``facts`` (plain data from the card cache), never its pydantic ``card``:
+# importing pydantic would cost those commands more than all the rest of their
+# work outside torch.
 
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
@@ -28,11 +36,12 @@ def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> st
     """Why the variant cannot be built now (a component it names is missing or
     claimed twice), from names alone: `zoo list` stays free of torch."""
     plugins = plugins or get_plugins()
-    card = variant.card
-    needed = [("models", card.architecture), ("tokenizers", card.tokenizer.kind)]
+    facts = variant.facts
+    config = facts.config
+    needed = [("models", facts.architecture), ("tokenizers", facts.tokenizer.kind)]
     # The zoo's transformer-like architectures name their parts in these config keys.
-    needed += [(kind, card.config[key]) for kind, key in (("positions", "positions"), ("blocks", "block"))
-               if isinstance(card.config.get(key), str)]
+    needed += [(kind, config[key]) for kind, key in (("positions", "positions"), ("blocks", "block"))
+               if isinstance(config.get(key), str)]
     for kind, name in needed:
         problem = plugins.components[kind].problem(name)
         if problem:
@@ -51,7 +60,7 @@ def get_variant(name: str) -> Variant:
 
 def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
     plugins = plugins or get_plugins()
-    spec = variant.card.tokenizer
+    spec = variant.facts.tokenizer  # what a tokenizer factory reads: kind, vocab_size, file, sha256 (see hookspecs)
     path = variant.tokenizer_path
     if spec.sha256 is not None and path is not None:
         check_tokenizer_file(path, spec.sha256)
@@ -87,22 +96,22 @@ def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     from .limits import check_budget
 
     plugins = plugins or get_plugins()
-    card = variant.card
-    factory = plugins.components["models"].factory(card.architecture)
-    return check_budget(card.name, card.architecture_config(), getattr(factory, "estimate_parameters", None))
+    facts = variant.facts
+    factory = plugins.components["models"].factory(facts.architecture)
+    return check_budget(facts.name, facts.architecture_config(), getattr(factory, "estimate_parameters", None))
 
 
 def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
-    card = variant.card
+    facts = variant.facts
     check_variant_budget(variant, plugins)
     try:
-        return plugins.components["models"].create(card.architecture, card.architecture_config(), plugins.components)
+        return plugins.components["models"].create(facts.architecture, facts.architecture_config(), plugins.components)
     except ZooError:
         raise
     except (TypeError, ValueError) as exc:
-        raise ZooError(f"variant '{card.name}': cannot build architecture '{card.architecture}': {exc}") from exc
+        raise ZooError(f"variant '{facts.name}': cannot build architecture '{facts.architecture}': {exc}") from exc
 
 
 def load(name: str, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None):
@@ -115,7 +124,7 @@ def load(name: str, plugins: PluginSet | None = None, *, device: str | None = No
 
 def has_published_weights(variant: Variant) -> bool:
     """False for a variant declared before it was trained: no checksum, no file."""
-    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
+    return variant.facts.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
 
 
 def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None):
@@ -136,12 +145,12 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: 
         )
     tokenizer = load_tokenizer(variant, plugins)
     network = build_network(variant, plugins)
-    card = variant.card
+    facts = variant.facts
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
-    verification = load_verified(variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card)
+    verification = load_verified(variant.checkpoint_path, facts.checkpoint.sha256, network, facts.parameters, card=facts)
     network.eval()
     place(network, target, target_dtype)
-    if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
+    if facts.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
+from .card_facts import first_difference  # noqa: F401  (pydantic-free; kept importable from here)
 from .limits import check_config_shape
 
 
@@ -208,25 +209,3 @@ def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
             (f.json_schema_extra or {}).get("defines_weights") for f in type(value).model_fields.values())
         kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
     return kept
-
-
-_ABSENT = object()
-
-
-def first_difference(a: Any, b: Any, where: str = "") -> tuple[str, Any, Any] | None:
-    """The first field (a dotted path) at which two JSON-like values differ, with
-    both values there (``None`` when they are equal); a field only one side has
-    is reported with ``"(absent)"`` on the other."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in [*a, *(k for k in b if k not in a)]:
-            found = first_difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{where}.{key}" if where else key)
-            if found:
-                return found
-        return None
-    if a == b and isinstance(a, bool) == isinstance(b, bool):  # 1 == 1.0, but True is not 1
-        return None
-
-    def shown(value):
-        return "(absent)" if value is _ABSENT else value
-
-    return where or "(card)", shown(a), shown(b)

@@ -15,14 +15,14 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from .cards import ModelCard, first_difference
+from .card_facts import CardFacts, first_difference
 from .errors import ZooError, printable
 from .files import describe_os_error, open_regular, read_limited
-from .registry import describe_validation_error
+
+if TYPE_CHECKING:
+    from .cards import ModelCard
 
 CARD_KEY = "zoo.card"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim is hostile
@@ -112,7 +112,7 @@ def shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple]
 
 
 def load_verified(
-    path: Path, expected_sha256: str | None, model, expected_parameters: int | None, card: ModelCard | None = None
+    path: Path, expected_sha256: str | None, model, expected_parameters: int | None, card: ModelCard | CardFacts | None = None
 ) -> Verification:
     """Load weights into ``model`` after checking them; raise ZooError naming what differs.
 
@@ -174,20 +174,15 @@ def _read_checkpoint_bytes(path: Path, target: dict) -> bytes:
         raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
 
 
-def check_header_card(path: Path, header: dict[str, Any], card: ModelCard) -> bool:
-    """Compare the card stored in the header with ``card``, ignoring the checksum
-    (a file cannot hold its own). False when the file carries no card at all
-    (written by another tool); a card that differs is an error naming the field."""
+def check_header_card(path: Path, header: dict[str, Any], card: ModelCard | CardFacts) -> bool:
+    """Compare the card stored in the header with ``card`` (the registry's, as a
+    pydantic card or its facts), ignoring the checksum (a file cannot hold its
+    own). False when the file carries no card at all (written by another tool); a
+    card that differs is an error naming the field."""
     text = (header.get("__metadata__") or {}).get(CARD_KEY)
     if text is None:
         return False
-    try:
-        stored = ModelCard.model_validate(json.loads(text))
-    except (json.JSONDecodeError, RecursionError):
-        raise ZooError(f"{path}: the card in the header is not JSON") from None
-    except ValidationError as exc:
-        raise ZooError(f"{path}: the card in the header is not a valid card: {describe_validation_error(exc)}") from None
-    in_file, in_registry = stored.weight_fields(), card.weight_fields()
+    in_file, in_registry = header_weight_fields(path, text), card.weight_fields()
     for section, key in (("tokenizer", "sha256"), ("recipe", "data_sha256")):
         if key not in in_file[section] or key not in in_registry[section]:  # recorded by one side only
             in_file[section].pop(key, None)
@@ -200,6 +195,33 @@ def check_header_card(path: Path, header: dict[str, Any], card: ModelCard) -> bo
             f"file has {_short(in_file)}, registry has {_short(in_registry)} (weights made for another card)"
         )
     return True
+
+
+def header_weight_fields(path: Path, text: str) -> dict[str, Any]:
+    """The weight-defining fields of the card ``text`` found in the header of
+    ``path``; one that is not JSON or not a valid card is an error. A header
+    validated before is read from the card cache: loading needs no pydantic."""
+    from .card_cache import cache_header_fields, cached_header_fields
+
+    if not isinstance(text, str):  # safetensors metadata values are text; anything else is no card
+        raise ZooError(f"{path}: the card in the header is not JSON")
+    cached = cached_header_fields(path, text)
+    if cached is not None:
+        return cached
+    from pydantic import ValidationError
+
+    from .cards import ModelCard
+    from .registry import describe_validation_error
+
+    try:
+        stored = ModelCard.model_validate(json.loads(text))
+    except (json.JSONDecodeError, RecursionError):
+        raise ZooError(f"{path}: the card in the header is not JSON") from None
+    except ValidationError as exc:
+        raise ZooError(f"{path}: the card in the header is not a valid card: {describe_validation_error(exc)}") from None
+    fields = stored.weight_fields()
+    cache_header_fields(path, text, fields)
+    return fields
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -27,7 +27,7 @@ def _format_table(headers: list[str], rows: list[list[str]], right: set[int] = f
 
 
 def _summary(card) -> dict:
-    """The facts `zoo list` shows, from the card alone."""
+    """The facts `zoo list` shows, from the card alone (``Variant.facts``: no pydantic)."""
     config = card.config
     positions = config.get("positions", "-")
     if isinstance(positions, bool):  # the puzzle's one-hot position slots are on or off
@@ -85,7 +85,7 @@ def cmd_search(args) -> int:
 def _print_variants(args, variants, nothing: str) -> int:
     from .api import unbuildable_reason
 
-    rows = [{**_summary(v.card), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
+    rows = [{**_summary(v.facts), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k not in ("train_loss", "accuracy")} for r in rows], indent=2))
         return 0
@@ -96,7 +96,7 @@ def _print_variants(args, variants, nothing: str) -> int:
         print("| name | architecture | layers | positions | norm | context | parameters | train loss | val loss | val bits/byte |")
         print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
         for variant, r in zip(variants, rows):
-            metrics = variant.card.metrics
+            metrics = variant.facts.metrics
             cells = [f"`{r['name']}`", r["architecture"], r["layers"], r["positions"], r["norm"], r["context"],
                      f"{r['parameters']:,}" if r["parameters"] is not None else "—",
                      *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss))]
@@ -151,7 +151,7 @@ def cmd_load(args) -> int:
     verification = model.verification
     summary = {
         "name": model.name,
-        "architecture": model.card.architecture,
+        "architecture": model.facts.architecture,
         "parameters": model.parameters(),
         "checkpoint": str(verification.path),
         "sha256": verification.sha256,
@@ -164,7 +164,7 @@ def cmd_load(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{model.name}: {model.card.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors")
+        print(f"{model.name}: {model.facts.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors")
         print(f"  checkpoint {verification.path}")
         print(f"  verified   {', '.join(verification.checks)} (sha256 {verification.sha256[:16]}…)")
         print(f"  loaded in  {total * 1000:.0f} ms (weights {verification.seconds * 1000:.1f} ms; "
@@ -198,12 +198,14 @@ def cmd_sample(args) -> int:
     prompt = read_prompt(args.prompt, args.prompt_file)
     if not prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
-    from .api import load
+    from .api import get_variant, load_variant
 
-    from .threads import check_threads, use_threads
+    from .threads import check_threads, use_threads, use_threads_before_loading
 
     check_threads(args.threads)  # before paying for the checkpoint
-    model = load(args.name, device=args.device, dtype=args.dtype)
+    variant = get_variant(args.name)
+    use_threads_before_loading(variant.facts.parameters, args.threads)
+    model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
         ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
@@ -376,13 +378,15 @@ def cmd_serve(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .api import load
+    from .api import get_variant, load_variant
     from .evaluation import evaluate_language_model
 
-    from .threads import check_threads, use_threads
+    from .threads import check_threads, use_threads, use_threads_before_loading
 
     check_threads(args.threads)
-    model = load(args.name, device=args.device, dtype=args.dtype)
+    variant = get_variant(args.name)
+    use_threads_before_loading(variant.facts.parameters, args.threads)
+    model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
@@ -651,20 +655,7 @@ def cmd_export(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.",
-                                     formatter_class=DefaultsHelpFormatter)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the zoo's version and exit")
-    parser.add_argument("--registry", action="append", type=Path, metavar="FILE", default=[],
-                        help="also read variants from this registry file (repeatable; added after ZOO_REGISTRY)")
-    parser.add_argument("--max-parameters", metavar="N",
-                        help="refuse to build a variant estimated above N parameters (default 1,000,000,000; env ZOO_MAX_PARAMETERS)")
-    parser.add_argument("--max-memory", metavar="SIZE",
-                        help="refuse to build a variant estimated to need more memory for one window, e.g. 32G "
-                             "(default 16G; env ZOO_MAX_MEMORY)")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+def _list_arguments(commands) -> None:
     p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
     p.add_argument("pattern", nargs="?", help="part of the name ('rope') or a shell wildcard ('transformer-*') (default: all)")
     p.add_argument("--tag", action="append", help="only variants with this tag; may be repeated (default: any)")
@@ -678,21 +669,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only variants of this catalogue layer (default: all)")
     p.set_defaults(run=cmd_list)
 
+
+def _search_arguments(commands) -> None:
     p = commands.add_parser("search", help="find variants whose name, description or tags hold every word")
     p.add_argument("text", nargs="+", help="words to look for, e.g. 'rope' or 'no positions'")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(run=cmd_search)
 
+
+def _show_arguments(commands) -> None:
     p = commands.add_parser("show", help="show a variant's card")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--json", action="store_true", help="print the card as JSON instead of TOML")
     p.set_defaults(run=cmd_show)
 
+
+def _load_arguments(commands) -> None:
     p = commands.add_parser("load", help="build a variant, verify and load its weights")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=cmd_load)
 
+
+def _sample_arguments(commands) -> None:
     p = commands.add_parser("sample", help="continue a prompt (task models such as the puzzle answer it)",
                             description="Continue a prompt with a language model, or ask a task model (the puzzle) a question. "
                                         "Sample i of --num-samples N is drawn with seed SEED+i: `--seed SEED+i` alone gives it again.")
@@ -717,6 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     _device_options(p, "sample")
     p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
 
+
+def _eval_arguments(commands) -> None:
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
@@ -731,6 +732,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write validation bits per byte and per character into the variant's card (its registry file)")
     p.set_defaults(run=cmd_eval)
 
+
+def _train_arguments(commands) -> None:
     p = commands.add_parser("train", help="train a variant from its card's recipe")
     p.add_argument("name", help="the variant to train (see `zoo list`)")
     p.add_argument("--steps", type=int, help="number of updates (default: the recipe's)")
@@ -760,6 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="data-parallel: where machine 0 listens for the others")
     p.set_defaults(run=cmd_train)
 
+
+def _compare_arguments(commands) -> None:
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
     p.add_argument("names", nargs="+", metavar="NAME", help="the variants to compare; the first is the baseline")
     p.add_argument("--windows", type=int, default=320, help="windows per split")
@@ -777,6 +782,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bits per byte: score the first N characters of the validation split (default: all of it)")
     p.set_defaults(run=cmd_compare)
 
+
+def _experiment_arguments(commands) -> None:
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
     p.add_argument("study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)")
     p.add_argument("--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants (default: none)")
@@ -795,6 +802,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run up to N seeds at once, each in its own process (results identical to --jobs 1; default 1)")
     p.set_defaults(run=cmd_experiment)
 
+
+def _attention_arguments(commands) -> None:
     p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--prompt", required=True, help="the text whose attention to show")
@@ -802,6 +811,8 @@ def build_parser() -> argparse.ArgumentParser:
     _device_options(p, "compute the maps")
     p.set_defaults(run=cmd_attention)
 
+
+def _gallery_arguments(commands) -> None:
     p = commands.add_parser("gallery", help="write a static site of every variant and study (opens from file://)")
     p.add_argument("--out", type=Path, default=Path("site"), help="output folder (default: %(default)s)")
     p.add_argument("--variants", metavar="PATTERN", help="only variants matching this shell wildcard (default: all)")
@@ -809,6 +820,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
     p.set_defaults(run=cmd_gallery)
 
+
+def _serve_arguments(commands) -> None:
     p = commands.add_parser("serve", help="serve the gallery, a sampling page and an OpenAI-style completions API")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
@@ -821,28 +834,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generations at once; more get HTTP 429 (default: %(default)s)")
     p.set_defaults(run=cmd_serve)
 
+
+def _verify_arguments(commands) -> None:
     p = commands.add_parser("verify", help="check every checkpoint's sha256, tensors and card; non-zero exit if any fails")
     p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*' (default: every variant)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(run=cmd_verify)
 
+
+def _plugins_arguments(commands) -> None:
     p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
     p.add_argument("--json", action="store_true", help="print the plugins and conflicts as JSON")
     p.set_defaults(run=cmd_plugins)
 
+
+def _new_plugin_arguments(commands) -> None:
     p = commands.add_parser("new-plugin", help="write the skeleton of a third-party plugin package")
     p.add_argument("name", help="the plugin's name, e.g. 'cope' (package zoo_cope, distribution zoo-cope)")
     p.add_argument("--dir", type=Path, help="folder to write (default ./zoo-NAME); must be new or empty")
     p.set_defaults(run=cmd_new_plugin)
 
+
+def _datasets_arguments(commands) -> None:
     p = commands.add_parser("datasets", help="list the registered datasets: name, plugin, split rule, sha256, file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=cmd_datasets)
 
+
+def _remove_arguments(commands) -> None:
     p = commands.add_parser("remove", help="delete one of your own variants (card and weights) from your catalogue")
     p.add_argument("name", help="a variant of your catalogue (zoo list --source user)")
     p.set_defaults(run=cmd_remove)
 
+
+def _train_tokenizer_arguments(commands) -> None:
     p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
     p.add_argument("--kind", default="bpe",
                    help="a registered tokenizer that can be trained: 'bpe', 'char' or a plugin's (default: bpe)")
@@ -853,15 +878,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run=cmd_train_tokenizer)
 
+
+def _card_schema_arguments(commands) -> None:
     p = commands.add_parser("card-schema", help="print the JSON Schema of a variant's card (registry table)")
     p.add_argument("--markdown", action="store_true", help="print the field reference of docs/cards.md instead")
     p.set_defaults(run=cmd_card_schema)
 
+
+def _check_plugin_arguments(commands) -> None:
     p = commands.add_parser("check-plugin", help="run the authors' testing kit on everything a plugin registers")
     p.add_argument("name", help="the plugin's name as `zoo plugins` shows it")
     p.add_argument("--quick", action="store_true", help="conformance only: build each component, skip the model checks")
     p.set_defaults(run=cmd_check_plugin)
 
+
+def _completion_arguments(commands) -> None:
     p = commands.add_parser("completion", help="print the shell completion script for bash or zsh",
                             description="Print the script that completes zoo's commands, options and variant names. "
                                         "bash: eval \"$(zoo completion bash)\" in ~/.bashrc; "
@@ -869,6 +900,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
     p.set_defaults(run=cmd_completion)
 
+
+def _export_arguments(commands) -> None:
     p = commands.add_parser("export", help="write a variant for Hugging Face transformers or ONNX Runtime")
     p.add_argument("name", help="the variant to export")
     p.add_argument("--format", choices=["hf", "onnx"], required=True,
@@ -876,6 +909,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
     p.set_defaults(run=cmd_export)
 
+
+def _import_arguments(commands) -> None:
     p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
     p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
     p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
@@ -887,6 +922,75 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the imported weights' license, recorded in the card (default: unspecified; the zoo never assumes one)")
     p.set_defaults(run=cmd_import)
 
+
+# Each command's arguments, in the order `zoo --help` lists the commands. A
+# command line naming one builds that one alone: adding every command's
+# arguments cost each command 10-40 ms, a tenth of what `zoo list` may take.
+_COMMAND_PARSERS = {
+    "list": _list_arguments,
+    "search": _search_arguments,
+    "show": _show_arguments,
+    "load": _load_arguments,
+    "sample": _sample_arguments,
+    "eval": _eval_arguments,
+    "train": _train_arguments,
+    "compare": _compare_arguments,
+    "experiment": _experiment_arguments,
+    "attention": _attention_arguments,
+    "gallery": _gallery_arguments,
+    "serve": _serve_arguments,
+    "verify": _verify_arguments,
+    "plugins": _plugins_arguments,
+    "new-plugin": _new_plugin_arguments,
+    "datasets": _datasets_arguments,
+    "remove": _remove_arguments,
+    "train-tokenizer": _train_tokenizer_arguments,
+    "card-schema": _card_schema_arguments,
+    "check-plugin": _check_plugin_arguments,
+    "completion": _completion_arguments,
+    "export": _export_arguments,
+    "import": _import_arguments,
+}
+
+
+class _VersionAction(argparse.Action):
+    """`zoo --version`, with the version looked up only when it is asked for:
+    reading the installed package's metadata would cost every command time."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        formatter = parser._get_formatter()
+        formatter.add_text(f"{parser.prog} {_version()}")
+        parser._print_message(formatter.format_help(), sys.stdout)
+        parser.exit()
+
+
+def _global_parser() -> argparse.ArgumentParser:
+    """`zoo` with its options before the command, and no commands yet."""
+    parser = argparse.ArgumentParser(prog="zoo", description="A model zoo of small transformer language models.",
+                                     formatter_class=DefaultsHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action=_VersionAction, help="print the zoo's version and exit")
+    parser.add_argument("--registry", action="append", type=Path, metavar="FILE", default=[],
+                        help="also read variants from this registry file (repeatable; added after ZOO_REGISTRY)")
+    parser.add_argument("--max-parameters", metavar="N",
+                        help="refuse to build a variant estimated above N parameters (default 1,000,000,000; env ZOO_MAX_PARAMETERS)")
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help="refuse to build a variant estimated to need more memory for one window, e.g. 32G "
+                             "(default 16G; env ZOO_MAX_MEMORY)")
+    return parser
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `zoo` parser with every command, or (``command``) with that one
+    alone: all that parsing a command line naming it needs."""
+    parser = _global_parser()
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, add_arguments in _COMMAND_PARSERS.items():
+        if command is None or name == command:
+            add_arguments(commands)
     for subparser in commands.choices.values():  # `zoo list --registry F` works as well as `zoo --registry F list`
         subparser.add_argument("--registry", action="append", type=Path, metavar="FILE", dest="sub_registry", default=[],
                                help="also read variants from this registry file (repeatable)")
@@ -928,13 +1032,33 @@ def cmd_completion(args) -> int:
     return 0
 
 
+def _command_to_build(argv: list[str]) -> str | None:
+    """The command whose parser alone parses ``argv``: the first word past the
+    options before it, when that word is a command. None (build them all) when
+    help is asked for or no command is given (both list every command), when the
+    word is no command ("did you mean" weighs them all), or when an option is
+    spelt in a way only the full parser understands (abbreviated, unknown)."""
+    options = _global_parser()._option_string_actions
+    words = iter(argv)
+    for word in words:
+        if not word.startswith("-"):
+            return word if word in _COMMAND_PARSERS else None
+        action = options.get(word.partition("=")[0])
+        if action is None or isinstance(action, argparse._HelpAction):
+            return None
+        if action.nargs != 0 and "=" not in word:
+            next(words, None)  # the option's value, e.g. FILE of `--registry FILE`
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions: answers and exits
+    argv = sys.argv[1:] if argv is None else argv
+    completing = "_ARGCOMPLETE" in os.environ  # a shell asking for completions: every command, its own argv
+    parser = build_parser(None if completing else _command_to_build(argv))
+    if completing:  # answers and exits
         import argcomplete
 
         argcomplete.autocomplete(parser)
-    argv = sys.argv[1:] if argv is None else argv
     suggestion = unknown_command_message(parser, argv)
     if suggestion:
         parser.print_usage(sys.stderr)

@@ -1,6 +1,7 @@
 """Finding variants: `zoo list` filters and sorts, `zoo search` looks through text.
 
-Card data only (TOML already read): no torch, so both stay as fast as listing.
+Card facts only (`Variant.facts`, plain data): no torch and no pydantic, so both
+stay as fast as listing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def name_matches(name: str, pattern: str) -> bool:
 
 def dataset_of(variant: Variant) -> str | None:
     """The data a variant was trained on, as its recipe records it (None: hand-built)."""
-    recipe = variant.card.recipe
+    recipe = variant.facts.recipe
     return recipe.data if recipe.kind == "trained" else None
 
 
@@ -51,7 +52,7 @@ class VariantFilter:
     dataset: str | None = None
 
     def accepts(self, variant: Variant) -> bool:
-        card = variant.card
+        card = variant.facts
         return (
             (not self.pattern or name_matches(card.name, self.pattern))
             and all(tag in card.tags for tag in self.tags)
@@ -71,7 +72,8 @@ def sort_variants(variants: list[Variant], key: str | None) -> list[Variant]:
         return sorted(variants, key=lambda v: v.name)
 
     def value(variant: Variant) -> float:
-        number = variant.card.metrics.validation_loss if key == "validation_loss" else variant.card.parameters
+        facts = variant.facts
+        number = facts.metrics.validation_loss if key == "validation_loss" else facts.parameters
         return math.inf if number is None else number
 
     return sorted(variants, key=value)
@@ -90,7 +92,7 @@ def search_variants(variants: Iterable[Variant], text: str) -> list[Variant]:
         raise ZooError("the search text is empty; give a word to look for, e.g. `zoo search rope`")
     found = []
     for variant in variants:
-        card = variant.card
+        card = variant.facts
         haystack = " ".join([card.name, card.description, *card.tags, card.architecture]).lower()
         if all(word in haystack for word in words):
             phrase = " ".join(words) in haystack

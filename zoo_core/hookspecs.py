@@ -28,10 +28,12 @@ hookspec = pluggy.HookspecMarker("zoo")
 def register_tokenizers(register):
     """Register tokenizers: ``register(name, factory)``.
 
-    ``factory(spec, path)`` receives the card's ``TokenizerSpec`` and the resolved
+    ``factory(spec, path)`` receives the card's tokenizer section and the resolved
     path of ``spec.file`` (or None) and returns an object satisfying
     ``zoo_core.protocols.Tokenizer``: ``encode(text) -> list[int]``,
-    ``decode(ids) -> str`` and ``vocab_size``.
+    ``decode(ids) -> str`` and ``vocab_size``. ``spec`` is read-only and read by
+    attribute only: ``spec.kind``, ``spec.vocab_size``, ``spec.file``,
+    ``spec.sha256`` (see ``zoo_core.protocols.TokenizerSpecView``).
 
     A tokenizer that can be trained (`zoo train-tokenizer --kind NAME`) also
     passes ``train=``, a callable or ``"module:attribute"``:

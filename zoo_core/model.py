@@ -23,7 +23,13 @@ class ZooModel:
 
     @property
     def card(self):
+        """The variant's pydantic ``ModelCard`` (validated on first use)."""
         return self.variant.card
+
+    @property
+    def facts(self):
+        """The same card as plain read-only data (``Variant.facts``): no pydantic needed."""
+        return self.variant.facts
 
     @property
     def name(self) -> str:

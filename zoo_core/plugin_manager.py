@@ -175,13 +175,14 @@ class PluginSet:
     def load_entry_points(self) -> None:
         disable_autoload = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
         selected = {n.strip() for n in os.environ.get("ZOO_PLUGINS", "").split(",") if n.strip()}
+        described = _Distributions()
         entry_points = sorted(
             importlib.metadata.entry_points(group="zoo"),
-            key=lambda ep: (_distribution_name(ep) != BUILTIN_DISTRIBUTION, ep.name),
+            key=lambda ep: (described.name(ep) != BUILTIN_DISTRIBUTION, ep.name),
         )
         seen: dict[str, str] = {}  # entry-point name -> distribution
         for ep in entry_points:
-            distribution = _distribution_name(ep)
+            distribution = described.name(ep)
             builtin = distribution == BUILTIN_DISTRIBUTION
             if not builtin and (disable_autoload or (selected and ep.name not in selected)):
                 continue
@@ -189,11 +190,11 @@ class PluginSet:
                 if seen[ep.name] != distribution:
                     # Another package took the name first; skipping this one must not be silent.
                     self.plugins[ep.name].errors.append(
-                        f"plugin name '{ep.name}' is also claimed by {distribution} {_distribution_version(ep)}, which was not loaded"
+                        f"plugin name '{ep.name}' is also claimed by {distribution} {described.version(ep)}, which was not loaded"
                     )
                 continue  # otherwise the same distribution seen twice on sys.path
             seen[ep.name] = distribution
-            info = PluginInfo(ep.name, distribution, _distribution_version(ep), builtin)
+            info = PluginInfo(ep.name, distribution, described.version(ep), builtin)
             self.plugins[ep.name] = info
             try:
                 module = ep.load()
@@ -274,12 +275,28 @@ class PluginSet:
         return messages
 
 
-def _distribution_name(ep: importlib.metadata.EntryPoint) -> str:
-    return ep.dist.metadata["Name"] if ep.dist is not None else "?"
+class _Distributions:
+    """Name and version of the distribution behind each entry point, its METADATA
+    parsed once: every ``dist.metadata`` (and ``dist.version``) parses the whole
+    file again, and one distribution brings several entry points."""
 
+    def __init__(self) -> None:
+        self._described: dict[int, tuple[str, str]] = {}  # by id(): entry points share their Distribution
 
-def _distribution_version(ep: importlib.metadata.EntryPoint) -> str:
-    return ep.dist.version if ep.dist is not None else "?"
+    def _describe(self, ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+        dist = ep.dist
+        if dist is None:
+            return "?", "?"
+        if id(dist) not in self._described:
+            metadata = dist.metadata
+            self._described[id(dist)] = (metadata["Name"], metadata["Version"])
+        return self._described[id(dist)]
+
+    def name(self, ep: importlib.metadata.EntryPoint) -> str:
+        return self._describe(ep)[0]
+
+    def version(self, ep: importlib.metadata.EntryPoint) -> str:
+        return self._describe(ep)[1]
 
 
 _loaded: PluginSet | None = None

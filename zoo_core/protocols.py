@@ -23,6 +23,21 @@ class Tokenizer(Protocol):
         """Text of ``ids``; bytes that are not valid UTF-8 decode with replacement."""
 
 
+class TokenizerSpecView(Protocol):
+    """What a tokenizer factory, ``factory(spec, path)``, is handed as ``spec``:
+    the card's tokenizer section, read-only, by attribute.
+
+    It is not the pydantic ``zoo_core.cards.TokenizerSpec`` but a view of the same
+    validated values (``zoo_core.card_facts``), so that loading a variant never
+    imports pydantic; a factory that reads only these attributes works with both.
+    """
+
+    kind: str  # the registered tokenizer's name
+    vocab_size: int  # the card's vocabulary size: check the file against it
+    file: str | None  # the data file as the card names it (the factory's ``path`` is it resolved)
+    sha256: str | None  # the file's checksum, already checked before the factory is called
+
+
 @runtime_checkable
 class PositionEncoding(Protocol):
     """Where a token is, told to the network.

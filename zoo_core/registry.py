@@ -5,8 +5,9 @@ the project's `registry.toml`); every table in it is one variant, its key the
 variant's name. Paths inside a card are relative to the file that holds it, so a
 plugin package can carry its checkpoints beside its registry.
 
-Reading a registry needs only tomllib and pydantic: `zoo list` must stay fast and
-must not import torch.
+Reading a registry needs tomllib and pydantic the first time only: the validated
+cards are cached (`zoo_core.card_cache`), and `zoo list` and `zoo load` read them
+as plain facts without importing pydantic. Neither imports torch.
 """
 
 from __future__ import annotations
@@ -15,45 +16,98 @@ import difflib
 import fnmatch
 import json
 import re
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from pydantic import ValidationError
-
-from .cards import ModelCard
+from .card_facts import CardFacts
 from .errors import UnknownName, ZooError, printable
-from .limits import ShapeError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from .card_cache import CachedCard
+    from .cards import ModelCard
 
 
-@dataclass(frozen=True)
 class Variant:
-    """A card together with where it came from."""
+    """A card together with where it came from.
 
-    card: ModelCard
-    source: Path  # the registry file that declares it
-    plugin: str  # the plugin that contributed that file ("user"/"extra" for the user's own)
-    layer: str = "built-in"  # see zoo_core.catalogue.LAYERS
+    ``card`` is the validated pydantic ``ModelCard``; ``facts`` is the same
+    validated data as plain, read-only values (`zoo_core.card_facts`). A variant
+    read from the card cache holds only its facts and registry table, and
+    validates its card when ``card`` is first used: the commands that read facts
+    alone (`zoo list`, `zoo load`, `zoo sample`) never import pydantic. Edit
+    neither in place: a changed card is a new ``Variant(card=...)``.
+    """
+
+    __slots__ = ("source", "plugin", "layer", "_card", "_facts", "_table")
+
+    def __init__(self, card: ModelCard | None, source: Path, plugin: str, layer: str = "built-in", *,
+                 facts: CardFacts | None = None, table: dict[str, Any] | None = None):
+        if card is None and (facts is None or table is None):
+            raise TypeError("a Variant needs its card, or the facts and registry table of a cached one")
+        set_ = object.__setattr__  # immutable from outside, as a frozen dataclass
+        set_(self, "source", source)  # the registry file that declares it
+        set_(self, "plugin", plugin)  # the plugin that contributed that file ("user"/"extra" for the user's own)
+        set_(self, "layer", layer)  # see zoo_core.catalogue_layers.LAYERS
+        set_(self, "_card", card)
+        set_(self, "_facts", facts)
+        set_(self, "_table", table)
+
+    @classmethod
+    def cached(cls, cached: CachedCard, source: Path, plugin: str, layer: str = "built-in") -> "Variant":
+        return cls(None, source, plugin, layer, facts=cached.facts, table=cached.table)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Variant is read-only; cannot set {name!r}")
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        # pickle and copy restore slots through setattr, which is refused above
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def card(self) -> ModelCard:
+        if self._card is None:
+            from .cards import ModelCard
+
+            # The table validated before it was cached, so this cannot fail.
+            object.__setattr__(self, "_card", ModelCard.model_validate(self._table))
+        return self._card
+
+    @property
+    def facts(self) -> CardFacts:
+        if self._facts is None:
+            object.__setattr__(self, "_facts", CardFacts.of(self._card))
+        return self._facts
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Variant) and (self.facts, self.source, self.plugin, self.layer) == (
+            other.facts, other.source, other.plugin, other.layer)
+
+    __hash__ = None  # type: ignore[assignment]  # as before: a card is not hashable
+
+    def __repr__(self) -> str:
+        return f"Variant(name={self.name!r}, source={self.source!r}, plugin={self.plugin!r}, layer={self.layer!r})"
 
     @property
     def name(self) -> str:
-        return self.card.name
+        return self.facts.name
 
     def resolve(self, relative: str, what: str = "path") -> Path:
         """A path the card names, kept inside the registry's folder (see zoo_core.paths)."""
         from .paths import resolve_inside
 
         return resolve_inside(self.source.parent, relative, what=f"variant '{self.name}': {what}",
-                              allow_outside=self.card.allow_external_paths)
+                              allow_outside=self.facts.allow_external_paths)
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.resolve(self.card.checkpoint.path, "checkpoint path")
+        return self.resolve(self.facts.checkpoint.path, "checkpoint path")
 
     @property
     def tokenizer_path(self) -> Path | None:
-        file = self.card.tokenizer.file
+        file = self.facts.tokenizer.file
         return self.resolve(file, "tokenizer path") if file else None
 
 
@@ -64,6 +118,8 @@ def describe_validation_error(error: ValidationError) -> str:
     if first["type"] == "extra_forbidden":
         message = "unknown field"
     elif first["type"] == "value_error":
+        from .limits import ShapeError
+
         raised = first["ctx"]["error"]
         message = str(raised)
         if isinstance(raised, ShapeError):  # raised for the whole config table; name the key
@@ -80,37 +136,66 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
     """Parse and validate one registry file; errors name the file, variant and field.
 
     A card that sets ``allow_external_paths`` is refused in a plugin's file: only
-    catalogues the user writes (user, extra) or ships (built-in) may opt in."""
+    catalogues the user writes (user, extra) or ships (built-in) may opt in.
+    Cards this file's very bytes validated to before are read from the cache."""
+    from .card_cache import CachedCard, cache_cards, cached_cards
     from .files import describe_os_error, read_limited
 
     try:
-        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML, but not an error either
-        text = read_limited(path, MAX_REGISTRY_BYTES, "registry file").decode("utf-8-sig")
+        data = read_limited(path, MAX_REGISTRY_BYTES, "registry file")
     except FileNotFoundError:
         raise ZooError(f"{path}: registry file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ZooError(f"{path}: registry is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ZooError(f"{path}: cannot read registry: {describe_os_error(exc)}") from None
+    source = path.resolve()
+    cached = cached_cards(path, data)
+    if cached is not None:
+        for card in cached:
+            _check_external_paths(path, card.facts.name, card.facts.allow_external_paths, plugin, layer)
+        return [Variant.cached(card, source, plugin, layer) for card in cached]
+    validated = _validate_registry(path, data, plugin, layer)
+    cache_cards(path, data, [CachedCard(table, CardFacts.of(card)) for table, card in validated])
+    return [Variant(card, source, plugin, layer) for _, card in validated]
+
+
+def _validate_registry(path: Path, data: bytes, plugin: str, layer: str) -> list[tuple[dict[str, Any], ModelCard]]:
+    """Each table of the file (its name included) and the card it validates to."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from .cards import ModelCard
+
+    try:
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML, but not an error either
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ZooError(f"{path}: registry is not UTF-8 text (byte {exc.start})") from None
     try:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ZooError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:  # arrays or tables nested thousands deep
         raise ZooError(f"{path}: not valid TOML: nested too deeply") from None
-    variants = []
+    validated = []
     for name, table in tables.items():
         shown = printable(name)  # a quoted TOML key may hold a line break
         if not isinstance(table, dict):
             raise ZooError(f"{path}: '{shown}' must be a table ([{shown}]), not a {type(table).__name__}")
+        given = {"name": name, **table}
         try:
-            card = ModelCard.model_validate({"name": name, **table})
+            card = ModelCard.model_validate(given)
         except ValidationError as exc:
             raise ZooError(f"{path}: variant '{shown}': {describe_validation_error(exc)}") from None
-        if card.allow_external_paths and layer == "plugin":
-            raise ZooError(f"{path}: variant '{shown}': allow_external_paths is only honoured in your own catalogue, not in plugin '{plugin}'")
-        variants.append(Variant(card=card, source=path.resolve(), plugin=plugin, layer=layer))
-    return variants
+        _check_external_paths(path, name, card.allow_external_paths, plugin, layer)
+        validated.append((given, card))
+    return validated
+
+
+def _check_external_paths(path: Path, name: str, allowed: bool, plugin: str, layer: str) -> None:
+    if allowed and layer == "plugin":
+        raise ZooError(f"{path}: variant '{printable(name)}': allow_external_paths is only honoured in your own "
+                       f"catalogue, not in plugin '{plugin}'")
 
 
 class Catalogue:

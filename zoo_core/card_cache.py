@@ -1,0 +1,169 @@
+"""Cards validated once: a registry file's cards, and a checkpoint header's, kept as JSON.
+
+Validating a card needs pydantic, and importing pydantic and defining the card
+models costs more than everything else `zoo list` does, and more than `zoo load`
+spends outside torch. Registry files and checkpoints change rarely, so what
+validation found is kept in the user's cache folder (``$ZOO_CACHE/cards``) and
+read back, without pydantic, for as long as the file and the card schema are the
+same:
+
+- a registry file: every table as given (validated again only when a caller
+  asks for the pydantic card) and its ``CardFacts`` (`zoo_core.card_facts`);
+- a checkpoint: the weight-defining fields of the card in its header, which
+  every load compares with the registry's.
+
+An entry's key is the sha256 of what was validated (the file's bytes, the
+header's text) and of the schema: the source of the modules that decide what a
+valid card is and what an entry holds, and the zoo's and pydantic's versions.
+Anything else about an entry (unreadable, truncated, edited, of another format
+or key) makes it a miss: the file is validated with pydantic exactly as without
+a cache, same errors, and the entry rewritten. Only valid files are cached.
+There is one entry per file, named after its absolute path, so editing a
+registry replaces its entry rather than adding one. Writing is best effort: a
+cache folder that cannot be written means validating every time, never an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .card_facts import CardFacts, is_plain_json
+
+FORMAT = 1
+# What decides whether a card is valid and what it validates to, and what an entry holds.
+_SCHEMA_MODULES = ("cards.py", "limits.py", "registry.py", "card_facts.py", "card_cache.py")
+
+
+@dataclass(frozen=True)
+class CachedCard:
+    table: dict[str, Any]  # the registry table, its name included: what ModelCard.model_validate is given
+    facts: CardFacts
+
+
+@functools.cache
+def schema_fingerprint() -> bytes | None:
+    """Changes whenever a card could validate differently; None (no caching) when
+    the zoo's sources cannot be read to tell."""
+    from . import __version__
+
+    digest = hashlib.sha256(f"zoo {__version__}; pydantic {_pydantic_version()}\0".encode())
+    here = Path(__file__).resolve().parent
+    try:
+        for name in _SCHEMA_MODULES:
+            digest.update((here / name).read_bytes() + b"\0")
+    except OSError:
+        return None
+    return digest.digest()
+
+
+def _pydantic_version() -> str:
+    """Read from pydantic's metadata, which neither imports pydantic nor (unlike
+    ``importlib.metadata.version``) parses its 140 KB METADATA as e-mail."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        text = distribution("pydantic").read_text("METADATA") or ""
+    except (PackageNotFoundError, OSError):
+        return "unknown"
+    for line in text.splitlines():
+        if line.startswith("Version:"):
+            return line.partition(":")[2].strip()
+        if not line:  # the end of the headers
+            break
+    return "unknown"
+
+
+def _key(kind: str, content: bytes) -> str | None:
+    fingerprint = schema_fingerprint()
+    if fingerprint is None:
+        return None
+    return hashlib.sha256(fingerprint + kind.encode() + b"\0" + content).hexdigest()
+
+
+def _entry_path(path: Path) -> Path:
+    from .locations import cache_dir
+
+    absolute = str(Path(path).resolve())
+    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return cache_dir() / "cards" / f"{digest}-{Path(path).name[:80]}.json"
+
+
+def _read(path: Path, key: str | None) -> Any | None:
+    """The payload stored for ``path`` under ``key``; None on any kind of miss."""
+    if key is None:
+        return None
+    try:
+        raw = _entry_path(path).read_bytes()
+        head, _, body = raw.partition(b"\n")
+        header = json.loads(head)
+        if header != {"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}:
+            return None  # another file's content, another schema, or damaged
+        return json.loads(body)
+    except (OSError, ValueError, RecursionError):  # missing, unreadable, not JSON
+        return None
+
+
+def _write(path: Path, key: str | None, payload: Any) -> None:
+    """Store ``payload`` for ``path`` atomically (a reader sees the old entry or
+    the new one); any failure leaves the cache as it was."""
+    if key is None:
+        return
+    import tempfile
+
+    try:
+        entry = _entry_path(path)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        header = json.dumps({"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
+        handle, temporary = tempfile.mkstemp(prefix=f".{entry.name}.", suffix=".tmp", dir=entry.parent)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(header + b"\n" + body)
+            os.replace(temporary, entry)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except (OSError, ValueError, TypeError):
+        pass  # no cache this time; the next run validates again
+
+
+# -- registry files ----------------------------------------------------------------
+
+
+def cached_cards(path: Path, data: bytes) -> list[CachedCard] | None:
+    """The cards of the registry file ``path`` whose bytes are ``data``, as last
+    validated; None when they must be validated."""
+    payload = _read(path, _key("registry", data))
+    try:
+        return [CachedCard(card["table"], CardFacts.from_json(card)) for card in payload]
+    except (TypeError, KeyError):  # None (a miss), or an entry not shaped as this module writes them
+        return None
+
+
+def cache_cards(path: Path, data: bytes, cards: list[CachedCard]) -> None:
+    """Keep the cards validated from ``data``. A table holding what JSON cannot
+    carry unchanged (a TOML date) is not cached: it would read back different."""
+    payload = [{"table": card.table, **card.facts.to_json()} for card in cards]
+    if is_plain_json(payload):
+        _write(path, _key("registry", data), payload)
+
+
+# -- checkpoint headers ------------------------------------------------------------
+
+
+def cached_header_fields(path: Path, text: str) -> dict[str, Any] | None:
+    """The weight fields of the (valid) card ``text`` in the header of the
+    checkpoint ``path``, as last validated; None when it must be validated."""
+    fields = _read(path, _key("header", text.encode("utf-8", "surrogatepass")))
+    return fields if isinstance(fields, dict) else None
+
+
+def cache_header_fields(path: Path, text: str, fields: dict[str, Any]) -> None:
+    if is_plain_json(fields):
+        _write(path, _key("header", text.encode("utf-8", "surrogatepass")), fields)
