@@ -203,3 +203,32 @@ def test_cross_entropy_refuses_a_second_backward_through_its_reused_buffer():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+# --- loading builds without random weights ------------------------------------------
+
+def test_loading_draws_no_random_initial_weights_and_gives_the_checkpoints():
+    from safetensors.torch import load_file
+
+    state = torch.get_rng_state()
+    model = zoo_core.load("gpt-char-mini")
+    assert torch.equal(torch.get_rng_state(), state)  # nothing was drawn: the random fills were skipped
+    saved = load_file(model.variant.checkpoint_path)
+    assert all(torch.equal(tensor, saved[name]) for name, tensor in model.network.state_dict().items())
+
+
+def test_only_the_thread_that_loads_skips_random_fills():
+    import threading
+
+    from zoo_core.initialisation import random_init_skipped
+
+    mine, theirs = torch.zeros(1000), torch.zeros(1000)
+    with random_init_skipped():
+        nn.init.normal_(mine)
+        other = threading.Thread(target=nn.init.normal_, args=(theirs,))
+        other.start()
+        other.join()
+        nn.init.zeros_(mine.add_(1))  # deterministic fills still run
+    assert torch.count_nonzero(mine) == 0 and torch.count_nonzero(theirs) > 900
+    nn.init.normal_(mine)  # outside the context: a random fill again
+    assert torch.count_nonzero(mine) > 900

@@ -131,6 +131,7 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: 
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
     from .checkpoints import load_verified
     from .devices import place, resolve_device, resolve_dtype
+    from .initialisation import random_init_skipped
     from .model import ZooModel
 
     plugins = plugins or get_plugins()
@@ -144,7 +145,8 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: 
             f"(its card records no sha256): `zoo train {name} --publish` makes them"
         )
     tokenizer = load_tokenizer(variant, plugins)
-    network = build_network(variant, plugins)
+    with random_init_skipped():  # the verified load below replaces every weight
+        network = build_network(variant, plugins)
     facts = variant.facts
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
