@@ -34,6 +34,27 @@ COMMANDS = {
 
 _ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
+# What a command adds to `import torch`, timed inside a fresh process from the end
+# of the import to the end of the command: on a shared machine `import torch`
+# alone varies by a second from one process to the next, more than the whole
+# difference the targets are about.
+_AFTER_TORCH = """
+import contextlib, io, sys, time
+import torch
+started = time.perf_counter()
+from zoo_core import cli
+with contextlib.redirect_stdout(io.StringIO()):
+    cli.main(sys.argv[1:])
+print(time.perf_counter() - started)
+"""
+
+
+def _after_torch(command: list[str]) -> float:
+    arguments = command[command.index("zoo_core.cli") + 1:]
+    done = subprocess.run([sys.executable, "-c", _AFTER_TORCH, *arguments], cwd=ROOT, capture_output=True, text=True,
+                          check=True, env=_ENVIRONMENT)
+    return float(done.stdout.split()[-1])
+
 
 def _run(command: list[str]) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB; NaN without GNU time) of one fresh process."""
@@ -59,8 +80,11 @@ def run() -> dict:
             wall, rss = _run(COMMANDS[name])
             seconds[name].append(wall)
             memory[name].append(rss)
+    after_torch = {name: [_after_torch(COMMANDS[name]) for _ in range(ROUNDS)]
+                   for name in ("zoo load transformer-6b-sin", "zoo sample gpt-char-mini")}
     torch_seconds = seconds["import torch"]
     return {
+        "after_torch": {name: spread(values) for name, values in after_torch.items()},
         "seconds": {name: spread(values) for name, values in seconds.items()},
         "peak_rss_mb": {name: spread(values) for name, values in memory.items()},
         "list_over_torch": spread([a / b for a, b in zip(seconds["zoo list"], torch_seconds)]),
