@@ -86,7 +86,7 @@ def main() -> None:
         "`get_batch` does. The zoo side is the network the plugin manager builds from the shipped card, with "
         "`make_optimizer` (fused AdamW); nanoGPT's side is its `GPT` at the same shape (bias=False, as its "
         "shakespeare_char config) with its own `configure_optimizers(..., 'cpu')`, which does not fuse on CPU. "
-        f"{bench_training.ROUNDS} alternating rounds of {bench_training.SECONDS_PER_ROUND:.0f} s per side.",
+        f"{bench_training.ROUNDS} alternating rounds of {bench_training.SECONDS_PER_ROUND:g} s per side.",
         "",
         "| shape | batch × context | zoo params (tensors) | nanoGPT params (tensors) | zoo tokens/s | nanoGPT tokens/s | zoo / nanoGPT |",
         "|---|---|---:|---:|---:|---:|---:|",
@@ -172,9 +172,8 @@ def main() -> None:
         f"- `zoo list` / `import torch`: **{_s(coldstart['list_over_torch'], '.3f')}** (target ≤ 0.1). "
         "`zoo list` imports neither torch nor pydantic: cards validated once are read from the card cache "
         "(`zoo_core/card_cache.py`), and rich only when a table is drawn.",
-        f"- `zoo load transformer-6b-sin` − `import torch`: {_s(coldstart['load_minus_torch'], '+.2f')} s between whole "
-        f"processes; inside a fresh process, from the end of `import torch` to the end of the command: "
-        f"**{_s(coldstart['after_torch']['zoo load transformer-6b-sin'], '.2f')} s** (target ≤ +0.1 s).",
+        f"- `zoo load transformer-6b-sin` after `import torch`, inside a fresh process (from the end of the import to "
+        f"the end of the command): **{_s(coldstart['after_torch']['zoo load transformer-6b-sin'], '.2f')} s** (target ≤ +0.1 s).",
         f"- `zoo sample gpt-char-mini` (20 tokens) − `import torch`: {_s(coldstart['sample_minus_torch'], '+.2f')} s between "
         f"whole processes; after `import torch` inside the process: **{_s(coldstart['after_torch']['zoo sample gpt-char-mini'], '.2f')} s** "
         "(target ≤ +0.1 s; drawing the 20 tokens is part of it).",
@@ -185,7 +184,7 @@ def main() -> None:
         "## Memory while training saves its state",
         "",
         f"`benchmarks/bench_memory.py`: {memory_saving['variant']}'s weights and AdamW moments ({memory_saving['state_mb']:.0f} MB), "
-        "written as `zoo train` writes its resumable state, in a fresh process per writer; the growth of the peak "
+        "written as `zoo train` writes its resumable state, by each writer in turn in a fresh process; the growth of the peak "
         "resident memory during the write, in copies of that state.",
         "",
         "| writer | peak growth (MB) | extra copies held |",
