@@ -99,6 +99,7 @@ def main() -> None:
         )
     lines += ["", "Target: at least 1.2× on both shapes.", "", "## Whole training run: `zoo train` against nanoGPT's train.py loop", ""]
     zoo_windows = trainloop.get("zoo_interim_windows", 0) + trainloop.get("eval_windows", 0)
+    cache_rounds = " and ".join(f"{row['speedup']['n']} rounds for {row['variant']}" for row in sampling["cache"])
     if "skipped" in trainloop:
         lines.append(f"Not measured: {trainloop['skipped']}.")
     else:
@@ -133,7 +134,9 @@ def main() -> None:
         "",
         "## Sampling: KV cache against the uncached path (random weights, from one token, 1 thread)",
         "",
-        "Both paths draw the same tokens from the same seed (checked). The last column divides the cached cost "
+        "Both paths draw the same tokens from the same seed (checked); each round times one cached and one uncached run, "
+        f"{cache_rounds}. "
+        "The last column divides the cached cost "
         "of one token by the time of one pass over every weight (`torch._foreach_norm`): 1.0 would mean decoding "
         "costs no more than reading the weights once.",
         "",
