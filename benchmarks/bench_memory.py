@@ -20,7 +20,7 @@ from benchmarks.common import ROOT
 VARIANT = "gpt-char"
 
 _WRITER = textwrap.dedent("""
-    import json, resource, sys, tempfile
+    import json, sys, tempfile
     from pathlib import Path
     import torch
     import zoo_core
@@ -40,11 +40,14 @@ _WRITER = textwrap.dedent("""
     state_bytes += sum(v.numel() * v.element_size() for entry in optimizer.state.values() for v in entry.values()
                        if torch.is_tensor(v) and v.dim() > 0)
 
+    def peak():  # this process's own high-water mark (ru_maxrss would keep the forking parent's across exec)
+        return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")) * 1024
+
     def write_and_measure():
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        before = peak()
         with tempfile.TemporaryDirectory() as folder:
             write_training_state(Path(folder) / "state.safetensors", state, {"benchmark": True})
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+        return peak() - before
 
     # The zoo's writer first: the peak is a high-water mark, so the library's write,
     # second, still shows all it adds above the same peak.

@@ -67,19 +67,25 @@ def test_two_names_for_one_memory_are_refused_in_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# The peak is read from /proc (VmHWM), not getrusage: a child forked from a big
+# process (pytest, after many tests) keeps the parent's ru_maxrss across exec.
 WRITER = textwrap.dedent("""
-    import resource, sys, torch
+    import sys, torch
     from pathlib import Path
+
+    def peak():
+        return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+
     torch.manual_seed(0)
     tensors = {f"w{i}": torch.randn(4 * 1024 * 1024) for i in range(4)}  # 64 MiB
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak()
     if sys.argv[2] == "zoo":
         from zoo_core.tensor_files import write_safetensors
         write_safetensors(Path(sys.argv[1]), tensors, {"k": "v"})
     else:
         from safetensors.torch import save
         Path(sys.argv[1]).write_bytes(save(tensors, metadata={"k": "v"}))
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+    print((peak() - before) // 1024)
 """)
 
 

@@ -110,6 +110,8 @@ def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
     return torch.multinomial(probabilities, 1, generator=generator)
 
 
+# inference_mode, not just no_grad: no version counters or view tracking on any
+# tensor, which is a visible share of decoding one token at a time.
 @torch.inference_mode()
 def stream_tokens(
     model,
