@@ -70,9 +70,12 @@ def main() -> None:
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC with `.venv/bin/python -m benchmarks.run_all` "
         f"({minutes:.1f} minutes) on {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"{bench_training.THREADS} thread for training (both sides){', with --quick (fewer rounds, shorter runs)' if args.quick else ''}. Machine load (1/5/15-minute averages) before: {_load(load_before)}, "
-        f"after: {_load(load_after)}. **This machine is shared** (eight engineers building and testing at once "
-        "while these figures were taken): absolute rates are low and noisy; the ratios, taken round by round "
-        "between sides that ran back to back, are what to read. Figures are median (min–max).",
+        f"after: {_load(load_after)}. **This machine is shared**: a virtual machine whose host other jobs use, so "
+        "its speed drifts within a run and from one run to the next even when the load average is low (`import torch` "
+        f"alone took {_s(coldstart['seconds']['import torch'], '.2f')} s in this run's cold-start rounds). Absolute "
+        "rates are for this moment only; the ratios, taken round by round between sides that ran back to back, "
+        "are what to read, and a target met by a median whose spread crosses it is met narrowly. "
+        "Figures are median (min–max).",
         "",
         f"Reference: {training[0]['reference']}.",
         "",
