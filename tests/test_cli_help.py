@@ -16,6 +16,8 @@ import pytest
 
 from zoo_core import cli
 
+from .conftest import ROOT
+
 ZOO = Path(sys.executable).with_name("zoo")
 
 
@@ -76,6 +78,12 @@ def test_unknown_command_gets_a_suggestion(zoo, typed, suggested):
     result = zoo(typed)
     assert result.code == 2
     assert f"unknown command '{typed}'; did you mean {suggested}" in result.err
+
+
+def test_an_abbreviated_option_before_the_command_keeps_its_value(zoo):
+    # argparse accepts `--reg` for `--registry`; its FILE must not be taken for the command
+    result = zoo("--reg", str(ROOT / "registry.toml"), "list", "gpt-char-mini")
+    assert result.code == 0 and "gpt-char-mini" in result.out and "unknown command" not in result.err
 
 
 def test_help_before_a_command_still_lists_every_command(zoo, capsys):

@@ -51,6 +51,16 @@ def finish_help(parser: argparse.ArgumentParser, commands: argparse._SubParsersA
                 action.completer = variant_name_completer if name != "new-plugin" else _no_completion
 
 
+def _top_level_option(parser: argparse.ArgumentParser, arg: str):
+    """The option ``arg`` names, spelt out or (as argparse allows) abbreviated to a
+    unique prefix: `zoo --reg FILE list` is `zoo --registry FILE list`."""
+    options = parser._option_string_actions
+    if arg in options:
+        return options[arg]
+    matches = {options[name] for name in options if arg.startswith("--") and name.startswith(arg)}
+    return matches.pop() if len(matches) == 1 else None
+
+
 def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """For ``zoo lst``: "unknown command 'lst'; did you mean 'list'?" (None when the command exists)."""
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -59,7 +69,7 @@ def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) ->
         if not arg.startswith("-"):
             word = arg
             break
-        action = parser._option_string_actions.get(arg)
+        action = _top_level_option(parser, arg)
         if action is not None and action.nargs != 0 and "=" not in arg:
             next(words, None)  # e.g. `zoo --registry FILE list`: FILE is no command
     if word is None or word in commands.choices:
