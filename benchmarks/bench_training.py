@@ -22,7 +22,7 @@ from benchmarks.common import nanogpt, nanogpt_model, nanogpt_optimizer, spread,
 from zoo_core.training import make_optimizer
 
 SHAPES = ("gpt-char-mini", "transformer-6b-sin")
-ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 5, 1.5
+ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 3, 1.5
 THREADS = 1  # the same for both sides; on a shared machine a second thread mostly waits for a core
 
 
