@@ -20,7 +20,8 @@ import torch
 
 import zoo_core
 from benchmarks.bench_training import SHAPES, THREADS, _stepper
-from benchmarks.common import machine_load, section_markers, spread, write_section, zoo_network
+from benchmarks.common import (interleaved_rates, load_text, machine_load, section_markers, spread, spread_text,
+                               write_section, zoo_network)
 from zoo_core.training import compiled, make_optimizer
 
 ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 3, 2.0
@@ -39,18 +40,7 @@ def measure(name: str) -> dict:
     started = time.perf_counter()
     steppers["compiled"]()  # compiles forward and backward
     compile_seconds = time.perf_counter() - started
-    for step in steppers.values():
-        for _ in range(WARMUP):
-            step()
-    tokens = recipe.batch_size * context
-    rates = {side: [] for side in steppers}
-    for round_ in range(ROUNDS):
-        for side in (list(steppers) if round_ % 2 == 0 else list(reversed(steppers))):
-            step, steps, began = steppers[side], 0, time.perf_counter()
-            while time.perf_counter() - began < SECONDS_PER_ROUND:
-                step()
-                steps += 1
-            rates[side].append(steps * tokens / (time.perf_counter() - began))
+    rates = interleaved_rates(steppers, ROUNDS, WARMUP, SECONDS_PER_ROUND, recipe.batch_size * context)
     return {"shape": name, "compile_seconds": compile_seconds, "eager": spread(rates["eager"]),
             "compiled": spread(rates["compiled"]),
             "ratio": spread([c / e for c, e in zip(rates["compiled"], rates["eager"])])}
@@ -71,9 +61,6 @@ def main() -> None:
     rows = [measure(name) for name in SHAPES]
     load_after = machine_load()
 
-    def s(value, fmt):
-        return f"{value['median']:{fmt}} ({value['min']:{fmt}}–{value['max']:{fmt}})"
-
     begin, end = section_markers("bench_compile")
     lines = [
         begin,
@@ -81,14 +68,14 @@ def main() -> None:
         "",
         f"`python -m benchmarks.bench_compile`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"{(time.perf_counter() - started) / 60:.1f} minutes, torch {torch.__version__}, {THREADS} thread; machine load "
-        f"before {' / '.join(f'{x:.1f}' for x in load_before)}, after {' / '.join(f'{x:.1f}' for x in load_after)}. "
+        f"before {load_text(load_before)}, after {load_text(load_after)}. "
         "The zoo's network eager and through torch.compile (fullgraph: no graph breaks), same fused AdamW, "
         f"{ROUNDS} alternating rounds of {SECONDS_PER_ROUND:.0f} s after warm-up.",
         "",
         "| shape | first compiled step (s) | eager tokens/s | compiled tokens/s | compiled / eager |",
         "|---|---:|---:|---:|---:|",
-        *(f"| {r['shape']} | {r['compile_seconds']:.1f} | {s(r['eager'], ',.0f')} | {s(r['compiled'], ',.0f')} | "
-          f"**{s(r['ratio'], '.2f')}×** |" for r in rows),
+        *(f"| {r['shape']} | {r['compile_seconds']:.1f} | {spread_text(r['eager'])} | {spread_text(r['compiled'])} | "
+          f"**{spread_text(r['ratio'], '.2f')}×** |" for r in rows),
         "",
         _verdict([r["ratio"]["median"] for r in rows]),
         end,

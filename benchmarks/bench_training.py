@@ -13,12 +13,10 @@ in alternating rounds, so drift in the machine's speed hits both.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 import zoo_core
-from benchmarks.common import nanogpt, nanogpt_model, nanogpt_optimizer, spread, zoo_network
+from benchmarks.common import interleaved_rates, nanogpt, nanogpt_model, nanogpt_optimizer, spread, zoo_network
 from zoo_core.training import make_optimizer
 
 SHAPES = ("gpt-char-mini", "transformer-6b-sin")
@@ -63,19 +61,7 @@ def measure(name: str) -> dict:
         "nanogpt": _stepper(reference, nanogpt_optimizer(reference, recipe.weight_decay, recipe.learning_rate, (recipe.beta1, recipe.beta2)),
                             data, context, recipe.batch_size, recipe.grad_clip),
     }
-    for step in steppers.values():
-        for _ in range(WARMUP):
-            step()
-    tokens = recipe.batch_size * context
-    rates = {side: [] for side in steppers}
-    for round_ in range(ROUNDS):
-        order = list(steppers) if round_ % 2 == 0 else list(reversed(steppers))  # neither side always goes first
-        for side in order:
-            step, steps, started = steppers[side], 0, time.perf_counter()
-            while time.perf_counter() - started < SECONDS_PER_ROUND:
-                step()
-                steps += 1
-            rates[side].append(steps * tokens / (time.perf_counter() - started))
+    rates = interleaved_rates(steppers, ROUNDS, WARMUP, SECONDS_PER_ROUND, recipe.batch_size * context)
     ratios = [z / n for z, n in zip(rates["zoo"], rates["nanogpt"])]  # per round: both sides saw the same load
     return {
         "shape": name,

@@ -22,25 +22,17 @@ from datetime import datetime, timezone
 import torch
 
 from benchmarks import bench_coldstart, bench_loading, bench_memory, bench_sampling, bench_training, bench_trainloop
-from benchmarks.common import BENCHMARKS_PAGE, machine_load, own_sections
+from benchmarks.common import BENCHMARKS_PAGE, load_text, machine_load, own_sections, spread_text
 
 # Benchmarks run on their own write their own sections; this runner keeps them.
 OWN_SECTIONS = ("bench_compile", "bench_server")
-
-
-def _s(spread: dict, fmt: str = ",.0f") -> str:
-    return f"{spread['median']:{fmt}} ({spread['min']:{fmt}}–{spread['max']:{fmt}})"
-
-
-def _load(load) -> str:
-    return " / ".join(f"{x:.1f}" for x in load)
 
 
 def _section(name: str, run):
     """Run one benchmark, saying on stderr when and under what load it ran."""
     started = time.perf_counter()
     result = run()
-    print(f"[{name}: {time.perf_counter() - started:.0f} s, load {_load(machine_load())}]", file=sys.stderr, flush=True)
+    print(f"[{name}: {time.perf_counter() - started:.0f} s, load {load_text(machine_load())}]", file=sys.stderr, flush=True)
     print(json.dumps(result, default=str)[:2000], file=sys.stderr, flush=True)
     return result
 
@@ -56,7 +48,6 @@ def main() -> None:
         bench_sampling.ROUNDS, bench_sampling.GPT_CHAR_TOKENS = 2, 127
         bench_coldstart.ROUNDS = 2
     started, load_before = time.perf_counter(), machine_load()
-    threads = torch.get_num_threads()
     training = _section("training", bench_training.run)
     trainloop = _section("whole run", bench_trainloop.run)
     sampling = _section("sampling", bench_sampling.run)
@@ -69,10 +60,10 @@ def main() -> None:
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC with `.venv/bin/python -m benchmarks.run_all` "
         f"({minutes:.1f} minutes) on {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"{bench_training.THREADS} thread for training (both sides){', with --quick (fewer rounds, shorter runs)' if args.quick else ''}. Machine load (1/5/15-minute averages) before: {_load(load_before)}, "
-        f"after: {_load(load_after)}. **This machine is shared**: a virtual machine whose host other jobs use, so "
+        f"{bench_training.THREADS} thread for training (both sides){', with --quick (fewer rounds, shorter runs)' if args.quick else ''}. Machine load (1/5/15-minute averages) before: {load_text(load_before)}, "
+        f"after: {load_text(load_after)}. **This machine is shared**: a virtual machine whose host other jobs use, so "
         "its speed drifts within a run and from one run to the next even when the load average is low (`import torch` "
-        f"alone took {_s(coldstart['seconds']['import torch'], '.2f')} s in this run's cold-start rounds). Absolute "
+        f"alone took {spread_text(coldstart['seconds']['import torch'], '.2f')} s in this run's cold-start rounds). Absolute "
         "rates are for this moment only; the ratios, taken round by round between sides that ran back to back, "
         "are what to read, and a target met by a median whose spread crosses it is met narrowly. "
         "Figures are median (min–max).",
@@ -97,8 +88,8 @@ def main() -> None:
     for row in training:
         lines.append(
             f"| {row['shape']} | {row['batch']} × {row['context']} | {row['zoo_parameters']:,} ({row['zoo_parameter_tensors']}) | "
-            f"{row['nanogpt_parameters']:,} ({row['nanogpt_parameter_tensors']}) | {_s(row['zoo'])} | {_s(row['nanogpt'])} | "
-            f"**{_s(row['ratio'], '.2f')}×** |"
+            f"{row['nanogpt_parameters']:,} ({row['nanogpt_parameter_tensors']}) | {spread_text(row['zoo'])} | {spread_text(row['nanogpt'])} | "
+            f"**{spread_text(row['ratio'], '.2f')}×** |"
         )
     lines += ["", "Target: at least 1.2× on both shapes.", "", "## Whole training run: `zoo train` against nanoGPT's train.py loop", ""]
     zoo_windows = trainloop.get("zoo_interim_windows", 0) + trainloop.get("eval_windows", 0)
@@ -121,13 +112,13 @@ def main() -> None:
             "| side | windows scored per split (first + last evaluation) | seconds | zoo / this side |",
             "|---|---:|---:|---:|",
             f"| `zoo train gpt-char-mini --steps {trainloop['steps']}` | {trainloop['zoo_interim_windows']:,} + {trainloop['eval_windows']:,} "
-            f"| {_s(trainloop['zoo'], '.1f')} | |",
+            f"| {spread_text(trainloop['zoo'], '.1f')} | |",
             f"| nanoGPT train.py loop, the recipe's windows (eval_iters={trainloop['recipe_eval_iters']}) | "
-            f"{2 * trainloop['recipe_eval_iters'] * trainloop['batch_size']:,} | {_s(trainloop['nanogpt_recipe_windows'], '.1f')} | "
-            f"**{_s(trainloop['ratio_nanogpt_recipe_windows'], '.2f')}×** |",
+            f"{2 * trainloop['recipe_eval_iters'] * trainloop['batch_size']:,} | {spread_text(trainloop['nanogpt_recipe_windows'], '.1f')} | "
+            f"**{spread_text(trainloop['ratio_nanogpt_recipe_windows'], '.2f')}×** |",
             f"| nanoGPT train.py loop, README's eval_iters={trainloop['readme_eval_iters']} | "
-            f"{2 * trainloop['readme_eval_iters'] * trainloop['batch_size']:,} | {_s(trainloop['nanogpt_readme'], '.1f')} | "
-            f"{_s(trainloop['ratio_nanogpt_readme'], '.2f')}× |",
+            f"{2 * trainloop['readme_eval_iters'] * trainloop['batch_size']:,} | {spread_text(trainloop['nanogpt_readme'], '.1f')} | "
+            f"{spread_text(trainloop['ratio_nanogpt_readme'], '.2f')}× |",
             "",
             "Target: at most 1.0× for the same recipe and number of evaluations (the first comparison). Against the "
             f"README's smaller evaluation the zoo scores {zoo_windows / (2 * trainloop['readme_eval_iters'] * trainloop['batch_size']):.1f} "
@@ -148,8 +139,8 @@ def main() -> None:
     ]
     for row in sampling["cache"]:
         lines.append(
-            f"| {row['variant']} | {row['new_tokens']} | {_s(row['cached_tokens_per_second'])} | {_s(row['uncached_tokens_per_second'])} | "
-            f"**{_s(row['speedup'], '.1f')}×** | {'yes' if row['same_tokens'] else 'NO'} | {row['per_token_over_weight_read']:.1f} |"
+            f"| {row['variant']} | {row['new_tokens']} | {spread_text(row['cached_tokens_per_second'])} | {spread_text(row['uncached_tokens_per_second'])} | "
+            f"**{spread_text(row['speedup'], '.1f')}×** | {'yes' if row['same_tokens'] else 'NO'} | {row['per_token_over_weight_read']:.1f} |"
         )
     lines += [
         "",
@@ -164,7 +155,7 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in sampling["threads"]:
-        cells = [_s(row[f"{condition}, {threads} thread(s)"]) for condition in ("as is", "two busy processes added") for threads in (1, 2)]
+        cells = [spread_text(row[f"{condition}, {threads} thread(s)"]) for condition in ("as is", "two busy processes added") for threads in (1, 2)]
         lines.append(f"| {row['variant']} | {row['parameters']:,} | {row['default_threads']} | " + " | ".join(cells) + " |")
     seconds, memory = coldstart["seconds"], coldstart["peak_rss_mb"]
     lines += [
@@ -173,19 +164,19 @@ def main() -> None:
         "",
         "| command | seconds | peak RSS (MB) |",
         "|---|---:|---:|",
-        *(f"| `{name}` | {_s(seconds[name], '.2f')} | {_s(memory[name], '.0f')} |" for name in seconds),
+        *(f"| `{name}` | {spread_text(seconds[name], '.2f')} | {spread_text(memory[name], '.0f')} |" for name in seconds),
         "",
-        f"- `zoo list` / `import torch`: **{_s(coldstart['list_over_torch'], '.3f')}** (target ≤ 0.1). "
+        f"- `zoo list` / `import torch`: **{spread_text(coldstart['list_over_torch'], '.3f')}** (target ≤ 0.1). "
         "`zoo list` imports neither torch nor pydantic: cards validated once are read from the card cache "
         "(`zoo_core/card_cache.py`), and rich only when a table is drawn.",
         f"- `zoo load transformer-6b-sin` after `import torch`, inside a fresh process (from the end of the import to "
-        f"the end of the command): **{_s(coldstart['after_torch']['zoo load transformer-6b-sin'], '.2f')} s** (target ≤ +0.1 s).",
-        f"- `zoo sample gpt-char-mini` (20 tokens) − `import torch`: {_s(coldstart['sample_minus_torch'], '+.2f')} s between "
-        f"whole processes; after `import torch` inside the process: **{_s(coldstart['after_torch']['zoo sample gpt-char-mini'], '.2f')} s** "
+        f"the end of the command): **{spread_text(coldstart['after_torch']['zoo load transformer-6b-sin'], '.2f')} s** (target ≤ +0.1 s).",
+        f"- `zoo sample gpt-char-mini` (20 tokens) − `import torch`: {spread_text(coldstart['sample_minus_torch'], '+.2f')} s between "
+        f"whole processes; after `import torch` inside the process: **{spread_text(coldstart['after_torch']['zoo sample gpt-char-mini'], '.2f')} s** "
         "(target ≤ +0.1 s; drawing the 20 tokens is part of it).",
         "- Whole-process differences subtract two noisy `import torch` times (see its spread above); the in-process "
         "figures time only what the zoo adds.",
-        f"- peak RSS of `zoo sample gpt-char-mini` − `import torch`: **{_s(coldstart['sample_rss_minus_torch'], '+.0f')} MB** (target ≤ +50 MB).",
+        f"- peak RSS of `zoo sample gpt-char-mini` − `import torch`: **{spread_text(coldstart['sample_rss_minus_torch'], '+.0f')} MB** (target ≤ +50 MB).",
         "",
         "## Memory while training saves its state",
         "",
