@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,22 +113,14 @@ def _write(path: Path, key: str | None, payload: Any) -> None:
     the new one); any failure leaves the cache as it was."""
     if key is None:
         return
-    import tempfile
+    from .errors import ZooError
+    from .files import atomic_write_bytes
 
     try:
-        entry = _entry_path(path)
-        entry.parent.mkdir(parents=True, exist_ok=True)
         body = json.dumps(payload, separators=(",", ":")).encode()
         header = json.dumps({"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
-        handle, temporary = tempfile.mkstemp(prefix=f".{entry.name}.", suffix=".tmp", dir=entry.parent)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(header + b"\n" + body)
-            os.replace(temporary, entry)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-    except (OSError, ValueError, TypeError):
+        atomic_write_bytes(_entry_path(path), header + b"\n" + body)
+    except (ZooError, OSError, ValueError, TypeError):
         pass  # no cache this time; the next run validates again
 
 
