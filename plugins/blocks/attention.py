@@ -13,33 +13,56 @@ class KVCache:
     """One layer's keys and values so far, (B, H, T, D), with their absolute positions.
 
     Sampling appends one token at a time instead of recomputing the whole window.
-    The buffers are allocated once for the whole window and filled in place:
-    concatenating at every token copied the cache over and over.
+    Keys and values live side by side in one buffer, (2, B, H, capacity, D),
+    allocated once for the whole window and filled in place: concatenating at
+    every token copied the cache over and over.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.length = 0
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
+        self.keys_values: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
 
+    @property
+    def k(self) -> torch.Tensor | None:
+        return None if self.keys_values is None else self.keys_values[0]
+
+    @property
+    def v(self) -> torch.Tensor | None:
+        return None if self.keys_values is None else self.keys_values[1]
+
     def append(self, k, v, positions):
+        """Store the keys and values (B, H, T, D) of T new tokens; return all of
+        them so far, (B, H, length, D) each, and their positions."""
+        slot = self._slot(k, positions)
+        slot[0].copy_(k)
+        slot[1].copy_(v)
+        keys_values, positions = self._commit(positions)
+        return keys_values[0], keys_values[1], positions
+
+    def append_keys_values(self, keys_values, positions):
+        """`append` for keys and values side by side, (2, B, H, T, D): one copy
+        instead of two. Returns (2, B, H, length, D) and the positions."""
+        self._slot(keys_values[0], positions).copy_(keys_values)
+        return self._commit(positions)
+
+    def _slot(self, k, positions):
         B, H, T, D = k.shape
-        if self.k is None:
-            self.k = k.new_empty(B, H, self.capacity, D)
-            self.v = v.new_empty(B, H, self.capacity, D)
+        if self.keys_values is None:
+            self.keys_values = k.new_empty(2, B, H, self.capacity, D)
             self.positions = positions.new_empty(self.capacity)
-        end = self.length + T
-        if end > self.capacity:
-            raise ValueError(f"the KV cache holds {self.capacity} tokens; {end} do not fit")
+        if self.length + T > self.capacity:
+            raise ValueError(f"the KV cache holds {self.capacity} tokens; {self.length + T} do not fit")
         # narrow + copy_ rather than slice assignment: the same copy without
         # indexing's per-call work, which shows when decoding one token at a time
-        self.k.narrow(2, self.length, T).copy_(k)
-        self.v.narrow(2, self.length, T).copy_(v)
+        return self.keys_values.narrow(3, self.length, T)
+
+    def _commit(self, positions):
+        T = positions.shape[0]
         self.positions.narrow(0, self.length, T).copy_(positions)
-        self.length = end
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end), self.positions.narrow(0, 0, end)
+        self.length += T
+        return self.keys_values.narrow(3, 0, self.length), self.positions.narrow(0, 0, self.length)
 
 
 class CausalSelfAttention(nn.Module):

@@ -20,6 +20,7 @@ from zoo_core.losses import cross_entropy
 from zoo_plugins.blocks.attention import KVCache
 
 from .config import call_with_config
+from .decoding import can_decode, decode
 
 
 class GenerationCache:
@@ -33,6 +34,7 @@ class GenerationCache:
     def __init__(self, n_layer: int, capacity: int):
         self.layers = [KVCache(capacity) for _ in range(n_layer)]
         self.length = 0  # tokens cached so far
+        self.decoding_modules: list | None = None  # set by decoding.can_decode at the first single token
 
 
 class TransformerLanguageModel(nn.Module):
@@ -118,6 +120,8 @@ class TransformerLanguageModel(nn.Module):
         return GenerationCache(len(self.blocks), self.context_length)
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
+        if cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length and can_decode(self, cache):
+            return decode(self, idx, cache), None  # one sampled token: the same logits in fewer calls
         logits, _ = self._run(idx, need_weights=False, cache=cache)
         loss = None if targets is None else cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
