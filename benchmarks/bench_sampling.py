@@ -98,8 +98,9 @@ def run() -> dict:
     threads_before = torch.get_num_threads()
     try:
         return {
-            # gpt-char's uncached run takes most of the runner's sampling time: two rounds of it
-            "cache": [cache_speedup("gpt-char", GPT_CHAR_TOKENS, 1, rounds=min(2, ROUNDS)), cache_speedup("gpt-char-mini", 63, 1, rounds=2 * ROUNDS + 1)],
+            # gpt-char's uncached run takes most of the runner's sampling time: two rounds of it; gpt-char-mini's
+            # rounds take a fraction of a second, and its ratio swings with the host's per-call overhead: 15 of them
+            "cache": [cache_speedup("gpt-char", GPT_CHAR_TOKENS, 1, rounds=min(2, ROUNDS)), cache_speedup("gpt-char-mini", 63, 1, rounds=5 * ROUNDS)],
             "threads": [thread_policy("gpt-char-mini"), thread_policy("transformer-6b-sin")],
         }
     finally:

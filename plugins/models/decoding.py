@@ -46,7 +46,8 @@ def _known_submodules(model) -> list[torch.nn.Module] | None:
     if encoding_does(model.positions, "biases"):
         return None
     for block in model.blocks:
-        if type(block) not in _BLOCKS or type(block.attention) is not CausalSelfAttention or type(block.feed_forward) is not FeedForward:
+        known = type(block.attention) is CausalSelfAttention and type(block.feed_forward) is FeedForward
+        if type(block) not in _BLOCKS or not known:
             return None
     return [m for m in model.modules() if m is not model]
 
@@ -97,8 +98,8 @@ def decode(model, idx: torch.Tensor, cache) -> torch.Tensor:
     if model._embeds_positions:
         x = model.positions.embed(x, positions)
     x = x.view(B, -1)
+    encoding = model.positions
     for block, layer_cache in zip(model.blocks, cache.layers):
-        encoding = model.positions
         if type(block) is PreNormBlock:
             x = x + _attend(block.attention, block.norm1.forward(x), positions, encoding, layer_cache)
             x = x + _feed_forward(block.feed_forward, block.norm2.forward(x))

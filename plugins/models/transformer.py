@@ -34,7 +34,8 @@ class GenerationCache:
     def __init__(self, n_layer: int, capacity: int):
         self.layers = [KVCache(capacity) for _ in range(n_layer)]
         self.length = 0  # tokens cached so far
-        self.decoding_modules: list | None = None  # set by decoding.can_decode at the first single token
+        # set by decoding.can_decode at the first single token; [] where decode does not apply
+        self.decoding_modules: list | None = None
 
 
 class TransformerLanguageModel(nn.Module):
@@ -120,8 +121,9 @@ class TransformerLanguageModel(nn.Module):
         return GenerationCache(len(self.blocks), self.context_length)
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
-        if cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length and can_decode(self, cache):
-            return decode(self, idx, cache), None  # one sampled token: the same logits in fewer calls
+        one_new_token = cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length
+        if one_new_token and can_decode(self, cache):
+            return decode(self, idx, cache), None  # the same logits in fewer calls
         logits, _ = self._run(idx, need_weights=False, cache=cache)
         loss = None if targets is None else cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
