@@ -147,3 +147,16 @@ def test_keys_and_values_side_by_side_are_stored_as_append_stores_them():
     assert one.length == two.length == 3 and torch.equal(one.k[:, :, :3], two.k[:, :, :3])
     with pytest.raises(ValueError, match="holds 5 tokens"):
         two.append_keys_values(torch.zeros(2, 2, 3, 3, 4), torch.arange(3, 6))
+
+
+def test_a_hook_on_every_module_is_honoured(monkeypatch):
+    model = _model(positions="learned", block="pre-norm")
+    decoded = _count_decoded_tokens(monkeypatch)
+    calls = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: calls.append(type(module).__name__))
+    try:
+        _cached_logits(model, torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(5)), prompt=2)
+    finally:
+        handle.remove()
+    # the prompt and three single tokens, each through 2 blocks of 4 linear layers and the head
+    assert decoded == [] and calls.count("Linear") == 4 * (2 * 4 + 1)

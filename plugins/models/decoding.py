@@ -30,15 +30,14 @@ from zoo_plugins.blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
 _BLOCKS = (PreNormBlock, PostNormBlock)
 
 
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+
+
 def _global_hooks() -> bool:
     # torch keeps hooks registered for every module (register_module_forward_hook
-    # and friends) in these private dicts; there is no public way to ask.
-    return bool(
-        torch_module._global_forward_hooks
-        or torch_module._global_forward_pre_hooks
-        or torch_module._global_backward_hooks
-        or torch_module._global_backward_pre_hooks
-    )
+    # and friends) in these private dicts; there is no public way to ask. Should
+    # a torch release rename one, the answer is "maybe": the blocks' own path.
+    return any(getattr(torch_module, name, True) for name in _GLOBAL_HOOKS)
 
 
 def _known_submodules(model) -> list[torch.nn.Module] | None:
