@@ -160,3 +160,22 @@ def test_a_hook_on_every_module_is_honoured(monkeypatch):
         handle.remove()
     # the prompt and three single tokens, each through 2 blocks of 4 linear layers and the head
     assert decoded == [] and calls.count("Linear") == 4 * (2 * 4 + 1)
+
+
+class _OwnBlock(torch.nn.Module):
+    """A third-party block of its own: no `attention` or `feed_forward` attribute."""
+
+    def __init__(self, **_):
+        super().__init__()
+        self.mix = torch.nn.Linear(16, 16)
+
+    def forward(self, x, positions, encoding, need_weights=False, cache=None):
+        return x + self.mix(x), None  # position-wise: nothing to cache
+
+
+def test_a_block_of_another_shape_is_left_to_its_own_forward(monkeypatch):
+    model = _model(positions="learned", block="pre-norm")
+    model.blocks[0] = _OwnBlock()
+    decoded = _count_decoded_tokens(monkeypatch)
+    logits = _cached_logits(model, torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(6)), prompt=2)
+    assert decoded == [] and logits.shape == (1, 5, VOCAB)

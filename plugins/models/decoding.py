@@ -45,8 +45,9 @@ def _known_submodules(model) -> list[torch.nn.Module] | None:
     if encoding_does(model.positions, "biases"):
         return None
     for block in model.blocks:
-        known = type(block.attention) is CausalSelfAttention and type(block.feed_forward) is FeedForward
-        if type(block) not in _BLOCKS or not known:
+        if type(block) not in _BLOCKS:  # a third-party block may have no `attention` at all
+            return None
+        if type(block.attention) is not CausalSelfAttention or type(block.feed_forward) is not FeedForward:
             return None
     return [m for m in model.modules() if m is not model]
 
