@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from benchmarks.common import spread, timed, zoo_network
+from benchmarks.common import best_of, spread, timed, zoo_network
 from zoo_core.sampling import sample_tokens
 from zoo_core.threads import default_threads
 
@@ -35,7 +35,7 @@ def _weights_read_seconds(model) -> float:
     """One pass over every weight with next to no arithmetic: the floor for a decoded token."""
     parameters = [p.detach() for p in model.parameters()]
     with torch.inference_mode():
-        return min(timed(lambda: torch._foreach_norm(parameters)) for _ in range(20))
+        return best_of(20, lambda: torch._foreach_norm(parameters))
 
 
 def cache_speedup(variant: str, new_tokens: int, threads: int, rounds: int | None = None) -> dict:

@@ -184,6 +184,22 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
 
 
+def _load_on_threads(args):
+    """``args.name`` loaded for `zoo sample` and `zoo eval` (``--device``,
+    ``--dtype``), torch's threads set from ``--threads`` or the model's size
+    before loading, since loading is torch work too."""
+    from .api import get_variant, load_variant
+
+    from .threads import check_threads, use_threads, use_threads_before_loading
+
+    check_threads(args.threads)  # before paying for the catalogue and the checkpoint
+    variant = get_variant(args.name)
+    use_threads_before_loading(variant.facts.parameters, args.threads)
+    model = load_variant(variant, device=args.device, dtype=args.dtype)
+    use_threads(model.network, args.threads)
+    return model
+
+
 def cmd_sample(args) -> int:
     from .sampling import check_sampling_arguments
 
@@ -198,15 +214,7 @@ def cmd_sample(args) -> int:
     prompt = read_prompt(args.prompt, args.prompt_file)
     if not prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
-    from .api import get_variant, load_variant
-
-    from .threads import check_threads, use_threads, use_threads_before_loading
-
-    check_threads(args.threads)  # before paying for the checkpoint
-    variant = get_variant(args.name)
-    use_threads_before_loading(variant.facts.parameters, args.threads)
-    model = load_variant(variant, device=args.device, dtype=args.dtype)
-    use_threads(model.network, args.threads)
+    model = _load_on_threads(args)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
         ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
         if ignored:
@@ -378,16 +386,9 @@ def cmd_serve(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .api import get_variant, load_variant
     from .evaluation import evaluate_language_model
 
-    from .threads import check_threads, use_threads, use_threads_before_loading
-
-    check_threads(args.threads)
-    variant = get_variant(args.name)
-    use_threads_before_loading(variant.facts.parameters, args.threads)
-    model = load_variant(variant, device=args.device, dtype=args.dtype)
-    use_threads(model.network, args.threads)
+    model = _load_on_threads(args)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
