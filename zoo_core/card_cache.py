@@ -86,11 +86,9 @@ def _key(kind: str, content: bytes) -> str | None:
 
 
 def _entry_path(path: Path) -> Path:
-    from .locations import cache_dir
+    from .files import cache_file_for
 
-    absolute = str(Path(path).resolve())
-    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    return cache_dir() / "cards" / f"{digest}-{Path(path).name[:80]}.json"
+    return cache_file_for(path, "cards", ".json")
 
 
 def _read(path: Path, key: str | None) -> Any | None:

@@ -155,13 +155,20 @@ def lock_file_for(path: Path) -> Path:
     plugin then finds a stale folder); a read-only location could not hold one
     at all. The name is derived from the absolute path, so every process that
     means the same file takes the same lock."""
+    return cache_file_for(path, "locks", ".lock")
+
+
+def cache_file_for(path: Path, folder: str, suffix: str) -> Path:
+    """The file standing for ``path`` in the cache folder's ``folder``: named after
+    the absolute path (a digest, then the file's own name to stay readable), so
+    every process that means the same file finds the same one."""
     import hashlib
 
     from .locations import cache_dir
 
     absolute = str(Path(path).expanduser().resolve())
     digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    return cache_dir() / "locks" / f"{digest}-{Path(path).name[:80]}.lock"
+    return cache_dir() / folder / f"{digest}-{Path(path).name[:80]}{suffix}"
 
 
 @contextlib.contextmanager
