@@ -89,7 +89,10 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache: KVCache | None = None):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_size).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, D)
+        # 3 × (B, H, T, D). Split along the channels, then give each its heads: in the
+        # backward pass the three gradients are joined by one concatenation, where
+        # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
+        q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         if encoding_does(encoding, "rotates"):  # most encodings do not: skip the identity call
             q, k = encoding.rotate(q, k, positions, positions)  # new keys rotate before joining the cache
         k_positions = positions
