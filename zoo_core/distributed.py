@@ -102,6 +102,11 @@ def worker_main(argv: list[str] | None = None) -> int:
                 new_name=args.new_name, log_every=args.log_every, interim_eval_windows=args.interim_eval_windows,
                 compile=args.compile, placement=placement,
             )
+            # Leave together: no rank tears its Gloo connections down while
+            # another still works. Once in CI, rank 1 aborted at exit ("terminate
+            # called without an active exception") while rank 0 was still writing
+            # the card.
+            dist.barrier()
         finally:
             dist.destroy_process_group()
     except ZooError as exc:
