@@ -1110,8 +1110,9 @@ def console_main() -> None:
     # Python's shutdown ends with a garbage collection over every object the
     # imports created: about 0.5 s after `import torch` on this machine, and a
     # sixth of `zoo list`. By now the command has closed its files and written
-    # its caches, so those objects are frozen out of that last collection; they
-    # are still released as their modules are torn down.
+    # its caches, so those objects are frozen out of that last collection. Those
+    # not in reference cycles are still released as their modules are torn down;
+    # the cycles are left for the operating system to reclaim with the process.
     gc.freeze()
     sys.exit(status)
 
