@@ -1,6 +1,8 @@
 """Finds plugins through the ``zoo`` entry-point group and collects what they register.
 
-Built-in plugins are found the same way as third-party ones. A plugin that fails
+Built-in plugins are found the same way as third-party ones; what
+importlib.metadata answered is remembered between runs until something is
+installed or removed (`zoo_core.entry_points`). A plugin that fails
 to import, or whose hook raises, is recorded and skipped: the rest of the zoo
 keeps working and `zoo plugins` shows the error; so does a hook whose name is not
 a zoo hook (a typo would otherwise do nothing) and a second package claiming a
@@ -22,7 +24,6 @@ Environment:
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ import pluggy
 
 from . import hookspecs
 from .datasets import Dataset, DatasetRegistry
+from .entry_points import zoo_entry_points
 from .errors import UnknownName, ZooError
 from .protocols import conformance_problem
 
@@ -175,14 +177,10 @@ class PluginSet:
     def load_entry_points(self) -> None:
         disable_autoload = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
         selected = {n.strip() for n in os.environ.get("ZOO_PLUGINS", "").split(",") if n.strip()}
-        described = _Distributions()
-        entry_points = sorted(
-            importlib.metadata.entry_points(group="zoo"),
-            key=lambda ep: (described.name(ep) != BUILTIN_DISTRIBUTION, ep.name),
-        )
+        entry_points = sorted(zoo_entry_points(), key=lambda ep: (ep.distribution != BUILTIN_DISTRIBUTION, ep.name))
         seen: dict[str, str] = {}  # entry-point name -> distribution
         for ep in entry_points:
-            distribution = described.name(ep)
+            distribution = ep.distribution
             builtin = distribution == BUILTIN_DISTRIBUTION
             if not builtin and (disable_autoload or (selected and ep.name not in selected)):
                 continue
@@ -190,11 +188,11 @@ class PluginSet:
                 if seen[ep.name] != distribution:
                     # Another package took the name first; skipping this one must not be silent.
                     self.plugins[ep.name].errors.append(
-                        f"plugin name '{ep.name}' is also claimed by {distribution} {described.version(ep)}, which was not loaded"
+                        f"plugin name '{ep.name}' is also claimed by {distribution} {ep.version}, which was not loaded"
                     )
                 continue  # otherwise the same distribution seen twice on sys.path
             seen[ep.name] = distribution
-            info = PluginInfo(ep.name, distribution, described.version(ep), builtin)
+            info = PluginInfo(ep.name, distribution, ep.version, builtin)
             self.plugins[ep.name] = info
             try:
                 module = ep.load()
@@ -273,30 +271,6 @@ class PluginSet:
         for name, owners in self.datasets.conflicts().items():
             messages.append(f"dataset '{name}' is registered by " + " and ".join(f"'{o}'" for o in owners))
         return messages
-
-
-class _Distributions:
-    """Name and version of the distribution behind each entry point, its METADATA
-    parsed once: every ``dist.metadata`` (and ``dist.version``) parses the whole
-    file again, and one distribution brings several entry points."""
-
-    def __init__(self) -> None:
-        self._described: dict[int, tuple[str, str]] = {}  # by id(): entry points share their Distribution
-
-    def _describe(self, ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
-        dist = ep.dist
-        if dist is None:
-            return "?", "?"
-        if id(dist) not in self._described:
-            metadata = dist.metadata
-            self._described[id(dist)] = (metadata["Name"], metadata["Version"])
-        return self._described[id(dist)]
-
-    def name(self, ep: importlib.metadata.EntryPoint) -> str:
-        return self._describe(ep)[0]
-
-    def version(self, ep: importlib.metadata.EntryPoint) -> str:
-        return self._describe(ep)[1]
 
 
 _loaded: PluginSet | None = None
