@@ -1,6 +1,7 @@
 """Cold start: what a command pays before its own work. With the card cache warm
-(zoo_core.card_cache), listing imports neither pydantic nor torch (nor rich when
-no table is drawn), and loading and sampling import torch alone; sampling sets
+(zoo_core.card_cache) and the entry points remembered (zoo_core.entry_points),
+listing imports neither pydantic, torch nor importlib.metadata (nor rich when no
+table is drawn), and loading and sampling import torch alone; sampling sets
 its thread count before loading, which is torch work too."""
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def _imported_after(commands: list[list[str]], modules: tuple[str, ...]) -> set[
     return set(filter(None, done.stdout.strip().split(",")))
 
 
-def test_with_a_warm_cache_listing_imports_no_pydantic_torch_or_rich(zoo):
-    assert zoo("list").code == 0  # warms this test's cache folder
+def test_with_a_warm_cache_listing_imports_no_pydantic_torch_rich_or_importlib_metadata(zoo):
+    assert zoo("list").code == 0  # warms this test's cache folder: cards ...
+    _imported_after([["list", "--json"]], ())  # ... and entry points, for a fresh interpreter's sys.path
+    unwanted = ("pydantic", "torch", "rich", "importlib.metadata")
     assert _imported_after([["list", "--json"], ["search", "rope", "--json"], ["list", "--sort", "parameters", "--json"]],
-                           ("pydantic", "torch", "rich")) == set()
-    assert _imported_after([["list"]], ("pydantic", "torch", "rich")) == {"rich"}  # the table needs rich alone
+                           unwanted) == set()
+    assert _imported_after([["list"]], unwanted) == {"rich"}  # the table needs rich alone
 
 
 def test_with_a_warm_cache_loading_and_sampling_import_no_pydantic(zoo):

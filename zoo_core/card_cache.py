@@ -62,8 +62,23 @@ def schema_fingerprint() -> bytes | None:
 
 
 def _pydantic_version() -> str:
-    """Read from pydantic's metadata, which neither imports pydantic nor (unlike
-    ``importlib.metadata.version``) parses its 140 KB METADATA as e-mail."""
+    """pydantic's version without importing pydantic or importlib.metadata (either
+    costs more than everything else `zoo list` does with a warm cache): the name
+    of the ``pydantic-<version>.dist-info`` folder that installers write beside
+    the package. importlib.metadata only where there is no such folder."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pydantic")
+    for package in (spec.submodule_search_locations or []) if spec else []:
+        for dist_info in sorted(Path(package).parent.glob("pydantic-*.dist-info")):
+            return dist_info.name.removeprefix("pydantic-").removesuffix(".dist-info")
+    return _pydantic_version_from_metadata()
+
+
+def _pydantic_version_from_metadata() -> str:
+    """Read from pydantic's metadata, which does not import pydantic and (unlike
+    ``importlib.metadata.version``) stops at the version instead of parsing its
+    140 KB METADATA as e-mail."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
