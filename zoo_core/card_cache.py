@@ -70,7 +70,7 @@ def _pydantic_version() -> str:
 
     spec = importlib.util.find_spec("pydantic")
     for package in (spec.submodule_search_locations or []) if spec else []:
-        for dist_info in sorted(Path(package).parent.glob("pydantic-*.dist-info")):
+        for dist_info in sorted(Path(package).parent.glob("pydantic-[0-9]*.dist-info")):
             return dist_info.name.removeprefix("pydantic-").removesuffix(".dist-info")
     return _pydantic_version_from_metadata()
 
