@@ -95,7 +95,7 @@ def test_a_damaged_entry_is_asked_again(tmp_path):
     _settle(site)
     expected = _report(site, cache)["plugins"]
     (entry,) = (cache / "entry-points").iterdir()
-    for damage in (b"", b"{not json", json.dumps({"key": {}, "entry_points": []}).encode(),
+    for damage in (b"", b"{not json", b"[" * 100_000, json.dumps({"key": {}, "entry_points": []}).encode(),
                    entry.read_bytes().replace(b'"alpha_module"', b'7')):
         entry.write_bytes(damage)
         report = _report(site, cache)

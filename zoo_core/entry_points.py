@@ -115,7 +115,7 @@ def _read(entry: Path, folders) -> list[ZooEntryPoint] | None:
         if stored["key"] != _key(folders):
             return None
         found = [ZooEntryPoint(**fields) for fields in stored["entry_points"]]
-    except (OSError, ValueError, KeyError, TypeError):  # missing, damaged, or written by another format
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # missing, damaged, another format
         return None
     return found if all(isinstance(value, str) for ep in found for value in asdict(ep).values()) else None
 
