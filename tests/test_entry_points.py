@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import subprocess
 import sys
 import time
@@ -26,8 +27,12 @@ _REPORT = (
 
 
 def _install(site: Path, name: str, version: str = "1.0") -> None:
-    """A distribution as pip leaves it: the module, and its metadata folder with a zoo entry point."""
-    (site / f"{name}_module.py").write_text("from zoo_core import hookimpl\n\n@hookimpl\ndef register_blocks(register):\n    pass\n")
+    """A distribution as pip leaves it: the module, compiled (otherwise its first
+    import adds __pycache__ to the folder, which moves its time once more), and
+    its metadata folder with a zoo entry point."""
+    module = site / f"{name}_module.py"
+    module.write_text("from zoo_core import hookimpl\n\n@hookimpl\ndef register_blocks(register):\n    pass\n")
+    py_compile.compile(str(module), doraise=True)
     info = site / f"{name}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
