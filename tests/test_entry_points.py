@@ -16,6 +16,7 @@ from pathlib import Path
 
 from zoo_core import entry_points
 from zoo_core.entry_points import ZooEntryPoint
+from zoo_core.files import write_cache_entry
 
 _REPORT = (
     "import json, sys\n"
@@ -100,8 +101,15 @@ def test_a_damaged_entry_is_asked_again(tmp_path):
     _settle(site)
     expected = _report(site, cache)["plugins"]
     (entry,) = (cache / "entry-points").iterdir()
+    written = entry.read_bytes()
+    key = json.loads(written.partition(b"\n")[0])["key"]
+    stored = json.loads(written.partition(b"\n")[2])
+    misshapen = []  # under the right key and checksum, but not entry points as this module writes them
+    for payload in ([{**stored[0], "module": 7}], {"entry_points": stored}, [{**stored[0], "extra": "x"}]):
+        write_cache_entry(tmp_path / "misshapen", key, payload)
+        misshapen.append((tmp_path / "misshapen").read_bytes())
     for damage in (b"", b"{not json", b"[" * 100_000, json.dumps({"key": {}, "entry_points": []}).encode(),
-                   entry.read_bytes().replace(b'"alpha_module"', b'7')):
+                   written.replace(b'"alpha_module"', b'7'), *misshapen):
         entry.write_bytes(damage)
         report = _report(site, cache)
         assert report["asked_importlib_metadata"] and report["plugins"] == expected

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .card_facts import CardFacts, is_plain_json
 
-FORMAT = 1
 # What decides whether a card is valid and what it validates to, and what an entry holds.
 _SCHEMA_MODULES = ("cards.py", "limits.py", "registry.py", "card_facts.py", "card_cache.py")
 
@@ -108,33 +106,17 @@ def _entry_path(path: Path) -> Path:
 
 def _read(path: Path, key: str | None) -> Any | None:
     """The payload stored for ``path`` under ``key``; None on any kind of miss."""
-    if key is None:
-        return None
-    try:
-        raw = _entry_path(path).read_bytes()
-        head, _, body = raw.partition(b"\n")
-        header = json.loads(head)
-        if header != {"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}:
-            return None  # another file's content, another schema, or damaged
-        return json.loads(body)
-    except (OSError, ValueError, RecursionError):  # missing, unreadable, not JSON
-        return None
+    from .files import read_cache_entry
+
+    return None if key is None else read_cache_entry(_entry_path(path), key)
 
 
 def _write(path: Path, key: str | None, payload: Any) -> None:
-    """Store ``payload`` for ``path`` atomically (a reader sees the old entry or
-    the new one); any failure leaves the cache as it was."""
-    if key is None:
-        return
-    from .errors import ZooError
-    from .files import atomic_write_bytes
+    """Store ``payload`` for ``path``; any failure leaves the cache as it was."""
+    from .files import write_cache_entry
 
-    try:
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        header = json.dumps({"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
-        atomic_write_bytes(_entry_path(path), header + b"\n" + body)
-    except (ZooError, OSError, ValueError, TypeError):
-        pass  # no cache this time; the next run validates again
+    if key is not None:
+        write_cache_entry(_entry_path(path), key, payload)
 
 
 # -- registry files ----------------------------------------------------------------

@@ -14,13 +14,15 @@ again whenever the path or one of those times differs.
 Two limits, both on the side of asking again rather than answering stale: an
 answer is not kept while a `sys.path` folder changed in the last two seconds
 (two installs within one tick of the file-system clock would look like one),
-and a damaged or unreadable entry is a miss. A metadata file edited in place,
+and a damaged or unreadable entry is a miss (the entry's format is the card
+cache's: `zoo_core.files.read_cache_entry`). A metadata file edited in place,
 which no installer does, is not noticed; removing the cache folder forgets
 everything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -105,26 +107,23 @@ def _discover() -> list[ZooEntryPoint]:
     return found
 
 
-def _key(folders) -> dict:
-    return {"format": FORMAT, "python": sys.version, "folders": [list(pair) for pair in folders]}
+def _key(folders) -> str:
+    described = {"entry points": FORMAT, "python": sys.version, "folders": [list(pair) for pair in folders]}
+    return hashlib.sha256(json.dumps(described).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _read(entry: Path, folders) -> list[ZooEntryPoint] | None:
+    from .files import read_cache_entry
+
+    stored = read_cache_entry(entry, _key(folders))
     try:
-        stored = json.loads(entry.read_text(encoding="utf-8"))
-        if stored["key"] != _key(folders):
-            return None
-        found = [ZooEntryPoint(**fields) for fields in stored["entry_points"]]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # missing, damaged, another format
+        found = [ZooEntryPoint(**fields) for fields in stored]
+    except TypeError:  # a miss (None), or an entry not shaped as this module writes them
         return None
     return found if all(isinstance(value, str) for ep in found for value in asdict(ep).values()) else None
 
 
 def _write(entry: Path, folders, found: list[ZooEntryPoint]) -> None:
-    from .errors import ZooError
-    from .files import atomic_write_text
+    from .files import write_cache_entry
 
-    try:
-        atomic_write_text(entry, json.dumps({"key": _key(folders), "entry_points": [asdict(ep) for ep in found]}))
-    except (ZooError, OSError):
-        pass  # no cache this time: the next run asks importlib.metadata again
+    write_cache_entry(entry, _key(folders), [asdict(ep) for ep in found])

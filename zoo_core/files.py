@@ -15,7 +15,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ZooError
 
@@ -169,6 +169,41 @@ def cache_file_for(path: Path, folder: str, suffix: str) -> Path:
     absolute = str(Path(path).expanduser().resolve())
     digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:24]
     return cache_dir() / folder / f"{digest}-{Path(path).name[:80]}{suffix}"
+
+
+CACHE_ENTRY_FORMAT = 1
+
+
+def read_cache_entry(entry: Path, key: str) -> Any | None:
+    """The JSON payload the cache file ``entry`` holds under ``key``; None on any
+    kind of miss: missing, unreadable, stored under another key, or damaged (the
+    header line carries the key and the sha256 of the JSON body below it)."""
+    import hashlib
+    import json
+
+    try:
+        head, _, body = entry.read_bytes().partition(b"\n")
+        header = json.loads(head)
+        if header != {"format": CACHE_ENTRY_FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}:
+            return None
+        return json.loads(body)
+    except (OSError, ValueError, RecursionError):  # missing, unreadable, not JSON
+        return None
+
+
+def write_cache_entry(entry: Path, key: str, payload: Any) -> None:
+    """Store ``payload`` (plain JSON) in ``entry`` under ``key``, atomically: a
+    reader sees the old entry or the new one. Best effort: a cache that cannot be
+    written means doing the work again next time, never an error."""
+    import hashlib
+    import json
+
+    try:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        header = json.dumps({"format": CACHE_ENTRY_FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()})
+        atomic_write_bytes(entry, header.encode() + b"\n" + body)
+    except (ZooError, OSError, ValueError, TypeError):
+        pass
 
 
 @contextlib.contextmanager
