@@ -7,20 +7,38 @@ plugin manager builds from the shipped card; nanoGPT through its own
 `configure_optimizers(..., device_type="cpu")`, which on CPU does not fuse.
 nanoGPT's model is built at the card's shape (layers, heads, width, context,
 vocabulary, batch) with bias=False, as its shakespeare_char config. Batches are
-nanoGPT's `get_batch`: random windows of a random token stream. The sides run
-in alternating rounds, so drift in the machine's speed hits both.
+nanoGPT's `get_batch`: random windows of a random token stream. The sides' steps
+are timed in pairs, one step of each back to back, so drift in the machine's
+speed hits both halves of a pair alike; each process gives the median of its
+pairs' ratios with a 95% confidence interval, and several fresh processes are
+run, since the ratio also moves from one process to the next.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import subprocess
+import sys
+
 import torch
 
 import zoo_core
-from benchmarks.common import interleaved_rates, nanogpt, nanogpt_model, nanogpt_optimizer, spread, zoo_network
+from benchmarks.common import (ROOT, median_interval, nanogpt, nanogpt_model, nanogpt_optimizer, paired_step_seconds, quartiles,
+                               spread, zoo_network)
 from zoo_core.training import make_optimizer
 
 SHAPES = ("gpt-char-mini", "transformer-6b-sin")
-ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 3, 1.5
+PROCESSES, WARMUP, SECONDS_PER_SHAPE = 3, 3, 5.0
+# Rounds of whole seconds per side were too coarse here: with 5 rounds of 1.5 s,
+# two runs gave per-round ratios from 0.94 to 1.33 and from 1.03 to 1.57 at
+# transformer-6b-sin's shape, as the shared host's speed changed from one round
+# to the next. Pairs of single steps gave medians of 1.26, 1.27 and 1.29 in
+# three processes, and 1.105 to 1.109 at gpt-char-mini's. Yet two processes
+# of this runner, one after the other, gave 1.16 (1.14-1.20) and 1.25
+# (1.23-1.29): something that lasts a whole process (where its memory lies, the
+# host's load that minute) moves the ratio too, so each shape is measured in
+# several fresh processes and the page shows every one.
 THREADS = 1  # the same for both sides; on a shared machine a second thread mostly waits for a core
 
 
@@ -48,7 +66,8 @@ def _stepper(model, optimizer, data, context, batch, clip):
     return step
 
 
-def measure(name: str) -> dict:
+def measure(name: str, seconds: float) -> dict:
+    """Both sides at one shape, in this process: pairs of steps for ``seconds``."""
     module, reference_label = nanogpt()
     card = zoo_core.get_variant(name).card
     recipe, context, vocab = card.recipe, card.context_length, card.tokenizer.vocab_size
@@ -61,8 +80,9 @@ def measure(name: str) -> dict:
         "nanogpt": _stepper(reference, nanogpt_optimizer(reference, recipe.weight_decay, recipe.learning_rate, (recipe.beta1, recipe.beta2)),
                             data, context, recipe.batch_size, recipe.grad_clip),
     }
-    rates = interleaved_rates(steppers, ROUNDS, WARMUP, SECONDS_PER_ROUND, recipe.batch_size * context)
-    ratios = [z / n for z, n in zip(rates["zoo"], rates["nanogpt"])]  # per round: both sides saw the same load
+    step_seconds = paired_step_seconds(steppers, WARMUP, seconds)
+    tokens = recipe.batch_size * context
+    ratios = [n / z for z, n in zip(step_seconds["zoo"], step_seconds["nanogpt"])]  # zoo's speed over nanoGPT's, pair by pair
     return {
         "shape": name,
         "reference": reference_label,
@@ -72,21 +92,52 @@ def measure(name: str) -> dict:
         "nanogpt_parameters": sum(p.numel() for p in reference.parameters()),
         "zoo_parameter_tensors": len(list(zoo.parameters())),
         "nanogpt_parameter_tensors": len(list(reference.parameters())),
-        "zoo": spread(rates["zoo"]),
-        "nanogpt": spread(rates["nanogpt"]),
-        "ratio": spread(ratios),
+        "zoo": quartiles([tokens / t for t in step_seconds["zoo"]]),
+        "nanogpt": quartiles([tokens / t for t in step_seconds["nanogpt"]]),
+        "ratio": median_interval(ratios),
     }
 
 
+def _in_fresh_process(shapes: tuple[str, ...]) -> dict[str, dict]:
+    command = [sys.executable, "-m", "benchmarks.bench_training", "--worker", "--seconds", str(SECONDS_PER_SHAPE), *shapes]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"training benchmark worker failed:\n{done.stderr}")
+    return {row["shape"]: row for row in json.loads(done.stdout)}
+
+
 def run() -> list[dict]:
-    before = torch.get_num_threads()
+    """Each shape measured in ``PROCESSES`` fresh processes, one after another,
+    the shapes' order swapped from one process to the next."""
+    runs = [_in_fresh_process(SHAPES if i % 2 == 0 else SHAPES[::-1]) for i in range(PROCESSES)]
+    rows = []
+    for name in SHAPES:
+        measured = [run_[name] for run_ in runs]
+        row = {key: value for key, value in measured[0].items() if key not in ("zoo", "nanogpt", "ratio")}
+        row.update(
+            processes=[m["ratio"] for m in measured],  # each process's median pair ratio and its 95% interval
+            pairs=sum(m["ratio"]["n"] for m in measured),
+            zoo=spread([m["zoo"]["median"] for m in measured]),
+            nanogpt=spread([m["nanogpt"]["median"] for m in measured]),
+            ratio=spread([m["ratio"]["median"] for m in measured]),
+        )
+        rows.append(row)
+    return rows
+
+
+def _worker(shapes: list[str], seconds: float) -> list[dict]:
     torch.set_num_threads(THREADS)
-    try:
-        return [measure(name) for name in SHAPES]
-    finally:
-        torch.set_num_threads(before)
+    return [measure(name, seconds) for name in shapes]
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help="measure the shapes named in this process and print JSON")
+    parser.add_argument("--seconds", type=float, default=SECONDS_PER_SHAPE)
+    parser.add_argument("shapes", nargs="*", default=list(SHAPES))
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(_worker(args.shapes, args.seconds)))
+    else:
+        for row in run():
+            print(row)

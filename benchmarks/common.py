@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import math
 import os
 import statistics
 import time
@@ -93,6 +94,43 @@ def interleaved_rates(steppers: dict, rounds: int, warmup: int, seconds: float, 
                 steps += 1
             rates[side].append(steps * tokens / (time.perf_counter() - started))
     return rates
+
+
+def paired_step_seconds(steppers: dict, warmup: int, seconds: float) -> dict[str, list[float]]:
+    """Seconds of each side's step, timed one step at a time in pairs: each
+    side's step right after the other's, the order swapped at every pair, for
+    ``seconds`` in all after ``warmup`` steps each. Pair ``i`` of every side's
+    list ran back to back, so ratios taken pair by pair see the same machine:
+    on a shared host its speed changes within seconds, which rounds of whole
+    seconds per side cannot cancel."""
+    for step in steppers.values():
+        for _ in range(warmup):
+            step()
+    times = {side: [] for side in steppers}
+    deadline, pair = time.perf_counter() + seconds, 0
+    while time.perf_counter() < deadline:
+        for side in (list(steppers) if pair % 2 == 0 else list(reversed(steppers))):
+            started = time.perf_counter()
+            steppers[side]()
+            times[side].append(time.perf_counter() - started)
+        pair += 1
+    return times
+
+
+def quartiles(values: list[float]) -> dict:
+    """Median and the middle half of ``values``: what a typical step did, without the outliers' say."""
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return {"median": median, "q1": q1, "q3": q3, "n": len(values)}
+
+
+def median_interval(values: list[float], z: float = 1.96) -> dict:
+    """The median of ``values`` and a distribution-free 95% confidence interval
+    for it: the order statistics whose ranks a binomial(n, 1/2) count puts
+    around the middle (normal approximation; fine from a few dozen values)."""
+    ordered, n = sorted(values), len(values)
+    low = max(1, math.floor(n / 2 - z * math.sqrt(n) / 2))
+    high = min(n, math.ceil(1 + n / 2 + z * math.sqrt(n) / 2))
+    return {"median": statistics.median(ordered), "low": ordered[low - 1], "high": ordered[high - 1], "n": n}
 
 
 def timed(run) -> float:
