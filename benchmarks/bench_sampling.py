@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from benchmarks.common import best_of, spread, timed, zoo_network
+from benchmarks.common import best_of, median_interval, spread, timed, zoo_network
 from zoo_core.sampling import sample_tokens
 from zoo_core.threads import default_threads
 
@@ -57,6 +57,7 @@ def cache_speedup(variant: str, new_tokens: int, threads: int, rounds: int | Non
         "cached_tokens_per_second": spread([new_tokens / t for t in cached]),
         "uncached_tokens_per_second": spread([new_tokens / t for t in uncached]),
         "speedup": spread([u / c for c, u in zip(cached, uncached)]),
+        "speedup_interval": median_interval([u / c for c, u in zip(cached, uncached)]),
         "same_tokens": torch.equal(outputs[True], outputs[False]),
         "per_token_over_weight_read": per_token / _weights_read_seconds(model),
     }
@@ -99,8 +100,9 @@ def run() -> dict:
     try:
         return {
             # gpt-char's uncached run takes most of the runner's sampling time: two rounds of it; gpt-char-mini's
-            # rounds take a fraction of a second, and its ratio swings with the host's per-call overhead: 15 of them
-            "cache": [cache_speedup("gpt-char", GPT_CHAR_TOKENS, 1, rounds=min(2, ROUNDS)), cache_speedup("gpt-char-mini", 63, 1, rounds=5 * ROUNDS)],
+            # rounds take a fraction of a second, and its ratio swings with the host's per-call overhead: 30 of them,
+            # enough for a confidence interval of the median
+            "cache": [cache_speedup("gpt-char", GPT_CHAR_TOKENS, 1, rounds=min(2, ROUNDS)), cache_speedup("gpt-char-mini", 63, 1, rounds=10 * ROUNDS)],
             "threads": [thread_policy("gpt-char-mini"), thread_policy("transformer-6b-sin")],
         }
     finally:

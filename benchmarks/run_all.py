@@ -141,13 +141,15 @@ def main() -> None:
         "of one token by the time of one pass over every weight (`torch._foreach_norm`): 1.0 would mean decoding "
         "costs no more than reading the weights once.",
         "",
-        "| shape | new tokens | cached tokens/s | uncached tokens/s | speed-up | same tokens | per token / weight read |",
-        "|---|---:|---:|---:|---:|---|---:|",
+        "| shape | new tokens | cached tokens/s | uncached tokens/s | speed-up | 95% interval of its median | same tokens | per token / weight read |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for row in sampling["cache"]:
+        interval = row["speedup_interval"]
         lines.append(
             f"| {row['variant']} | {row['new_tokens']} | {spread_text(row['cached_tokens_per_second'])} | {spread_text(row['uncached_tokens_per_second'])} | "
-            f"**{spread_text(row['speedup'], '.1f')}×** | {'yes' if row['same_tokens'] else 'NO'} | {row['per_token_over_weight_read']:.1f} |"
+            f"**{spread_text(row['speedup'], '.1f')}×** | {interval['low']:.2f}–{interval['high']:.2f} | {'yes' if row['same_tokens'] else 'NO'} | "
+            f"{row['per_token_over_weight_read']:.1f} |"
         )
     lines += [
         "",
