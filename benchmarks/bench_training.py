@@ -24,7 +24,7 @@ import sys
 import torch
 
 import zoo_core
-from benchmarks.common import (ROOT, median_interval, nanogpt, nanogpt_model, nanogpt_optimizer, paired_step_seconds, quartiles,
+from benchmarks.common import (ROOT, median, median_interval, nanogpt, nanogpt_model, nanogpt_optimizer, paired_step_seconds,
                                spread, zoo_network)
 from zoo_core.training import make_optimizer
 
@@ -35,7 +35,7 @@ PROCESSES, WARMUP, SECONDS_PER_SHAPE = 3, 3, 5.0
 # transformer-6b-sin's shape, as the shared host's speed changed from one round
 # to the next. Pairs of single steps gave medians of 1.26, 1.27 and 1.29 in
 # three processes, and 1.105 to 1.109 at gpt-char-mini's. Yet two processes
-# of this runner, one after the other, gave 1.16 (1.14-1.20) and 1.25
+# timing pairs, one after the other, gave 1.16 (1.14-1.20) and 1.25
 # (1.23-1.29): something that lasts a whole process (where its memory lies, the
 # host's load that minute) moves the ratio too, so each shape is measured in
 # several fresh processes and the page shows every one.
@@ -92,8 +92,8 @@ def measure(name: str, seconds: float) -> dict:
         "nanogpt_parameters": sum(p.numel() for p in reference.parameters()),
         "zoo_parameter_tensors": len(list(zoo.parameters())),
         "nanogpt_parameter_tensors": len(list(reference.parameters())),
-        "zoo": quartiles([tokens / t for t in step_seconds["zoo"]]),
-        "nanogpt": quartiles([tokens / t for t in step_seconds["nanogpt"]]),
+        "zoo": median([tokens / t for t in step_seconds["zoo"]]),  # tokens/s
+        "nanogpt": median([tokens / t for t in step_seconds["nanogpt"]]),
         "ratio": median_interval(ratios),
     }
 
@@ -117,8 +117,8 @@ def run() -> list[dict]:
         row.update(
             processes=[m["ratio"] for m in measured],  # each process's median pair ratio and its 95% interval
             pairs=sum(m["ratio"]["n"] for m in measured),
-            zoo=spread([m["zoo"]["median"] for m in measured]),
-            nanogpt=spread([m["nanogpt"]["median"] for m in measured]),
+            zoo=spread([m["zoo"] for m in measured]),
+            nanogpt=spread([m["nanogpt"] for m in measured]),
             ratio=spread([m["ratio"]["median"] for m in measured]),
         )
         rows.append(row)

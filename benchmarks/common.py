@@ -117,12 +117,6 @@ def paired_step_seconds(steppers: dict, warmup: int, seconds: float) -> dict[str
     return times
 
 
-def quartiles(values: list[float]) -> dict:
-    """Median and the middle half of ``values``: what a typical step did, without the outliers' say."""
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return {"median": median, "q1": q1, "q3": q3, "n": len(values)}
-
-
 def median_interval(values: list[float], z: float = 1.96) -> dict:
     """The median of ``values`` and a distribution-free 95% confidence interval
     for it: the order statistics whose ranks a binomial(n, 1/2) count puts

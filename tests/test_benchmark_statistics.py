@@ -20,8 +20,9 @@ def test_median_interval_of_a_few_values_spans_them_all():
 def test_pairs_run_back_to_back_and_swap_their_order():
     calls = []
     steppers = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
-    times = paired_step_seconds(steppers, warmup=1, seconds=0.01)
+    times = paired_step_seconds(steppers, warmup=1, seconds=0.2)
     assert calls[:2] == ["a", "b"]  # the warm-up, one step each
     pairs = [tuple(calls[i : i + 2]) for i in range(2, len(calls), 2)]
-    assert pairs[:4] == [("a", "b"), ("b", "a"), ("a", "b"), ("b", "a")]
+    assert len(pairs) >= 2
+    assert pairs == [("a", "b") if i % 2 == 0 else ("b", "a") for i in range(len(pairs))]
     assert len(times["a"]) == len(times["b"]) == len(pairs)
