@@ -2,8 +2,8 @@
 
 The zoo's own network at each benchmark shape, stepped eagerly and through
 `zoo_core.training.compiled` (torch.compile with fullgraph=True: a graph break
-is an error, not a silent fallback), with the same fused AdamW, in alternating
-rounds after both have warmed up. The first compiled steps are timed apart:
+is an error, not a silent fallback), with the same fused AdamW, timed in pairs of
+steps after both have warmed up, as `bench_training` times its sides. The first compiled steps are timed apart:
 that is what a `zoo train --compile` run pays before its first update.
 Not part of `run_all` (compiling takes a while); writes its own section of
 docs/benchmarks.md:
@@ -20,11 +20,11 @@ import torch
 
 import zoo_core
 from benchmarks.bench_training import SHAPES, THREADS, _stepper
-from benchmarks.common import (interleaved_rates, load_text, machine_load, section_markers, spread, spread_text,
+from benchmarks.common import (load_text, machine_load, median, median_interval, paired_step_seconds, section_markers,
                                write_section, zoo_network)
 from zoo_core.training import compiled, make_optimizer
 
-ROUNDS, WARMUP, SECONDS_PER_ROUND = 5, 3, 2.0
+WARMUP, SECONDS_PER_SHAPE = 3, 20.0
 
 
 def measure(name: str) -> dict:
@@ -40,10 +40,12 @@ def measure(name: str) -> dict:
     started = time.perf_counter()
     steppers["compiled"]()  # compiles forward and backward
     compile_seconds = time.perf_counter() - started
-    rates = interleaved_rates(steppers, ROUNDS, WARMUP, SECONDS_PER_ROUND, recipe.batch_size * context)
-    return {"shape": name, "compile_seconds": compile_seconds, "eager": spread(rates["eager"]),
-            "compiled": spread(rates["compiled"]),
-            "ratio": spread([c / e for c, e in zip(rates["compiled"], rates["eager"])])}
+    seconds = paired_step_seconds(steppers, WARMUP, SECONDS_PER_SHAPE)
+    tokens = recipe.batch_size * context
+    return {"shape": name, "compile_seconds": compile_seconds,
+            "eager": median([tokens / t for t in seconds["eager"]]),
+            "compiled": median([tokens / t for t in seconds["compiled"]]),
+            "ratio": median_interval([e / c for c, e in zip(seconds["compiled"], seconds["eager"])])}  # compiled's speed over eager's
 
 
 def _verdict(ratios: list[float]) -> str:
@@ -70,12 +72,14 @@ def main() -> None:
         f"{(time.perf_counter() - started) / 60:.1f} minutes, torch {torch.__version__}, {THREADS} thread; machine load "
         f"before {load_text(load_before)}, after {load_text(load_after)}. "
         "The zoo's network eager and through torch.compile (fullgraph: no graph breaks), same fused AdamW, "
-        f"{ROUNDS} alternating rounds of {SECONDS_PER_ROUND:.0f} s after warm-up.",
+        f"steps timed in pairs (one of each, back to back, the order swapped at every pair) for {SECONDS_PER_SHAPE:.0f} s "
+        "per shape after warm-up; tokens/s are medians over the steps, the ratio the median of the pairs' ratios "
+        "with its 95% confidence interval.",
         "",
-        "| shape | first compiled step (s) | eager tokens/s | compiled tokens/s | compiled / eager |",
-        "|---|---:|---:|---:|---:|",
-        *(f"| {r['shape']} | {r['compile_seconds']:.1f} | {spread_text(r['eager'])} | {spread_text(r['compiled'])} | "
-          f"**{spread_text(r['ratio'], '.2f')}×** |" for r in rows),
+        "| shape | first compiled step (s) | eager tokens/s | compiled tokens/s | pairs | compiled / eager (95% interval) |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(f"| {r['shape']} | {r['compile_seconds']:.1f} | {r['eager']:,.0f} | {r['compiled']:,.0f} | {r['ratio']['n']} | "
+          f"**{r['ratio']['median']:.2f}× ({r['ratio']['low']:.2f}–{r['ratio']['high']:.2f})** |" for r in rows),
         "",
         _verdict([r["ratio"]["median"] for r in rows]),
         end,

@@ -78,24 +78,6 @@ def load_text(load) -> str:
     return " / ".join(f"{x:.1f}" for x in load)
 
 
-def interleaved_rates(steppers: dict, rounds: int, warmup: int, seconds: float, tokens: int) -> dict[str, list[float]]:
-    """Tokens per second of each side's training step, ``rounds`` rounds of
-    ``seconds`` per side after ``warmup`` steps each; the sides alternate which
-    goes first, so drift in the machine's speed hits them alike."""
-    for step in steppers.values():
-        for _ in range(warmup):
-            step()
-    rates = {side: [] for side in steppers}
-    for round_ in range(rounds):
-        for side in (list(steppers) if round_ % 2 == 0 else list(reversed(steppers))):
-            step, steps, started = steppers[side], 0, time.perf_counter()
-            while time.perf_counter() - started < seconds:
-                step()
-                steps += 1
-            rates[side].append(steps * tokens / (time.perf_counter() - started))
-    return rates
-
-
 def paired_step_seconds(steppers: dict, warmup: int, seconds: float) -> dict[str, list[float]]:
     """Seconds of each side's step, timed one step at a time in pairs: each
     side's step right after the other's, the order swapped at every pair, for
