@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .card_facts import CardFacts, is_plain_json
 
@@ -37,8 +36,7 @@ from .card_facts import CardFacts, is_plain_json
 _SCHEMA_MODULES = ("cards.py", "limits.py", "registry.py", "card_facts.py", "card_cache.py")
 
 
-@dataclass(frozen=True)
-class CachedCard:
+class CachedCard(NamedTuple):
     table: dict[str, Any]  # the registry table, its name included: what ModelCard.model_validate is given
     facts: CardFacts
 

@@ -21,8 +21,8 @@ repository's registry also given with ``--registry``) is read once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import ZooError
 from .locations import user_registry_path
@@ -48,8 +48,7 @@ def extra_registry_paths() -> list[Path]:
     return [*from_environment, *_command_line_registries]
 
 
-@dataclass(frozen=True)
-class RegistryFile:
+class RegistryFile(NamedTuple):
     path: Path
     plugin: str  # the contributing plugin; "user" or "extra" for the user's files
     layer: str

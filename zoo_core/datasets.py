@@ -14,14 +14,13 @@ loss measured on other text than the card says is not the card's loss.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import UnknownName, ZooError
 
 
-@dataclass(frozen=True)
-class Dataset:
+class Dataset(NamedTuple):
     """One registered dataset."""
 
     name: str
@@ -32,8 +31,7 @@ class Dataset:
     plugin: str
 
 
-@dataclass(frozen=True)
-class ResolvedText:
+class ResolvedText(NamedTuple):
     """The text a command reads, and what to record about it in a card."""
 
     text: str

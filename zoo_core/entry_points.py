@@ -28,16 +28,15 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 GROUP = "zoo"
 FORMAT = 1
 SETTLED_SECONDS = 2.0  # coarser than any file system's clock (FAT: 2 s): a folder changed since may change again unseen
 
 
-@dataclass(frozen=True)
-class ZooEntryPoint:
+class ZooEntryPoint(NamedTuple):
     name: str
     module: str  # what the entry point names, as importlib.metadata splits it: "package.module" ...
     attribute: str  # ... and "object.attribute", or "" for the module itself
@@ -120,10 +119,10 @@ def _read(entry: Path, folders) -> list[ZooEntryPoint] | None:
         found = [ZooEntryPoint(**fields) for fields in stored]
     except TypeError:  # a miss (None), or an entry not shaped as this module writes them
         return None
-    return found if all(isinstance(value, str) for ep in found for value in asdict(ep).values()) else None
+    return found if all(isinstance(value, str) for ep in found for value in ep._asdict().values()) else None
 
 
 def _write(entry: Path, folders, found: list[ZooEntryPoint]) -> None:
     from .files import write_cache_entry
 
-    write_cache_entry(entry, _key(folders), [asdict(ep) for ep in found])
+    write_cache_entry(entry, _key(folders), [ep._asdict() for ep in found])

@@ -27,8 +27,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .errors import ZooError
 
@@ -74,8 +73,7 @@ def check_config_shape(config: dict[str, Any]) -> None:
         raise ShapeError("n_head", f"the width d_model = {d_model} is not divisible by {n_head} heads")
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     parameters: int
     memory_bytes: int  # weights plus one forward pass over a full window, batch 1
 
