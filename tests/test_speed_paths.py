@@ -12,6 +12,7 @@ import shutil
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import zoo_core
 from zoo_core.cards import Recipe
@@ -118,6 +119,24 @@ def test_final_evaluation_of_a_shipped_checkpoint_matches_its_card():
     report = evaluate_language_model(model)
     assert round(report["validation_loss"], 4) == model.card.metrics.validation_loss
     assert round(report["train_loss"], 4) == model.card.metrics.train_loss
+
+
+def test_feed_forward_runs_on_rows_with_the_same_bits():
+    # Rows keep torch.compile's backward from saving ReLU's boolean mask (see
+    # FeedForward.forward); eagerly the answer must not move by a bit.
+    from zoo_plugins.blocks.blocks import FeedForward
+
+    torch.manual_seed(0)
+    feed_forward = FeedForward(16, 64)
+    seen = []
+    feed_forward.up.register_forward_pre_hook(lambda _, args: seen.append(args[0].shape))
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    y = feed_forward(x)
+    assert seen == [torch.Size([15, 16])] and y.shape == x.shape
+    assert torch.equal(y, feed_forward.down(F.relu(feed_forward.up(x))))
+    (gradient,) = torch.autograd.grad(y.sum(), x)
+    (expected,) = torch.autograd.grad(feed_forward.down(F.relu(feed_forward.up(x))).sum(), x)
+    assert torch.equal(gradient, expected)
 
 
 @pytest.mark.slow  # compiling takes a minute or more on a busy 2-core machine
