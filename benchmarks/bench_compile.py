@@ -10,8 +10,9 @@ each, the order reversed every round, as `bench_training` times its pairs, so
 every ratio is taken round by round. nanoGPT compiled too, because a speed-up
 from compiling the zoo alone would not say whether the zoo is ahead or torch
 is. The first compiled steps are timed apart, with an empty compile cache:
-that is what a first `zoo train --compile` run pays before its first update. Not part of `run_all` (compiling
-takes a while); writes its own section of docs/benchmarks.md:
+that is what a first `zoo train --compile` run pays before its first update.
+Not part of `run_all` (compiling takes a while); writes its own section of
+docs/benchmarks.md:
 
     .venv/bin/python -m benchmarks.bench_compile
 """
@@ -32,7 +33,7 @@ from benchmarks.common import (load_text, machine_load, median, median_interval,
 from zoo_core.training import compiled, make_optimizer
 
 WARMUP, SECONDS_PER_SHAPE = 3, 30.0
-# (faster side, slower side): each ratio is the second's step time over the first's
+# name: (side, other side); each ratio is the side's speed over the other's, round by round
 RATIOS = {"zoo_gain": ("zoo compiled", "zoo"), "nanogpt_gain": ("nanoGPT compiled", "nanoGPT"),
           "compiled_vs_compiled": ("zoo compiled", "nanoGPT compiled"), "compiled_vs_eager": ("zoo compiled", "nanoGPT")}
 
@@ -67,8 +68,8 @@ def measure(name: str, module) -> dict:
     tokens = recipe.batch_size * context
     return {"shape": name, "compile_seconds": compile_seconds, "rounds": len(seconds["zoo"]),
             "tokens_per_second": {side: median([tokens / t for t in times]) for side, times in seconds.items()},
-            **{key: median_interval([s / f for f, s in zip(seconds[faster], seconds[slower])])
-               for key, (faster, slower) in RATIOS.items()}}
+            **{key: median_interval([o / s for s, o in zip(seconds[side], seconds[other])])
+               for key, (side, other) in RATIOS.items()}}
 
 
 def _verdict(gains: list[float]) -> str:

@@ -73,6 +73,7 @@ def check_config_shape(config: dict[str, Any]) -> None:
         raise ShapeError("n_head", f"the width d_model = {d_model} is not divisible by {n_head} heads")
 
 
+# A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
 class Estimate(NamedTuple):
     parameters: int
     memory_bytes: int  # weights plus one forward pass over a full window, batch 1
