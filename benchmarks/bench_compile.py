@@ -26,11 +26,10 @@ from datetime import datetime, timezone
 
 import torch
 
-import zoo_core
-from benchmarks.bench_training import SHAPES, THREADS, _stepper
-from benchmarks.common import (load_text, machine_load, median, median_interval, nanogpt, nanogpt_model, nanogpt_optimizer,
-                               paired_step_seconds, section_markers, write_section, zoo_network)
-from zoo_core.training import compiled, make_optimizer
+from benchmarks.bench_training import SHAPES, THREADS, nanogpt_stepper, shape_data, zoo_stepper
+from benchmarks.common import (load_text, machine_load, median, median_interval, nanogpt, nanogpt_model, paired_step_seconds,
+                               section_markers, write_section, zoo_network)
+from zoo_core.training import compiled
 
 WARMUP, SECONDS_PER_SHAPE = 3, 30.0
 # name: (side, other side); each ratio is the side's speed over the other's, round by round
@@ -39,25 +38,17 @@ RATIOS = {"zoo_gain": ("zoo compiled", "zoo"), "nanogpt_gain": ("nanoGPT compile
 
 
 def measure(name: str, module) -> dict:
-    card = zoo_core.get_variant(name).card
-    recipe, context, vocab = card.recipe, card.context_length, card.tokenizer.vocab_size
-    data = torch.randint(0, vocab, (200_000,), generator=torch.Generator().manual_seed(0))
+    recipe, context, vocab, data = shape_data(name)
     zoo_eager, config = zoo_network(name)
     zoo_compiled, _ = zoo_network(name)
     torch.manual_seed(0)
     shape = (vocab, context, config["d_model"], config["n_layer"], config["n_head"])
     nanogpt_eager, nanogpt_compiled = nanogpt_model(module, *shape), nanogpt_model(module, *shape)
-
-    def nanogpt_step(model, network):
-        optimizer = nanogpt_optimizer(network, recipe.weight_decay, recipe.learning_rate, (recipe.beta1, recipe.beta2))
-        return _stepper(model, optimizer, data, context, recipe.batch_size, recipe.grad_clip)
-
     steppers = {
-        "zoo": _stepper(zoo_eager, make_optimizer(zoo_eager, recipe), data, context, recipe.batch_size, recipe.grad_clip),
-        "zoo compiled": _stepper(compiled(zoo_compiled), make_optimizer(zoo_compiled, recipe), data, context,
-                                 recipe.batch_size, recipe.grad_clip),
-        "nanoGPT": nanogpt_step(nanogpt_eager, nanogpt_eager),
-        "nanoGPT compiled": nanogpt_step(torch.compile(nanogpt_compiled), nanogpt_compiled),
+        "zoo": zoo_stepper(zoo_eager, recipe, data, context),
+        "zoo compiled": zoo_stepper(zoo_compiled, recipe, data, context, run=compiled(zoo_compiled)),
+        "nanoGPT": nanogpt_stepper(nanogpt_eager, recipe, data, context),
+        "nanoGPT compiled": nanogpt_stepper(nanogpt_compiled, recipe, data, context, run=torch.compile(nanogpt_compiled)),
     }
     compile_seconds = {}
     for side in ("zoo compiled", "nanoGPT compiled"):

@@ -66,20 +66,35 @@ def _stepper(model, optimizer, data, context, batch, clip):
     return step
 
 
+def shape_data(name: str):
+    """A shape's recipe, context and vocabulary, and a random token stream its batches are drawn from."""
+    card = zoo_core.get_variant(name).card
+    vocab = card.tokenizer.vocab_size
+    data = torch.randint(0, vocab, (200_000,), generator=torch.Generator().manual_seed(0))
+    return card.recipe, card.context_length, vocab, data
+
+
+def zoo_stepper(network, recipe, data, context: int, run=None):
+    """The zoo's step: `make_optimizer` (fused AdamW) on ``network``, forward
+    through ``run`` (the network itself, or its compiled wrapper)."""
+    return _stepper(network if run is None else run, make_optimizer(network, recipe), data, context, recipe.batch_size,
+                    recipe.grad_clip)
+
+
+def nanogpt_stepper(model, recipe, data, context: int, run=None):
+    """nanoGPT's step: its own `configure_optimizers` on ``model``, forward through ``run``."""
+    optimizer = nanogpt_optimizer(model, recipe.weight_decay, recipe.learning_rate, (recipe.beta1, recipe.beta2))
+    return _stepper(model if run is None else run, optimizer, data, context, recipe.batch_size, recipe.grad_clip)
+
+
 def measure(name: str, seconds: float) -> dict:
     """Both sides at one shape, in this process: pairs of steps for ``seconds``."""
     module, reference_label = nanogpt()
-    card = zoo_core.get_variant(name).card
-    recipe, context, vocab = card.recipe, card.context_length, card.tokenizer.vocab_size
-    data = torch.randint(0, vocab, (200_000,), generator=torch.Generator().manual_seed(0))
+    recipe, context, vocab, data = shape_data(name)
     zoo, config = zoo_network(name)
     reference = nanogpt_model(module, vocab, context, config["d_model"], config["n_layer"], config["n_head"])
     torch.manual_seed(0)
-    steppers = {
-        "zoo": _stepper(zoo, make_optimizer(zoo, recipe), data, context, recipe.batch_size, recipe.grad_clip),
-        "nanogpt": _stepper(reference, nanogpt_optimizer(reference, recipe.weight_decay, recipe.learning_rate, (recipe.beta1, recipe.beta2)),
-                            data, context, recipe.batch_size, recipe.grad_clip),
-    }
+    steppers = {"zoo": zoo_stepper(zoo, recipe, data, context), "nanogpt": nanogpt_stepper(reference, recipe, data, context)}
     step_seconds = paired_step_seconds(steppers, WARMUP, seconds)
     tokens = recipe.batch_size * context
     ratios = [n / z for z, n in zip(step_seconds["zoo"], step_seconds["nanogpt"])]  # zoo's speed over nanoGPT's, pair by pair
