@@ -5,7 +5,7 @@ level (the layout of the design: a reader finds the catalogue first), but an
 installed zoo has no top level, only packages. Package data can only come from
 inside a package folder, and moving the files would break every checkout path,
 so this hook copies them, at build time, into ``zoo_plugins/shipped/`` of the
-build tree (and experiments/studies.toml into ``zoo_core/``). `zoo_plugins.catalogue` reads them from there when it is installed
+build tree (and experiments/studies.toml into ``zoo_core/training/``). `zoo_plugins.catalogue` reads them from there when it is installed
 and from the repository's top level otherwise.
 
 Editable installs (``pip install -e .``) skip the copy: the package folder is
@@ -42,7 +42,7 @@ class build_py_with_catalogue(build_py):
             else:
                 shutil.copy2(source, target / name)
         # `zoo experiment STUDY` reads the studies the repository keeps in experiments/.
-        shutil.copy2(ROOT / "experiments" / "studies.toml", Path(self.build_lib) / "zoo_core" / "studies.toml")
+        shutil.copy2(ROOT / "experiments" / "studies.toml", Path(self.build_lib) / "zoo_core" / "training" / "studies.toml")
 
 
 setup(cmdclass={"build_py": build_py_with_catalogue})

@@ -2,7 +2,7 @@
 zoo and for nanoGPT alike.
 
 At each benchmark shape four steppers take turns: the zoo's network eagerly and
-through `zoo_core.training.compiled` (torch.compile with fullgraph=True: a graph
+through `zoo_core.training.loop.compiled` (torch.compile with fullgraph=True: a graph
 break is an error, not a silent fallback), each with the same fused AdamW; and
 nanoGPT's model.py eagerly and through `torch.compile(model)`, as its train.py
 compiles, each with its own optimizer. Steps are timed in rounds of one step of
@@ -29,7 +29,7 @@ import torch
 from benchmarks.bench_training import SHAPES, THREADS, nanogpt_stepper, shape_data, zoo_stepper
 from benchmarks.common import (load_text, machine_load, median, median_interval, nanogpt, nanogpt_model, paired_step_seconds,
                                section_markers, write_section, zoo_network)
-from zoo_core.training import compiled
+from zoo_core.training.loop import compiled
 
 WARMUP, SECONDS_PER_SHAPE = 3, 30.0
 # name: (side, other side); each ratio is the side's speed over the other's, round by round

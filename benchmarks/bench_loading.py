@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from benchmarks.common import best_of, zoo_network
-from zoo_core.checkpoints import load_verified, sha256_file
+from zoo_core.storage.checkpoints import load_verified, sha256_file
 
 REPEATS = 7
 

@@ -3,7 +3,7 @@
 A fresh process builds gpt-char's network (10.8 M parameters) and its
 AdamW state (one small step), then writes the resumable training state as
 `zoo train` does every `--checkpoint-every` steps: with the zoo's writer
-(`zoo_core.tensor_files`), then, for reference, with `safetensors.torch.save`. The
+(`zoo_core.storage.tensor_files`), then, for reference, with `safetensors.torch.save`. The
 growth of the process's peak resident memory during the write, divided by the
 bytes of weights + optimizer moments, is how many extra copies the write held.
 """
@@ -24,9 +24,9 @@ _WRITER = textwrap.dedent("""
     from pathlib import Path
     import torch
     import zoo_core
-    from zoo_core.data import BatchSampler
-    from zoo_core.training import TrainingResult, _snapshot, make_optimizer, seeded_network
-    from zoo_core.trainstate import write_training_state
+    from zoo_core.corpus.batches import BatchSampler
+    from zoo_core.training.loop import TrainingResult, _snapshot, make_optimizer, seeded_network
+    from zoo_core.training.state import write_training_state
 
     variant = zoo_core.get_variant(sys.argv[1])
     network = seeded_network(lambda: zoo_core.build_network(variant), 0)
@@ -52,7 +52,7 @@ _WRITER = textwrap.dedent("""
     # The zoo's writer first: the peak is a high-water mark, so the library's write,
     # second, still shows all it adds above the same peak.
     zoo = write_and_measure()
-    import zoo_core.tensor_files as tensor_files
+    import zoo_core.storage.tensor_files as tensor_files
     tensor_files._DTYPES = {}  # every dtype "unknown": safetensors' save writes, as the zoo did before
     library = write_and_measure()
     print(json.dumps({"state_bytes": state_bytes, "zoo": zoo, "library": library}))

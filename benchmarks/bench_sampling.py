@@ -15,8 +15,8 @@ import time
 import torch
 
 from benchmarks.common import best_of, median_interval, spread, timed, zoo_network
-from zoo_core.sampling import sample_tokens
-from zoo_core.threads import default_threads
+from zoo_core.inference.sampling import sample_tokens
+from zoo_core.inference.threads import default_threads
 
 ROUNDS = 3
 GPT_CHAR_TOKENS = 255  # inside its 256-token window

@@ -2,7 +2,7 @@
 
 Tokens per second of forward + backward + optimizer step (+ gradient clipping
 where the recipe clips), each side with its own optimizer settings: the zoo
-through `zoo_core.training.make_optimizer` (fused AdamW) on the network the
+through `zoo_core.training.loop.make_optimizer` (fused AdamW) on the network the
 plugin manager builds from the shipped card; nanoGPT through its own
 `configure_optimizers(..., device_type="cpu")`, which on CPU does not fuse.
 nanoGPT's model is built at the card's shape (layers, heads, width, context,
@@ -26,7 +26,7 @@ import torch
 import zoo_core
 from benchmarks.common import (ROOT, median, median_interval, nanogpt, nanogpt_model, nanogpt_optimizer, paired_step_seconds,
                                spread, zoo_network)
-from zoo_core.training import make_optimizer
+from zoo_core.training.loop import make_optimizer
 
 SHAPES = ("gpt-char-mini", "transformer-6b-sin")
 PROCESSES, WARMUP, SECONDS_PER_SHAPE = 3, 3, 5.0

@@ -199,7 +199,7 @@ def main() -> None:
         "",
         "| writer | peak growth (MB) | extra copies held |",
         "|---|---:|---:|",
-        f"| the zoo's (`zoo_core.tensor_files`, from the tensors' memory) | {memory_saving['zoo']['peak_growth_mb']:.0f} | "
+        f"| the zoo's (`zoo_core.storage.tensor_files`, from the tensors' memory) | {memory_saving['zoo']['peak_growth_mb']:.0f} | "
         f"**{memory_saving['zoo']['extra_copies']:.2f}** |",
         f"| `safetensors.torch.save`, then the bytes to disk (before) | {memory_saving['library']['peak_growth_mb']:.0f} | "
         f"{memory_saving['library']['extra_copies']:.2f} |",

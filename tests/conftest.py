@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zoo_core import cli
-from zoo_core.plugin_manager import get_plugins
+from zoo_core.plugin_api.manager import get_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import zoo_core
-from zoo_core.registry import _key, _table
+from zoo_core.catalogue.registry import _key, _table
 
 from .conftest import ROOT
 

@@ -27,35 +27,35 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _sample_without_cache() -> None:
     """Sampling that never uses the KV cache: the same tokens, only slower."""
-    import zoo_core.sampling
+    import zoo_core.inference.sampling
 
-    real = zoo_core.sampling.sample_tokens
+    real = zoo_core.inference.sampling.sample_tokens
 
     def sample_tokens(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=None):
         return real(model, ids, max_new_tokens, temperature, top_k, generator, use_cache=False)
 
-    zoo_core.sampling.sample_tokens = sample_tokens
+    zoo_core.inference.sampling.sample_tokens = sample_tokens
 
 
 def _resume_from_step_1() -> None:
     """A --resume that ignores the saved state and retrains from step 1: training
     is deterministic, so it ends with exactly the uninterrupted weights."""
-    import zoo_core.training
+    import zoo_core.training.loop
 
-    real = zoo_core.training.StandardTrainer.train
+    real = zoo_core.training.loop.StandardTrainer.train
 
     def train(self, model, recipe, corpus, context_length, progress=None, *, resume=None, **kwargs):
         return real(self, model, recipe, corpus, context_length, progress, resume=None, **kwargs)
 
-    zoo_core.training.StandardTrainer.train = train
+    zoo_core.training.loop.StandardTrainer.train = train
 
 
 def _weights_not_loaded() -> None:
     """Loading that checks the checkpoint but leaves the freshly initialised
     weights in place: every check passes, the model is untrained."""
-    import zoo_core.checkpoints
+    import zoo_core.storage.checkpoints
 
-    real = zoo_core.checkpoints.load_verified
+    real = zoo_core.storage.checkpoints.load_verified
 
     def load_verified(path, expected_sha256, model, expected_parameters, card=None):
         import copy
@@ -65,17 +65,17 @@ def _weights_not_loaded() -> None:
         model.load_state_dict(before)
         return verification
 
-    zoo_core.checkpoints.load_verified = load_verified
+    zoo_core.storage.checkpoints.load_verified = load_verified
 
 
 def _no_containment() -> None:
     """resolve_inside that joins paths without checking where they lead."""
-    import zoo_core.paths
+    import zoo_core.catalogue.paths
 
     def resolve_inside(base_dir, relative, *, what="path", allow_outside=False):
         return Path(os.path.realpath(Path(base_dir) / relative))
 
-    zoo_core.paths.resolve_inside = resolve_inside
+    zoo_core.catalogue.paths.resolve_inside = resolve_inside
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import zoo_core
-from zoo_core.checkpoints import load_verified, save_checkpoint, sha256_file
+from zoo_core.storage.checkpoints import load_verified, save_checkpoint, sha256_file
 from zoo_core.errors import ZooError
-from zoo_core.files import atomic_write, atomic_write_text, exclusive_lock, remove_stale_temporaries
-from zoo_core.registry import read_registry_file
+from zoo_core.storage.files import atomic_write, atomic_write_text, exclusive_lock, remove_stale_temporaries
+from zoo_core.catalogue.registry import read_registry_file
 
 from .conftest import ROOT
 
@@ -63,7 +63,7 @@ def test_a_checkpoint_that_fails_to_save_leaves_the_old_one_loadable(tmp_path):
 KILLED_WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from zoo_core.files import atomic_write
+    from zoo_core.storage.files import atomic_write
 
     def slow_write(temporary):
         with open(temporary, "wb") as handle:
@@ -97,7 +97,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_file(tmp_path):
 LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from zoo_core.files import exclusive_lock
+    from zoo_core.storage.files import exclusive_lock
 
     with exclusive_lock(Path(sys.argv[1])):
         print("held", flush=True)
@@ -125,9 +125,9 @@ def test_a_second_run_into_the_same_place_is_refused(zoo, tmp_path):
 REGISTRY_WRITER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from zoo_core.cards import ModelCard
-    from zoo_core.files import exclusive_lock
-    from zoo_core.registry import upsert_registry_entry
+    from zoo_core.catalogue.cards import ModelCard
+    from zoo_core.storage.files import exclusive_lock
+    from zoo_core.catalogue.registry import upsert_registry_entry
 
     registry, card = Path(sys.argv[1]), ModelCard.model_validate(json.loads(sys.argv[2]))
     print("ready", flush=True)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from zoo_core.plugin_manager import get_plugins
+from zoo_core.plugin_api.manager import get_plugins
 
 from .conftest import ROOT
 

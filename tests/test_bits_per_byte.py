@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import zoo_core
-from zoo_core.bits import bits_per_byte, summed_nll
+from zoo_core.evaluation.bits import bits_per_byte, summed_nll
 
 
 @pytest.fixture(scope="module")

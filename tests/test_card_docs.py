@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from zoo_core.card_docs import card_schema, cards_markdown
-from zoo_core.cards import ModelCard, Recipe
+from zoo_core.catalogue.card_docs import card_schema, cards_markdown
+from zoo_core.catalogue.cards import ModelCard, Recipe
 
 from .conftest import ROOT
 

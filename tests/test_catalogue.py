@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import zoo_core
-from zoo_core.cards import ModelCard
-from zoo_core.checkpoints import header_card
+from zoo_core.catalogue.cards import ModelCard
+from zoo_core.storage.checkpoints import header_card
 
 from .conftest import ROOT
 

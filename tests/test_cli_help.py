@@ -125,7 +125,7 @@ def test_completion_offers_variant_names_without_importing_torch(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(out.read_text().split("\v")) == ["gpt-char-mini", "gpt-char-mini-rope"]
     imported = {m.group(1) for m in re.finditer(r"\|\s+(\S+)$", done.stderr, re.MULTILINE)}
-    assert "zoo_core.registry" in imported and "torch" not in imported
+    assert "zoo_core.catalogue.registry" in imported and "torch" not in imported
 
 
 # -- finding models ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Cold start: what a command pays before its own work. With the card cache warm
-(zoo_core.card_cache) and the entry points remembered (zoo_core.entry_points),
+(zoo_core.catalogue.card_cache) and the entry points remembered (zoo_core.plugin_api.entry_points),
 listing imports neither pydantic, torch nor importlib.metadata (nor rich when no
 table is drawn), and loading and sampling import torch alone; sampling sets
 its thread count before loading, which is torch work too."""

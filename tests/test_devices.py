@@ -72,8 +72,8 @@ def test_bfloat16_evaluation_is_close_to_float32(zoo):
 
 def _short_training(placement: Placement, steps: int = 30):
     from zoo_core.api import build_network, catalogue, load_tokenizer
-    from zoo_core.data import Corpus
-    from zoo_core.training import StandardTrainer, seeded_network
+    from zoo_core.corpus.batches import Corpus
+    from zoo_core.training.loop import StandardTrainer, seeded_network
 
     from .conftest import ROOT
 
@@ -135,7 +135,7 @@ def test_float16_training_on_cuda_uses_the_gradient_scaler():
 @pytest.mark.cuda
 @CUDA
 def test_kv_cache_equals_uncached_sampling_on_cuda():
-    from zoo_core.sampling import sample_tokens
+    from zoo_core.inference.sampling import sample_tokens
 
     model = zoo_core.load("transformer-6b-sin", device="cuda")
     ids = torch.tensor([model.encode_prompt("ROMEO:")], device="cuda")

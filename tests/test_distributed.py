@@ -21,9 +21,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from zoo_core.data import Corpus
-from zoo_core.registry import read_registry_file
-from zoo_core.trainstate import STATE_KEY
+from zoo_core.corpus.batches import Corpus
+from zoo_core.catalogue.registry import read_registry_file
+from zoo_core.training.state import STATE_KEY
 
 from .conftest import ROOT
 
@@ -120,11 +120,11 @@ def test_bad_launch_options_are_one_line(zoo, tmp_path, small_text, args, messag
 
 def test_the_worker_module_outside_torchrun_says_how_to_start_it(tmp_path):
     environment = {key: value for key, value in _environment().items() if key not in ("RANK", "WORLD_SIZE")}
-    result = subprocess.run([sys.executable, "-m", "zoo_core.distributed", NAME, "--steps", "2"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "zoo_core.training.distributed", NAME, "--steps", "2"], capture_output=True,
                             text=True, env=environment, timeout=300)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "zoo: error: zoo_core.distributed is a torchrun worker: start it with `torchrun -m zoo_core.distributed NAME ...` "
+        "zoo: error: zoo_core.training.distributed is a torchrun worker: start it with `torchrun -m zoo_core.training.distributed NAME ...` "
         "or `zoo train NAME --nproc-per-node N`"]
 
 
@@ -176,7 +176,7 @@ def test_killing_one_process_stops_the_run_in_one_line_and_keeps_the_saved_state
     assert f"the last saved state is in {state}" in lines[0]
     # The state rank 0 last saved is whole: it loads, and it is a state of this run.
     tensors = load_file(str(state))
-    from zoo_core.checkpoints import read_header
+    from zoo_core.storage.checkpoints import read_header
 
     assert STATE_KEY in read_header(state)["__metadata__"]
     assert any(name.startswith("model.") for name in tensors) and "rng.sampler" in tensors
@@ -185,9 +185,9 @@ def test_killing_one_process_stops_the_run_in_one_line_and_keeps_the_saved_state
 def _interrupted_state(tmp_path: Path, small_text: Path, steps: int, stop_after: int) -> Path:
     """Train ``stop_after`` steps of a ``steps``-step run in one process and write its state, as a killed run leaves it."""
     from zoo_core.api import build_network, catalogue, load_tokenizer
-    from zoo_core.datasets import read_text_file
-    from zoo_core.training import StandardTrainer, seeded_network
-    from zoo_core.trainstate import run_identity, training_state_path, write_training_state
+    from zoo_core.corpus.datasets import read_text_file
+    from zoo_core.training.loop import StandardTrainer, seeded_network
+    from zoo_core.training.state import run_identity, training_state_path, write_training_state
 
     variant = catalogue().get(NAME)
     recipe = variant.card.recipe.model_validate({**variant.card.recipe.model_dump(), "steps": steps, "data": str(small_text.resolve())})

@@ -1,4 +1,4 @@
-"""Entry points remembered between runs (zoo_core.entry_points): the second run
+"""Entry points remembered between runs (zoo_core.plugin_api.entry_points): the second run
 answers without importlib.metadata, and installing or removing a distribution
 (a metadata folder appearing in or leaving a folder on sys.path) is noticed at
 the next run. The distributions here are real metadata folders on a real
@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 from zoo_core import entry_points
-from zoo_core.entry_points import ZooEntryPoint
-from zoo_core.files import write_cache_entry
+from zoo_core.plugin_api.entry_points import ZooEntryPoint
+from zoo_core.storage.files import write_cache_entry
 
 _REPORT = (
     "import json, sys\n"
-    "from zoo_core.plugin_manager import get_plugins\n"
+    "from zoo_core.plugin_api.manager import get_plugins\n"
     "plugins = get_plugins()\n"
     "print(json.dumps({'plugins': {n: [i.distribution, i.version, i.errors] for n, i in plugins.plugins.items()},\n"
     "                  'asked_importlib_metadata': 'importlib.metadata' in sys.modules}))\n"
@@ -116,6 +116,6 @@ def test_a_damaged_entry_is_asked_again(tmp_path):
 
 
 def test_an_entry_point_loads_a_module_or_an_attribute_inside_it():
-    assert ZooEntryPoint("x", "zoo_core.entry_points", "", "zoo", "0").load() is entry_points
-    assert ZooEntryPoint("x", "zoo_core.entry_points", "ZooEntryPoint.load", "zoo", "0").load() is ZooEntryPoint.load
+    assert ZooEntryPoint("x", "zoo_core.plugin_api.entry_points", "", "zoo", "0").load() is entry_points
+    assert ZooEntryPoint("x", "zoo_core.plugin_api.entry_points", "ZooEntryPoint.load", "zoo", "0").load() is ZooEntryPoint.load
     assert ZooEntryPoint("x", "zoo_core", "entry_points", "zoo", "0").value == "zoo_core:entry_points"

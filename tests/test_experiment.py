@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import zoo_core
-from zoo_core.experiment import _share_initial_values
+from zoo_core.training.studies import _share_initial_values
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,11 +28,11 @@ from zoo_plugins.bpe.tokenizer import load_bpe_tokenizer
 from zoo_plugins.chars.tokenizer import load_char_tokenizer
 from zoo_core import hookimpl
 from zoo_core.api import catalogue
-from zoo_core.cards import CheckpointRef
-from zoo_core.checkpoints import CARD_KEY, header_card, load_verified
+from zoo_core.catalogue.cards import CheckpointRef
+from zoo_core.storage.checkpoints import CARD_KEY, header_card, load_verified
 from zoo_core.errors import ZooError
-from zoo_core.plugin_manager import PluginInfo, PluginSet, get_plugins
-from zoo_core.registry import render_registry
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
+from zoo_core.catalogue.registry import render_registry
 
 from .conftest import ROOT
 

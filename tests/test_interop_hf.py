@@ -12,9 +12,9 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the interop extra is not installed: pip install -e '.[interop]'")
 
 import zoo_core  # noqa: E402
-from zoo_core.data import split_text  # noqa: E402
-from zoo_core.datasets import read_text_file  # noqa: E402
-from zoo_core.plugin_manager import get_plugins  # noqa: E402
+from zoo_core.corpus.batches import split_text  # noqa: E402
+from zoo_core.corpus.datasets import read_text_file  # noqa: E402
+from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 

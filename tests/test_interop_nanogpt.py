@@ -13,7 +13,7 @@ import torch
 
 import zoo_core
 from zoo_core.errors import ZooError
-from zoo_core.plugin_manager import get_plugins
+from zoo_core.plugin_api.manager import get_plugins
 
 from .conftest import ROOT
 

@@ -13,8 +13,8 @@ onnxruntime = pytest.importorskip("onnxruntime", reason="the interop extra is no
 pytest.importorskip("onnxscript", reason="the interop extra is not installed: pip install -e '.[interop]'")
 
 import zoo_core  # noqa: E402
-from zoo_core.data import split_text  # noqa: E402
-from zoo_core.datasets import read_text_file  # noqa: E402
+from zoo_core.corpus.batches import split_text  # noqa: E402
+from zoo_core.corpus.datasets import read_text_file  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 

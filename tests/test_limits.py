@@ -8,10 +8,10 @@ import tracemalloc
 import pytest
 
 import zoo_plugins.models.transformer  # noqa: F401  imported before tracemalloc starts: it measures the check only
-import zoo_core
-import zoo_core.model  # noqa: F401
+import zoo_core.api
+import zoo_core.inference.model  # noqa: F401
 from zoo_core.errors import ZooError
-from zoo_core.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
+from zoo_core.catalogue.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
 
 from .hostile_cards import hostile_variant
 
@@ -113,7 +113,7 @@ def test_the_limit_is_a_flag_and_an_environment_variable(zoo, tmp_path, monkeypa
 
 
 def test_shipped_variants_fit_the_default_limits_and_the_estimate_is_an_upper_bound():
-    for variant in zoo_core.catalogue():
+    for variant in zoo_core.api.catalogue():
         estimate = check_budget(variant.name, variant.card.architecture_config())
         if variant.card.parameters is not None and variant.card.architecture in ("transformer", "gpt", "bigram"):
             assert variant.card.parameters <= estimate.parameters <= 1.3 * variant.card.parameters + 10_000, variant.name

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from zoo_core.checkpoints import read_header
-from zoo_core.trainstate import STATE_KEY, training_state_path
+from zoo_core.storage.checkpoints import read_header
+from zoo_core.training.state import STATE_KEY, training_state_path
 
 from .conftest import ROOT
 from .test_third_party_plugins import ZOO, pip_install, run_zoo

@@ -2,7 +2,7 @@
 
 Tests run as root, for whom permission bits mean nothing, so "no permission"
 and "disk full" are made to happen where the zoo meets the OS: the one call
-through which every byte is written (`zoo_core.files._write`) and the creation
+through which every byte is written (`zoo_core.storage.files._write`) and the creation
 of the temporary file. A folder that is really a file is the real thing.
 """
 
@@ -19,12 +19,12 @@ import pytest
 import torch
 
 import zoo_core
-import zoo_core.files
-from zoo_core.checkpoints import save_checkpoint, sha256_file
+import zoo_core.storage.files
+from zoo_core.storage.checkpoints import save_checkpoint, sha256_file
 from zoo_core.errors import ZooError
-from zoo_core.files import atomic_write_text, read_limited
-from zoo_core.plugin_manager import get_plugins
-from zoo_core.prompts import MAX_PROMPT_BYTES
+from zoo_core.storage.files import atomic_write_text, read_limited
+from zoo_core.plugin_api.manager import get_plugins
+from zoo_core.inference.prompts import MAX_PROMPT_BYTES
 
 from .conftest import ROOT
 
@@ -58,7 +58,7 @@ def disk_full_after(monkeypatch):
             written["bytes"] += count
             return count
 
-        monkeypatch.setattr(zoo_core.files, "_write", write)
+        monkeypatch.setattr(zoo_core.storage.files, "_write", write)
         return written
 
     return arrange
@@ -100,7 +100,7 @@ def test_no_permission_to_write_is_one_line(zoo, tmp_path, small_text, monkeypat
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-    monkeypatch.setattr(zoo_core.files.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(zoo_core.storage.files.tempfile, "mkstemp", refuse)
     out = tmp_path / "run"
     result = zoo("train", NAME, "--steps", "2", "--data", str(small_text), "--out", str(out), "--quiet")
     _one_line_error(result, f"{out}/", ": cannot write here: Permission denied")
@@ -111,7 +111,7 @@ def test_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    monkeypatch.setattr(zoo_core.files.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(zoo_core.storage.files.tempfile, "mkstemp", read_only)
     with pytest.raises(ZooError, match="card.json: cannot write here: Read-only file system"):
         atomic_write_text(tmp_path / "card.json", "{}")
 
@@ -137,7 +137,7 @@ def test_a_file_that_shrinks_while_it_is_read(tmp_path, monkeypatch):
     """Replaced or truncated between its size being taken and its bytes being read."""
     path = tmp_path / "registry.toml"
     path.write_bytes(b"x" * 10_000)
-    real_open = zoo_core.files.open_regular
+    real_open = zoo_core.storage.files.open_regular
 
     class Shrinking:
         def __init__(self, handle):
@@ -156,7 +156,7 @@ def test_a_file_that_shrinks_while_it_is_read(tmp_path, monkeypatch):
             os.truncate(path, 4_000)  # another process cuts the file now
             return self.handle.read(size)
 
-    monkeypatch.setattr(zoo_core.files, "open_regular", lambda p, what="file": Shrinking(real_open(p, what)))
+    monkeypatch.setattr(zoo_core.storage.files, "open_regular", lambda p, what="file": Shrinking(real_open(p, what)))
     with pytest.raises(ZooError, match="registry file changed while it was read \\(4,000 of 10,000 bytes\\)"):
         read_limited(path, 1 << 20, "registry file")
 
@@ -215,7 +215,7 @@ def test_a_non_integer_seed_is_refused():
 
 
 def test_training_with_a_large_seed_is_deterministic_and_differs_from_its_low_bits(tmp_path, small_text):
-    from zoo_core.training import seeded_network
+    from zoo_core.training.loop import seeded_network
 
     build = lambda: zoo_core.build_network(zoo_core.get_variant(NAME))  # noqa: E731
     first, again, low = (seeded_network(build, seed).state_dict() for seed in (2**40 + 5, 2**40 + 5, 5))

@@ -10,7 +10,7 @@ import pytest
 
 from zoo_core import hookimpl
 from zoo_core.errors import ZooError
-from zoo_core.plugin_manager import PluginInfo, PluginSet, get_plugins
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
 
 
 def test_builtins_come_through_the_zoo_entry_point_group():

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from zoo_core import progress as progress_module
-from zoo_core.progress import RunningAverage, TrainingProgress
+from zoo_core.training.progress import RunningAverage, TrainingProgress
 
 
 def test_running_average_has_no_start_up_bias():

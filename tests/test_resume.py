@@ -20,13 +20,13 @@ import torch
 from safetensors.torch import load_file
 
 import zoo_core
-from zoo_core.cards import Recipe
-from zoo_core.checkpoints import read_header
-from zoo_core.data import Corpus
+from zoo_core.catalogue.cards import Recipe
+from zoo_core.storage.checkpoints import read_header
+from zoo_core.corpus.batches import Corpus
 from zoo_core.errors import ZooError
-from zoo_core.registry import Variant
-from zoo_core.training import StandardTrainer, seeded_network
-from zoo_core.trainstate import STATE_KEY, read_training_state, run_identity, training_state_path, write_training_state
+from zoo_core.catalogue.registry import Variant
+from zoo_core.training.loop import StandardTrainer, seeded_network
+from zoo_core.training.state import STATE_KEY, read_training_state, run_identity, training_state_path, write_training_state
 
 from .conftest import ROOT
 
@@ -57,17 +57,17 @@ def one_thread():
 
 def count_optimizer_steps(monkeypatch) -> dict:
     """Count the updates every optimizer the trainer makes from now on takes."""
-    import zoo_core.training
+    import zoo_core.training.loop
 
     counted = {"steps": 0}
-    real = zoo_core.training.make_optimizer
+    real = zoo_core.training.loop.make_optimizer
 
     def counting(model, recipe):
         optimizer = real(model, recipe)
         optimizer.register_step_post_hook(lambda *_: counted.__setitem__("steps", counted["steps"] + 1))
         return optimizer
 
-    monkeypatch.setattr(zoo_core.training, "make_optimizer", counting)
+    monkeypatch.setattr(zoo_core.training.loop, "make_optimizer", counting)
     return counted
 
 

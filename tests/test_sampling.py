@@ -7,7 +7,7 @@ import torch
 
 import zoo_core
 from zoo_core.errors import ZooError
-from zoo_core.sampling import sample_tokens
+from zoo_core.inference.sampling import sample_tokens
 
 
 @pytest.fixture(scope="module")

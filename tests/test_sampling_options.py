@@ -11,7 +11,7 @@ import torch
 
 import zoo_core
 from zoo_core.errors import ZooError
-from zoo_core.sampling import SampleStream, filter_logits, sample_seeds, stream_text
+from zoo_core.inference.sampling import SampleStream, filter_logits, sample_seeds, stream_text
 
 NAME = "gpt-char-mini"
 

@@ -15,11 +15,11 @@ from torch import nn
 from torch.nn import functional as F
 
 import zoo_core
-from zoo_core.cards import Recipe
-from zoo_core.components import PositionEncodingBase, encoding_does
-from zoo_core.data import Corpus, fixed_windows, mean_loss
-from zoo_core.datasets import read_text_file
-from zoo_core.training import StandardTrainer, interim_windows, make_optimizer, seeded_network
+from zoo_core.catalogue.cards import Recipe
+from zoo_core.plugin_api.components import PositionEncodingBase, encoding_does
+from zoo_core.corpus.batches import Corpus, fixed_windows, mean_loss
+from zoo_core.corpus.datasets import read_text_file
+from zoo_core.training.loop import StandardTrainer, interim_windows, make_optimizer, seeded_network
 from plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
 from plugins.positions.rope import RotaryPositions
 
@@ -67,7 +67,7 @@ class _Undeclared(nn.Module):
 @pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "none"])
 def test_skipping_identity_calls_changes_no_logit(positions):
     from plugins.models.transformer import TransformerLanguageModel
-    from zoo_core.plugin_manager import get_plugins
+    from zoo_core.plugin_api.manager import get_plugins
 
     plugins = get_plugins()
 
@@ -113,7 +113,7 @@ def test_mean_loss_is_the_token_weighted_mean_of_batch_losses(corpus):
 
 
 def test_final_evaluation_of_a_shipped_checkpoint_matches_its_card():
-    from zoo_core.evaluation import evaluate_language_model
+    from zoo_core.evaluation.scoring import evaluate_language_model
 
     model = zoo_core.load("transformer-6b-sin")
     report = evaluate_language_model(model)
@@ -153,7 +153,7 @@ def test_compiled_training_step_gives_the_eager_loss(corpus):
 
 
 def test_threads_default_by_model_size_and_bad_counts_are_refused(zoo, monkeypatch):
-    from zoo_core.threads import default_threads
+    from zoo_core.inference.threads import default_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert default_threads(800_000) == 1
@@ -181,7 +181,7 @@ def _scored(loss_function, logits, targets):
 def test_one_pass_cross_entropy_gives_torchs_loss_and_gradient(rows, vocabulary):
     from torch.nn import functional as F
 
-    from zoo_core.losses import cross_entropy
+    from zoo_core.training.losses import cross_entropy
 
     generator = torch.Generator().manual_seed(rows)
     logits = torch.randn(rows, vocabulary, generator=generator, dtype=torch.float64) * 4
@@ -197,7 +197,7 @@ def test_one_pass_cross_entropy_gives_torchs_loss_and_gradient(rows, vocabulary)
 def test_cross_entropy_without_gradients_is_torchs_own():
     from torch.nn import functional as F
 
-    from zoo_core.losses import cross_entropy
+    from zoo_core.training.losses import cross_entropy
 
     logits, targets = torch.randn(64, 65), torch.randint(65, (64,))
     with torch.no_grad():
@@ -205,7 +205,7 @@ def test_cross_entropy_without_gradients_is_torchs_own():
 
 
 def test_cross_entropy_scores_half_precision_in_float32():
-    from zoo_core.losses import cross_entropy
+    from zoo_core.training.losses import cross_entropy
 
     logits = torch.randn(16, 65).bfloat16().requires_grad_()
     loss = cross_entropy(logits, torch.randint(65, (16,)))
@@ -214,7 +214,7 @@ def test_cross_entropy_scores_half_precision_in_float32():
 
 
 def test_cross_entropy_refuses_a_second_backward_through_its_reused_buffer():
-    from zoo_core.losses import cross_entropy
+    from zoo_core.training.losses import cross_entropy
 
     logits = torch.randn(8, 5, requires_grad=True)
     loss = cross_entropy(logits, torch.randint(5, (8,)))
@@ -238,7 +238,7 @@ def test_loading_draws_no_random_initial_weights_and_gives_the_checkpoints():
 def test_only_the_thread_that_loads_skips_random_fills():
     import threading
 
-    from zoo_core.initialisation import random_init_skipped
+    from zoo_core.storage.initialisation import random_init_skipped
 
     mine, theirs = torch.zeros(1000), torch.zeros(1000)
     with random_init_skipped():

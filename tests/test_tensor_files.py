@@ -1,4 +1,4 @@
-"""Safetensors files written from the tensors' memory (zoo_core.tensor_files):
+"""Safetensors files written from the tensors' memory (zoo_core.storage.tensor_files):
 the same bytes as the safetensors library's, without holding a second copy."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from zoo_core.checkpoints import sha256_file
+from zoo_core.storage.checkpoints import sha256_file
 from zoo_core.errors import ZooError
-from zoo_core.tensor_files import write_safetensors
+from zoo_core.storage.tensor_files import write_safetensors
 
 from .conftest import ROOT
 
@@ -80,7 +80,7 @@ WRITER = textwrap.dedent("""
     tensors = {f"w{i}": torch.randn(4 * 1024 * 1024) for i in range(4)}  # 64 MiB
     before = peak()
     if sys.argv[2] == "zoo":
-        from zoo_core.tensor_files import write_safetensors
+        from zoo_core.storage.tensor_files import write_safetensors
         write_safetensors(Path(sys.argv[1]), tensors, {"k": "v"})
     else:
         from safetensors.torch import save

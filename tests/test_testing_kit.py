@@ -1,4 +1,4 @@
-"""zoo_core.testing, the authors' kit, catches real faults; built-in names stay built-in.
+"""zoo_core.plugin_api.testing, the authors' kit, catches real faults; built-in names stay built-in.
 
 Faulty components are registered the way a plugin registers them (through a
 PluginSet's hooks) and built into the registered transformer.
@@ -12,9 +12,9 @@ from torch import nn
 
 from zoo_core import hookimpl, testing
 from zoo_core.api import catalogue, load_variant, unbuildable_reason
-from zoo_core.components import PositionEncodingBase
+from zoo_core.plugin_api.components import PositionEncodingBase
 from zoo_core.errors import ZooError
-from zoo_core.plugin_manager import PluginInfo, PluginSet
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 
 
 class LeakyPositions(PositionEncodingBase):
@@ -80,7 +80,7 @@ def test_a_factory_returning_the_wrong_object_is_one_line_naming_plugin_componen
         testing.tiny_transformer_builder(plugins, positions="linear")()
     assert str(error.value) == (
         "plugin 'faulty': position 'linear': the factory returned a Linear, "
-        "which lacks embed(), rotate(), bias() (zoo_core.protocols.PositionEncoding)"
+        "which lacks embed(), rotate(), bias() (zoo_core.plugin_api.protocols.PositionEncoding)"
     )
     results = testing.check_plugin("faulty", deep=False, plugins=plugins)
     assert [r.status for r in results] == ["ok", "FAIL"]

@@ -11,9 +11,9 @@ import tomllib
 
 import pytest
 
-from zoo_core.checkpoints import sha256_file
-from zoo_core.plugin_manager import PluginInfo, PluginSet, get_plugins
-from zoo_core.training import StandardTrainer
+from zoo_core.storage.checkpoints import sha256_file
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
+from zoo_core.training.loop import StandardTrainer
 
 from .conftest import ROOT
 
@@ -78,5 +78,5 @@ def test_a_trainer_returning_the_wrong_object_is_one_line_naming_plugin_and_what
         plugins.components["trainers"].create("sloppy")
     assert str(error.value) == (
         "plugin 'sloppy-plugin': trainer 'sloppy': the factory returned a object, "
-        "which lacks run(), uses_corpus (zoo_core.protocols.Trainer)"
+        "which lacks run(), uses_corpus (zoo_core.plugin_api.protocols.Trainer)"
     )

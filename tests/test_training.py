@@ -9,12 +9,12 @@ import torch
 from safetensors.torch import load_file
 
 import zoo_core
-from zoo_core.cards import Recipe
-from zoo_core.data import BatchSampler, Corpus, fixed_windows
-from zoo_core.datasets import read_text_file
+from zoo_core.catalogue.cards import Recipe
+from zoo_core.corpus.batches import BatchSampler, Corpus, fixed_windows
+from zoo_core.corpus.datasets import read_text_file
 from zoo_core.errors import ZooError
-from zoo_core.plugin_manager import get_plugins
-from zoo_core.training import StandardTrainer, learning_rate_at, seeded_network
+from zoo_core.plugin_api.manager import get_plugins
+from zoo_core.training.loop import StandardTrainer, learning_rate_at, seeded_network
 
 from .conftest import ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zoo_core.plugin_manager import get_plugins
+from zoo_core.plugin_api.manager import get_plugins
 
 
 def _rows(result):

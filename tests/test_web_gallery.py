@@ -88,7 +88,7 @@ def test_variant_page_shows_card_curves_samples_attention_and_bigram(site):
     assert escape(model.generate("ROMEO:", max_new_tokens=60, seed=1), quote=False) in page
     assert "Against the bigram on the same windows" in page
     # ... and the comparison is what `zoo compare` reports for those windows.
-    from zoo_core.compare import compare_variants
+    from zoo_core.evaluation.compare import compare_variants
 
     report = compare_variants(["bigram", "transformer-1b-learned-ctx8"], windows=128, seed=42, max_new_tokens=1)
     for model_report in report["models"]:

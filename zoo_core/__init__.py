@@ -5,12 +5,16 @@ Importing this package is cheap: torch is imported only when a model is built.
 
 import pluggy
 
+from . import _moved
+
+_moved.install()
+
 hookimpl = pluggy.HookimplMarker("zoo")
 
 __version__ = "0.1.0"
 
 # The API is resolved lazily so that `import zoo_core` stays free of torch.
-_API = {"list_variants", "load", "get_variant", "catalogue", "build_network", "load_tokenizer"}
+_API = {"list_variants", "load", "get_variant", "build_network", "load_tokenizer"}
 
 
 def __getattr__(name):

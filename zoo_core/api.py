@@ -1,9 +1,9 @@
 """The Python API: the same reach as the CLI.
 
-    >>> import zoo_core
-    >>> [card.name for card in zoo_core.list_variants("transformer-*")]
-    >>> model = zoo_core.load("transformer-6b-sin")
-    >>> model.generate("ROMEO:", max_new_tokens=50, seed=1)
+>>> import zoo_core
+>>> [card.name for card in zoo_core.list_variants("transformer-*")]
+>>> model = zoo_core.load("transformer-6b-sin")
+>>> model.generate("ROMEO:", max_new_tokens=50, seed=1)
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .catalogue.registry import Catalogue, Variant
 from .errors import ZooError
-from .files import describe_os_error
-from .plugin_manager import PluginSet, get_plugins
-from .registry import Catalogue, Variant
+from .plugin_api.manager import PluginSet, get_plugins
+from .storage.files import describe_os_error
 
 if TYPE_CHECKING:
-    from .cards import ModelCard
+    from .catalogue.cards import ModelCard
 
 # The paths `zoo list`, `zoo load` and `zoo sample` take read a variant's
 # ``facts`` (plain data from the card cache), never its pydantic ``card``:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     """Every variant of every layer (see ``zoo_core.catalogue``)."""
-    from .catalogue_layers import build_catalogue
+    from .catalogue.layers import build_catalogue
 
     return build_catalogue(plugins)
 
@@ -40,8 +40,11 @@ def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> st
     config = facts.config
     needed = [("models", facts.architecture), ("tokenizers", facts.tokenizer.kind)]
     # The zoo's transformer-like architectures name their parts in these config keys.
-    needed += [(kind, config[key]) for kind, key in (("positions", "positions"), ("blocks", "block"))
-               if isinstance(config.get(key), str)]
+    needed += [
+        (kind, config[key])
+        for kind, key in (("positions", "positions"), ("blocks", "block"))
+        if isinstance(config.get(key), str)
+    ]
     for kind, name in needed:
         problem = plugins.components[kind].problem(name)
         if problem:
@@ -75,25 +78,29 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
     size with two tokens swapped loads fine and silently changes every sample."""
     import os
 
-    from .checkpoints import sha256_file
+    from .storage.checkpoints import sha256_file
 
     try:
         size = os.stat(path).st_size
         if size > MAX_TOKENIZER_BYTES:  # hashing a hostile 1 TB file would take hours
-            raise ZooError(f"{path}: tokenizer file is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer can need")
+            raise ZooError(
+                f"{path}: tokenizer file is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer can need"
+            )
         actual = sha256_file(path, "tokenizer file")
     except FileNotFoundError:
         raise ZooError(f"{path}: tokenizer file not found") from None
     except OSError as exc:
         raise ZooError(f"{path}: cannot read tokenizer file: {describe_os_error(exc)}") from None
     if actual != expected:
-        raise ZooError(f"{path}: sha256 mismatch: the card has {expected[:16]}…, the tokenizer file has {actual[:16]}… (changed or replaced)")
+        raise ZooError(
+            f"{path}: sha256 mismatch: the card has {expected[:16]}…, the tokenizer file has {actual[:16]}… (changed or replaced)"
+        )
 
 
 def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     """Refuse, before anything is allocated, a card whose network would be too
-    big to build or run (see zoo_core.limits); returns the estimate."""
-    from .limits import check_budget
+    big to build or run (see zoo_core.catalogue.limits); returns the estimate."""
+    from .catalogue.limits import check_budget
 
     plugins = plugins or get_plugins()
     facts = variant.facts
@@ -127,12 +134,14 @@ def has_published_weights(variant: Variant) -> bool:
     return variant.facts.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
 
 
-def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None):
+def load_variant(
+    variant: Variant, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None
+):
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
-    from .checkpoints import load_verified
     from .devices import place, resolve_device, resolve_dtype
-    from .initialisation import random_init_skipped
-    from .model import ZooModel
+    from .inference.model import ZooModel
+    from .storage.checkpoints import load_verified
+    from .storage.initialisation import random_init_skipped
 
     plugins = plugins or get_plugins()
     target = resolve_device(device or "cpu")  # checked before any work: a missing GPU is one line
@@ -150,7 +159,9 @@ def load_variant(variant: Variant, plugins: PluginSet | None = None, *, device: 
     facts = variant.facts
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
-    verification = load_verified(variant.checkpoint_path, facts.checkpoint.sha256, network, facts.parameters, card=facts)
+    verification = load_verified(
+        variant.checkpoint_path, facts.checkpoint.sha256, network, facts.parameters, card=facts
+    )
     network.eval()
     place(network, target, target_dtype)
     if facts.tokenizer.sha256 is not None and variant.tokenizer_path is not None:

@@ -76,7 +76,9 @@ def resolve_dtype(name: str | None, device=None):
         raise ZooError(f"'{name}' is not a dtype; use {', '.join(DTYPE_CHOICES)}")
     dtype = getattr(torch, name)
     if device is not None and device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ZooError(f"--dtype bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16 support; use float16 or float32")
+        raise ZooError(
+            f"--dtype bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16 support; use float16 or float32"
+        )
     return dtype
 
 
@@ -136,7 +138,7 @@ class Placement:
     """Where and how one training process computes: its device, its autocast
     dtype, and its share of each batch. The trainer asks it at the few points
     that depend on that, and is otherwise the same loop everywhere;
-    `zoo_core.distributed.DataParallelPlacement` is the several-process kind."""
+    `zoo_core.training.distributed.DataParallelPlacement` is the several-process kind."""
 
     world_size = 1
     rank = 0

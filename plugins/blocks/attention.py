@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from zoo_core.components import encoding_does
+from zoo_core.plugin_api.components import encoding_does
 
 
 class KVCache:
@@ -98,7 +98,9 @@ class CausalSelfAttention(nn.Module):
         k_positions = positions
         if cache is not None:
             k, v, k_positions = cache.append(k, v, positions)
-        bias = encoding.bias(positions, k_positions) if encoding_does(encoding, "biases") else None  # (H, Tq, Tk) or None
+        bias = (
+            encoding.bias(positions, k_positions) if encoding_does(encoding, "biases") else None
+        )  # (H, Tq, Tk) or None
         dropout = self.dropout if self.training else 0.0
         # Without a bias the common cases need no mask tensor at all: queries and
         # keys are the same tokens (training, or filling an empty cache), or a

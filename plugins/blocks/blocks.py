@@ -92,4 +92,3 @@ class PostNormBlock(_Block):
         x = self.norm1(x + update)
         x = self.norm2(x + self.feed_forward(x))
         return x, weights
-

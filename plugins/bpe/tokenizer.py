@@ -15,7 +15,7 @@ from typing import Sequence
 import tiktoken
 
 from zoo_core.errors import ZooError
-from zoo_core.files import read_limited
+from zoo_core.storage.files import read_limited
 
 # GPT-2's pre-tokenisation: words with their leading space, numbers, punctuation
 # runs and whitespace are split apart before merging, so merges never cross them.
@@ -51,7 +51,10 @@ def read_ranks(path: Path) -> dict[bytes, int]:
 
 
 def write_ranks(ranks: dict[bytes, int], path: Path) -> None:
-    lines = [f"{base64.b64encode(token).decode('ascii')} {rank}" for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])]
+    lines = [
+        f"{base64.b64encode(token).decode('ascii')} {rank}"
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="ascii")
 
 

@@ -77,14 +77,15 @@ def train_bpe(text: str, vocab_size: int) -> dict[bytes, int]:
 def train_tokenizer(text: str, vocab_size: int, train_fraction: float):
     """`zoo train-tokenizer --kind bpe`: ranks from the training split only
     (BPE never sees validation text)."""
-    from zoo_core.data import split_text
-    from zoo_core.tokenizer_training import TrainedTokenizer
+    from zoo_core.corpus.batches import split_text
+    from zoo_core.corpus.tokenizer_training import TrainedTokenizer
 
     from .tokenizer import write_ranks
 
     train_text, _ = split_text(text, train_fraction)
     ranks = train_bpe(train_text, vocab_size)
     return TrainedTokenizer(
-        f"bpe-{vocab_size}.tiktoken", lambda path: write_ranks(ranks, path),
+        f"bpe-{vocab_size}.tiktoken",
+        lambda path: write_ranks(ranks, path),
         f"{len(ranks)} tokens trained on {len(train_text):,} characters",
     )

@@ -5,4 +5,8 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_tokenizers(register):
-    register("char", "zoo_plugins.chars.tokenizer:load_char_tokenizer", train="zoo_plugins.chars.tokenizer:train_char_tokenizer")
+    register(
+        "char",
+        "zoo_plugins.chars.tokenizer:load_char_tokenizer",
+        train="zoo_plugins.chars.tokenizer:train_char_tokenizer",
+    )

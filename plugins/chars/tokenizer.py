@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from zoo_core.errors import ZooError
-from zoo_core.files import read_limited
+from zoo_core.storage.files import read_limited
 
 # Every Unicode code point, JSON-escaped, would take about 14 MB.
 MAX_VOCABULARY_BYTES = 16 * 1024 * 1024
@@ -77,10 +77,11 @@ def train_char_tokenizer(text: str, vocab_size: int | None = None, train_fractio
     """`zoo train-tokenizer --kind char`: seed 004's vocabulary, every character of
     the whole corpus, so that validation text never holds an unknown one
     (``vocab_size`` and ``train_fraction`` do not apply)."""
-    from zoo_core.tokenizer_training import TrainedTokenizer
+    from zoo_core.corpus.tokenizer_training import TrainedTokenizer
 
     tokenizer = CharTokenizer.from_text(text)
     return TrainedTokenizer(
-        f"char-{tokenizer.vocab_size}.json", tokenizer.save,
+        f"char-{tokenizer.vocab_size}.json",
+        tokenizer.save,
         f"{tokenizer.vocab_size} characters from {len(text):,} characters",
     )

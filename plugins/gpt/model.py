@@ -15,7 +15,6 @@ from torch import nn
 from zoo_plugins.models.config import call_with_config
 from zoo_plugins.models.transformer import TransformerLanguageModel
 
-
 # Seed 004's settings where a card says nothing.
 GPT_DEFAULTS = {"positions": "learned", "block": "pre-norm", "dropout": 0.2}
 
@@ -43,5 +42,9 @@ class GPTLanguageModel(TransformerLanguageModel):
 
 def build_gpt(config, components):
     return call_with_config(
-        GPTLanguageModel, {**GPT_DEFAULTS, **config}, "gpt", signature_of=TransformerLanguageModel, components=components
+        GPTLanguageModel,
+        {**GPT_DEFAULTS, **config},
+        "gpt",
+        signature_of=TransformerLanguageModel,
+        components=components,
     )

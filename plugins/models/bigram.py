@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from zoo_core.losses import cross_entropy
+from zoo_core.training.losses import cross_entropy
 
 from .config import call_with_config
 

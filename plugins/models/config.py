@@ -24,7 +24,11 @@ def call_with_config(
     unknown = sorted(set(config) - accepted)
     if unknown:
         raise ZooError(f"architecture '{architecture}': unknown config key(s) {', '.join(unknown)}")
-    required = {name for name, p in parameters.items() if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    required = {
+        name
+        for name, p in parameters.items()
+        if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
     missing = sorted(required - set(config) - set(extra))
     if missing:
         raise ZooError(f"architecture '{architecture}': config is missing {', '.join(missing)}")

@@ -22,15 +22,19 @@ import torch
 from torch.nn import functional as F
 from torch.nn.modules import module as torch_module
 
-from zoo_core.components import encoding_does
-
+from zoo_core.plugin_api.components import encoding_does
 from zoo_plugins.blocks.attention import CausalSelfAttention, KVCache
 from zoo_plugins.blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
 
 _BLOCKS = (PreNormBlock, PostNormBlock)
 
 
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
 
 
 def _global_hooks() -> bool:

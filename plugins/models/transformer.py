@@ -13,10 +13,9 @@ import inspect
 import torch
 from torch import nn
 
-from zoo_core.components import encoding_does
 from zoo_core.errors import ZooError
-from zoo_core.losses import cross_entropy
-
+from zoo_core.plugin_api.components import encoding_does
+from zoo_core.training.losses import cross_entropy
 from zoo_plugins.blocks.attention import KVCache
 
 from .config import call_with_config
@@ -69,7 +68,9 @@ class TransformerLanguageModel(nn.Module):
             raise ZooError("a transformer needs at least one layer")
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.positions = components["positions"].create(positions, d_model=d_model, n_head=n_head, context_length=context_length)
+        self.positions = components["positions"].create(
+            positions, d_model=d_model, n_head=n_head, context_length=context_length
+        )
         self._embeds_positions = encoding_does(self.positions, "embeds")
         layout = {}
         if activation != "relu":
@@ -121,7 +122,9 @@ class TransformerLanguageModel(nn.Module):
         return GenerationCache(len(self.blocks), self.context_length)
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
-        one_new_token = cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length
+        one_new_token = (
+            cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length
+        )
         if one_new_token and can_decode(self, cache):
             return decode(self, idx, cache), None  # the same logits in fewer calls
         logits, _ = self._run(idx, need_weights=False, cache=cache)

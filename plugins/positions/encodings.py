@@ -7,8 +7,8 @@ import math
 import torch
 from torch import nn
 
-from zoo_core.components import PositionEncodingBase
 from zoo_core.errors import ZooError
+from zoo_core.plugin_api.components import PositionEncodingBase
 
 
 class NoPositions(PositionEncodingBase):
@@ -34,7 +34,9 @@ class LearnedPositions(PositionEncodingBase):
         try:
             return x + self.table(positions)
         except IndexError:
-            raise ZooError(f"learned positions stop at {self.context_length - 1}; crop the input to the context window") from None
+            raise ZooError(
+                f"learned positions stop at {self.context_length - 1}; crop the input to the context window"
+            ) from None
 
 
 class SinusoidalPositions(PositionEncodingBase):

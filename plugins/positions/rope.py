@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo_core.components import PositionEncodingBase
+from zoo_core.plugin_api.components import PositionEncodingBase
 
 
 class RotaryPositions(PositionEncodingBase):

@@ -20,10 +20,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo_core.cards import CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec
-from zoo_core.checkpoints import save_checkpoint
-from zoo_core.files import exclusive_lock
-from zoo_core.registry import render_registry, upsert_registry_entry
+from zoo_core.catalogue.cards import CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec
+from zoo_core.catalogue.registry import render_registry, upsert_registry_entry
+from zoo_core.storage.checkpoints import save_checkpoint
+from zoo_core.storage.files import exclusive_lock
 
 from ..catalogue import builtin_registry_path
 from .model import PuzzleTransformer, hand_set_state_dict
@@ -37,7 +37,9 @@ LINEAGE = (
     "seed 003_6bff11e00caeffbd: TechAarvam 'Puzzle Solution Revealed - Transformer: Need for Position Embedding' "
     "(hand-built 2-layer transformer over a 22-slot residual stream)"
 )
-RECIPE_NOTES = "weights set by hand from named residual slots (plugins/puzzle/model.py: hand_set_state_dict); no training"
+RECIPE_NOTES = (
+    "weights set by hand from named residual slots (plugins/puzzle/model.py: hand_set_state_dict); no training"
+)
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,12 @@ def build_all(checkpoint_dir: Path, registry_dir: Path) -> list[ModelCard]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo_plugins.puzzle.build", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--registry", type=Path, default=builtin_registry_path(),
-                        help="registry file to update (checkpoint paths are relative to it)")
+    parser.add_argument(
+        "--registry",
+        type=Path,
+        default=builtin_registry_path(),
+        help="registry file to update (checkpoint paths are relative to it)",
+    )
     parser.add_argument("--checkpoint-dir", type=Path, help="default: checkpoints/ beside the registry")
     args = parser.parse_args(argv)
     registry = args.registry.resolve()

@@ -323,12 +323,18 @@ def build_puzzle(config: dict[str, Any], components=None) -> PuzzleTransformer:
     """A zero network for the card's config; its checkpoint holds the hand-set weights."""
     unknown = sorted(set(config) - set(CONFIG_KEYS))
     if unknown:
-        raise ZooError(f"architecture 'puzzle': unknown config key(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})")
+        raise ZooError(
+            f"architecture 'puzzle': unknown config key(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})"
+        )
     max_tokens = config.get("max_tokens", 6)
     context_length = config.get("context_length", max_tokens)
     if context_length != max_tokens:
-        raise ZooError(f"architecture 'puzzle': context_length {context_length} must equal max_tokens {max_tokens} (one position per token)")
+        raise ZooError(
+            f"architecture 'puzzle': context_length {context_length} must equal max_tokens {max_tokens} (one position per token)"
+        )
     vocab_size = config.get("vocab_size", len(VOCABULARY))
     if vocab_size != len(VOCABULARY):
-        raise ZooError(f"architecture 'puzzle': vocab_size must be {len(VOCABULARY)} (the puzzle's words), not {vocab_size}")
+        raise ZooError(
+            f"architecture 'puzzle': vocab_size must be {len(VOCABULARY)} (the puzzle's words), not {vocab_size}"
+        )
     return PuzzleTransformer(positions=config.get("positions", True), max_tokens=max_tokens, slots=config.get("slots"))

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from zoo_core.errors import ZooError
-from zoo_core.plots import attention_grid_png
+from zoo_core.evaluation.plots import attention_grid_png
 
 from .model import HEAD_TITLES, PuzzleTransformer, read_answer
 from .rule import expected_answer, well_formed_sentences
@@ -39,7 +39,9 @@ def _check_question(network: PuzzleTransformer, words: list[str]) -> int:
     return words.index(QUESTION)  # the seed reads the first question
 
 
-def answer_question(network: PuzzleTransformer, tokenizer, prompt: str, explain: bool = False, png: Path | None = None) -> str:
+def answer_question(
+    network: PuzzleTransformer, tokenizer, prompt: str, explain: bool = False, png: Path | None = None
+) -> str:
     ids = tokenizer.encode(prompt)
     words = _words_of(tokenizer, ids)
     question = _check_question(network, words)
@@ -146,5 +148,10 @@ def evaluate_network(network: PuzzleTransformer, tokenizer) -> dict[str, Any]:
             elif len(failures) < MAX_FAILURES_SHOWN:
                 failures.append(f"{' '.join(words)}: got {got} {format_vector(answer)}, expected {expected}")
     # "failures" lists the first few; "failures_total" counts them all.
-    return {"accuracy": correct / total, "correct": correct, "total": total,
-            "failures_total": total - correct, "failures": failures}
+    return {
+        "accuracy": correct / total,
+        "correct": correct,
+        "total": total,
+        "failures_total": total - correct,
+        "failures": failures,
+    }

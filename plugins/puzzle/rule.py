@@ -17,10 +17,10 @@ from .slots import ATTRIBUTES_TO_WORD, DISOBEYS, QUESTION
 # Deliberately not derived from the network's token features: this is the key
 # the network is scored against.
 OBJECT_ABILITIES: dict[str, dict[str, bool]] = {
-    "Rock":             {"fly": False, "speak": False},
-    "Human":            {"fly": False, "speak": True},
-    "Crow":             {"fly": True,  "speak": False},
-    "Flying superhero": {"fly": True,  "speak": True},
+    "Rock": {"fly": False, "speak": False},
+    "Human": {"fly": False, "speak": True},
+    "Crow": {"fly": True, "speak": False},
+    "Flying superhero": {"fly": True, "speak": True},
 }
 
 # action word -> (the ability it acts on, whether obeying it flips the ability)

@@ -22,16 +22,16 @@ from __future__ import annotations
 # seed's `token_to_vector` table with its columns named; the order of this
 # dict is the tokenizer's id order.
 TOKEN_FEATURES: dict[str, tuple[str, ...]] = {
-    "Rock":             ("object",),
-    "Human":            ("object", "speak"),
-    "Crow":             ("object", "fly"),
+    "Rock": ("object",),
+    "Human": ("object", "speak"),
+    "Crow": ("object", "fly"),
     "Flying superhero": ("object", "fly", "speak"),
-    "swap-flight":      ("action_fly", "swap_fly"),
-    "swap-speech":      ("action_speak", "swap_speak"),
-    "keep-flight":      ("action_fly",),
-    "keep-speech":      ("action_speak",),
-    "disobeys":         ("disobey",),
-    "he-is?":           ("question",),
+    "swap-flight": ("action_fly", "swap_fly"),
+    "swap-speech": ("action_speak", "swap_speak"),
+    "keep-flight": ("action_fly",),
+    "keep-speech": ("action_speak",),
+    "disobeys": ("disobey",),
+    "he-is?": ("question",),
 }
 
 VOCABULARY: tuple[str, ...] = tuple(TOKEN_FEATURES)
@@ -39,19 +39,26 @@ QUESTION = "he-is?"
 DISOBEYS = "disobeys"
 
 TOKEN_FEATURE_SLOTS: tuple[str, ...] = (
-    "fly", "speak", "swap_fly", "swap_speak",
-    "object", "action_fly", "action_speak", "question", "disobey",
+    "fly",
+    "speak",
+    "swap_fly",
+    "swap_speak",
+    "object",
+    "action_fly",
+    "action_speak",
+    "question",
+    "disobey",
 )
 
 # Written by the heads; the names say what the slot holds at the question token.
 HEAD_OUTPUT_SLOTS: tuple[str, ...] = (
-    "previous_word_is_disobey",   # layer 1, previous-word head (at each action word)
-    "object_attribute_fly",       # layer 1, object head
-    "object_attribute_speak",     # layer 1, object head
-    "is_swap_attr_fly",           # layer 2, flight head
-    "is_attr_fly_disobeyed",      # layer 2, flight head
-    "is_swap_attr_speak",         # layer 2, speech head
-    "is_attr_speak_disobeyed",    # layer 2, speech head
+    "previous_word_is_disobey",  # layer 1, previous-word head (at each action word)
+    "object_attribute_fly",  # layer 1, object head
+    "object_attribute_speak",  # layer 1, object head
+    "is_swap_attr_fly",  # layer 2, flight head
+    "is_attr_fly_disobeyed",  # layer 2, flight head
+    "is_swap_attr_speak",  # layer 2, speech head
+    "is_attr_speak_disobeyed",  # layer 2, speech head
 )
 
 # The readout of seed 003 (kept from the previous notebook): a word for each

@@ -59,5 +59,7 @@ def load_puzzle_tokenizer(spec, path: Path | None) -> PuzzleTokenizer:
         raise ZooError(f"tokenizer 'puzzle-words' has a built-in vocabulary and reads no file (the card names {path})")
     tokenizer = PuzzleTokenizer()
     if spec.vocab_size != tokenizer.vocab_size:
-        raise ZooError(f"tokenizer 'puzzle-words' has {tokenizer.vocab_size} words but the card says vocab_size={spec.vocab_size}")
+        raise ZooError(
+            f"tokenizer 'puzzle-words' has {tokenizer.vocab_size} words but the card says vocab_size={spec.vocab_size}"
+        )
     return tokenizer

@@ -6,4 +6,4 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_trainers(register):
-    register("trained", "zoo_core.training:StandardTrainer")
+    register("trained", "zoo_core.training.loop:StandardTrainer")

@@ -40,7 +40,7 @@ def _require_transformers():
 
 def gpt2_refusal(model) -> str | None:
     """Why the variant has no exact GPT-2 form, or None when it has one."""
-    from ..components import PositionEncodingBase
+    from ..plugin_api.components import PositionEncodingBase
 
     card, network = model.card, model.network
     config = {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
@@ -50,8 +50,10 @@ def gpt2_refusal(model) -> str | None:
     if config["block"] != "pre-norm":
         return f"'{name}' has {config['block']} blocks; GPT-2 normalises before each sublayer, and the post-norm decoders in transformers (XLM, BERT) add an embedding LayerNorm the zoo lacks"
     if config["norm"] != "layernorm" or config["positions"] == "rope":
-        return (f"'{name}' uses {config['positions']} positions and {config['norm']}: Llama's layout has RoPE and RMSNorm, "
-                "but no bias on its vocabulary head, which this variant has")
+        return (
+            f"'{name}' uses {config['positions']} positions and {config['norm']}: Llama's layout has RoPE and RMSNorm, "
+            "but no bias on its vocabulary head, which this variant has"
+        )
     encoding = type(network.positions)
     if encoding.rotate is not PositionEncodingBase.rotate or encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
@@ -111,13 +113,15 @@ def gpt2_state(network, context_length: int, activation: str):
         proj = torch.zeros(width, d_model, dtype=torch.float64)
         proj[:d_model] = zoo[f"{ours}.attention.proj.weight"].T
         state[f"{theirs}.attn.c_proj.weight"], state[f"{theirs}.attn.c_proj.bias"] = into_residual(
-            proj, zoo.get(f"{ours}.attention.proj.bias", torch.zeros(d_model)))
+            proj, zoo.get(f"{ours}.attention.proj.bias", torch.zeros(d_model))
+        )
         up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C)
         d_ff = up.shape[0]
         state[f"{theirs}.mlp.c_fc.weight"] = torch.cat([up.T, torch.zeros(extra, d_ff, dtype=up.dtype)])
         state[f"{theirs}.mlp.c_fc.bias"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(d_ff))
         state[f"{theirs}.mlp.c_proj.weight"], state[f"{theirs}.mlp.c_proj.bias"] = into_residual(
-            zoo[f"{ours}.feed_forward.down.weight"].T, zoo.get(f"{ours}.feed_forward.down.bias", torch.zeros(d_model)))
+            zoo[f"{ours}.feed_forward.down.weight"].T, zoo.get(f"{ours}.feed_forward.down.bias", torch.zeros(d_model))
+        )
     state.update(norm("transformer.ln_f", "final_norm", constant_channel=True))
     head_weight = torch.zeros(zoo["lm_head.weight"].shape[0], width, dtype=torch.float64)
     head_weight[:, :d_model] = zoo["lm_head.weight"]
@@ -125,19 +129,28 @@ def gpt2_state(network, context_length: int, activation: str):
         head_weight[:, d_model] = head_bias
     state["lm_head.weight"] = head_weight
     fields = dict(
-        vocab_size=head_weight.shape[0], n_positions=context_length, n_embd=width, n_layer=n_layer,
-        n_head=n_head + (1 if extra else 0), n_inner=d_ff,
+        vocab_size=head_weight.shape[0],
+        n_positions=context_length,
+        n_embd=width,
+        n_layer=n_layer,
+        n_head=n_head + (1 if extra else 0),
+        n_inner=d_ff,
         activation_function=HF_ACTIVATIONS[activation],
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=eps * d_model / width,
-        tie_word_embeddings=tied and not extra, bos_token_id=None, eos_token_id=None,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=eps * d_model / width,
+        tie_word_embeddings=tied and not extra,
+        bos_token_id=None,
+        eos_token_id=None,
     )
     return {name: tensor.to(torch.float32) for name, tensor in state.items()}, fields
 
 
 def verification_ids(model, count: int = 64) -> list[int]:
     """The first ``count`` tokens of the validation split (cut to the context)."""
-    from ..data import split_text
-    from ..datasets import variant_text
+    from ..corpus.batches import split_text
+    from ..corpus.datasets import variant_text
 
     text = variant_text(model.variant).text
     validation = split_text(text, model.card.recipe.train_fraction)[1]
@@ -168,9 +181,13 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
     quiet_transformers()
     try:
-        state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("activation", "relu"))
+        state, fields = gpt2_state(
+            model.network, model.card.context_length, model.card.config.get("activation", "relu")
+        )
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
-        raise ZooError(f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})") from None
+        raise ZooError(
+            f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})"
+        ) from None
     hf_model = GPT2LMHeadModel(GPT2Config(**fields))
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     if [m for m in missing if not (fields["tie_word_embeddings"] and m == "lm_head.weight")] or unexpected:
@@ -179,7 +196,9 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     hf_model.save_pretrained(out)
     tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length)
     tokenizer.save_pretrained(out)
-    (out / "zoo_card.json").write_text(json.dumps(model.card.model_dump(mode="json", exclude_none=True), indent=2) + "\n")
+    (out / "zoo_card.json").write_text(
+        json.dumps(model.card.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    )
 
     ids, validation = verification_ids(model)
     loaded = AutoModelForCausalLM.from_pretrained(out).eval()
@@ -188,7 +207,9 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
         ours, _ = model.network(torch.tensor([ids]))
     difference = float((theirs - ours).abs().max())
     if difference > LOGIT_TOLERANCE:
-        raise ZooError(f"exported logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE}); nothing usable was written")
+        raise ZooError(
+            f"exported logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE}); nothing usable was written"
+        )
     loaded_tokenizer = AutoTokenizer.from_pretrained(out)
     expected = model.tokenizer.encode(validation)
     if loaded_tokenizer(validation, verbose=False)["input_ids"] != expected:
@@ -203,7 +224,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def _gpt2_config(folder: Path) -> dict:
-    from ..files import read_limited
+    from ..storage.files import read_limited
 
     path = folder / "config.json"
     try:
@@ -231,7 +252,7 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
     """The folder's tokenizer.json in the zoo's form, when it has one: single
     characters (word level), or byte-level BPE whose first 256 ids are the bytes
     in order (what `zoo export` writes). None when the folder has no tokenizer."""
-    from ..files import read_limited
+    from ..storage.files import read_limited
     from .hf_tokenizers import bytes_to_unicode
 
     path = folder / "tokenizer.json"
@@ -247,7 +268,9 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
         raise ZooError(f"{path}: ids are not 0..{vocab_size - 1}; give --tokenizer FILE")
     if model.get("type") == "WordLevel" and all(len(token) == 1 for token, _ in by_id):
         target = scratch / "characters.json"
-        target.write_text(json.dumps({"characters": [token for token, _ in by_id]}, ensure_ascii=False) + "\n", encoding="utf-8")
+        target.write_text(
+            json.dumps({"characters": [token for token, _ in by_id]}, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         return target
     if model.get("type") == "BPE":
         import base64
@@ -259,7 +282,9 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
             tokens = []
         if tokens[:256] == [bytes([b]) for b in range(256)]:  # tiktoken's ranks format: rank = id
             target = scratch / "ranks.tiktoken"
-            target.write_text("".join(f"{base64.b64encode(t).decode('ascii')} {i}\n" for i, t in enumerate(tokens)), encoding="ascii")
+            target.write_text(
+                "".join(f"{base64.b64encode(t).decode('ascii')} {i}\n" for i, t in enumerate(tokens)), encoding="ascii"
+            )
             return target
     raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
 
@@ -273,9 +298,14 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from ..cards import Recipe
+    from ..catalogue.cards import Recipe
     from .imports import (
-        BUILTIN_CORPUS, check_name_is_free, check_tokenizer, imported_card, publish_import, tokenizer_for_vocabulary,
+        BUILTIN_CORPUS,
+        check_name_is_free,
+        check_tokenizer,
+        imported_card,
+        publish_import,
+        tokenizer_for_vocabulary,
     )
 
     if not folder.is_dir():
@@ -291,16 +321,27 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
         raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
     tensors = {key.removeprefix("transformer."): value for key, value in tensors.items()}
     n_embd, n_layer, n_head = int(config["n_embd"]), int(config["n_layer"]), int(config["n_head"])
-    renamed = {"token_embedding.weight": tensors["wte.weight"], "positions.table.weight": tensors["wpe.weight"],
-               "final_norm.weight": tensors["ln_f.weight"], "final_norm.bias": tensors["ln_f.bias"]}
+    renamed = {
+        "token_embedding.weight": tensors["wte.weight"],
+        "positions.table.weight": tensors["wpe.weight"],
+        "final_norm.weight": tensors["ln_f.weight"],
+        "final_norm.bias": tensors["ln_f.bias"],
+    }
     for i in range(n_layer):
         h, b = f"h.{i}", f"blocks.{i}"
-        for theirs, ours, transpose in [("ln_1", "norm1", False), ("ln_2", "norm2", False), ("attn.c_attn", "attention.qkv", True),
-                                        ("attn.c_proj", "attention.proj", True), ("mlp.c_fc", "feed_forward.up", True),
-                                        ("mlp.c_proj", "feed_forward.down", True)]:
+        for theirs, ours, transpose in [
+            ("ln_1", "norm1", False),
+            ("ln_2", "norm2", False),
+            ("attn.c_attn", "attention.qkv", True),
+            ("attn.c_proj", "attention.proj", True),
+            ("mlp.c_fc", "feed_forward.up", True),
+            ("mlp.c_proj", "feed_forward.down", True),
+        ]:
             try:
                 weight = tensors[f"{h}.{theirs}.weight"]
-                renamed[f"{b}.{ours}.weight"] = weight.T.contiguous() if transpose else weight  # Conv1D stores (in, out)
+                renamed[f"{b}.{ours}.weight"] = (
+                    weight.T.contiguous() if transpose else weight
+                )  # Conv1D stores (in, out)
                 renamed[f"{b}.{ours}.bias"] = tensors[f"{h}.{theirs}.bias"]
             except KeyError as exc:
                 raise ZooError(f"{weights}: missing tensor {exc}; not GPT-2's layout") from None
@@ -308,10 +349,18 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     renamed["lm_head.weight"] = renamed["token_embedding.weight"] if tied else tensors["lm_head.weight"]
     vocab = renamed["token_embedding.weight"].shape[0]
     zoo_config = {
-        "d_model": n_embd, "n_layer": n_layer, "n_head": n_head, "d_ff": int(config.get("n_inner") or 4 * n_embd),
-        "dropout": 0.0, "positions": "learned", "block": "pre-norm", "norm": "layernorm",
+        "d_model": n_embd,
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "d_ff": int(config.get("n_inner") or 4 * n_embd),
+        "dropout": 0.0,
+        "positions": "learned",
+        "block": "pre-norm",
+        "norm": "layernorm",
         "activation": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
-        "layer_bias": True, "tie_embeddings": tied, "bias": False,
+        "layer_bias": True,
+        "tie_embeddings": tied,
+        "bias": False,
     }
     eps = float(config.get("layer_norm_epsilon", 1e-5))
     if eps != 1e-5:
@@ -322,9 +371,17 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
         spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
         check_tokenizer(spec, tokenizer_path)
         parameters = sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight"))
-        card = imported_card(name, zoo_config, int(config["n_positions"]), spec, parameters, weights,
-                             hashlib.sha256(weights.read_bytes()).hexdigest(), "transformers GPT-2",
-                             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
-                             license=license)
+        card = imported_card(
+            name,
+            zoo_config,
+            int(config["n_positions"]),
+            spec,
+            parameters,
+            weights,
+            hashlib.sha256(weights.read_bytes()).hexdigest(),
+            "transformers GPT-2",
+            Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
+            license=license,
+        )
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry

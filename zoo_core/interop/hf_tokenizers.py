@@ -18,7 +18,9 @@ from ..errors import ZooError
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters (as in its encoder.py):
     printable Latin-1 bytes stand for themselves, the rest are moved above 255."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     characters = printable[:]
     extra = 0
     for byte in range(256):
@@ -47,10 +49,12 @@ def bpe_tokenizer(ranks: dict[bytes, int], split_pattern: str):
     merges.sort(key=lambda m: m[0])  # stable: splits of one token keep left-to-right order
     model = models.BPE(vocab=vocabulary, merges=[(a, b) for _, a, b in merges], fuse_unk=False)
     tokenizer = Tokenizer(model)
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(split_pattern), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(split_pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
 
@@ -59,7 +63,9 @@ def char_tokenizer(characters: list[str]):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(characters)}, unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newlines too
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(
+        Regex(r"[\s\S]"), behavior="isolated"
+    )  # every character, newlines too
     tokenizer.decoder = decoders.Fuse()
     return tokenizer
 
@@ -75,7 +81,9 @@ def hf_tokenizer_for(zoo_tokenizer, context_length: int):
     elif hasattr(zoo_tokenizer, "characters"):
         backend = char_tokenizer(list(zoo_tokenizer.characters))
     else:
-        raise ZooError(f"no Hugging Face tokenizer for {type(zoo_tokenizer).__name__}: only byte-level BPE and characters map")
+        raise ZooError(
+            f"no Hugging Face tokenizer for {type(zoo_tokenizer).__name__}: only byte-level BPE and characters map"
+        )
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, model_max_length=context_length, clean_up_tokenization_spaces=False
     )

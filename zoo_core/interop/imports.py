@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..cards import CheckpointRef, ModelCard, Recipe, TokenizerSpec
+from ..catalogue.cards import CheckpointRef, ModelCard, Recipe, TokenizerSpec
+from ..catalogue.user import USER_PLUGIN, add_user_variant
 from ..errors import ZooError
-from ..user_catalogue import USER_PLUGIN, add_user_variant
 
 BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are scored on
 
@@ -32,7 +32,9 @@ def check_name_is_free(name: str) -> None:
     from ..api import catalogue
 
     if not re.fullmatch(ModelCard.model_fields["name"].metadata[0].pattern, name):
-        raise ZooError(f"--name '{name}': a variant name is lower-case letters, digits, '-' and '.', starting with a letter or digit")
+        raise ZooError(
+            f"--name '{name}': a variant name is lower-case letters, digits, '-' and '.', starting with a letter or digit"
+        )
     try:
         existing = catalogue().get(name)
     except ZooError:
@@ -60,7 +62,7 @@ def tokenizer_for_vocabulary(vocab_size: int, tokenizer_file: Path | None) -> tu
 
 def check_tokenizer(spec: TokenizerSpec, path: Path) -> None:
     """Build the tokenizer now: a file of another size is refused before anything is written."""
-    from ..plugin_manager import get_plugins
+    from ..plugin_api.manager import get_plugins
 
     get_plugins().components["tokenizers"].create(spec.kind, spec, path)
 

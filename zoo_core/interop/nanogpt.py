@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..cards import ModelCard, Recipe
+from ..catalogue.cards import ModelCard, Recipe
 from ..errors import ZooError
 from .imports import (
     BUILTIN_CORPUS,
@@ -61,10 +61,16 @@ def read_nanogpt_checkpoint(path: Path) -> dict[str, Any]:
     except pickle.UnpicklingError as exc:
         # weights_only refuses any global it does not know: the message names it.
         first = str(exc).split("\n")[0] if "Unsupported global" not in str(exc) else _unsupported_global(str(exc))
-        raise ZooError(f"{path}: refused: the pickle asks for {first}; only tensors and plain data are loaded, nothing is run") from None
+        raise ZooError(
+            f"{path}: refused: the pickle asks for {first}; only tensors and plain data are loaded, nothing is run"
+        ) from None
     except (RuntimeError, EOFError, ValueError, OSError) as exc:
         raise ZooError(f"{path}: not a torch checkpoint ({' '.join(str(exc).split())[:200]})") from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("model"), dict) or not isinstance(checkpoint.get("model_args"), dict):
+    if (
+        not isinstance(checkpoint, dict)
+        or not isinstance(checkpoint.get("model"), dict)
+        or not isinstance(checkpoint.get("model_args"), dict)
+    ):
         raise ZooError(f"{path}: not a nanoGPT checkpoint (no 'model' and 'model_args' entries)")
     return checkpoint
 
@@ -121,9 +127,16 @@ def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
     """What nanoGPT's own config says about the run, where the zoo's recipe has a field for it."""
     config = checkpoint.get("config") if isinstance(checkpoint.get("config"), dict) else {}
     fields: dict[str, Any] = {}
-    for theirs, ours in [("learning_rate", "learning_rate"), ("weight_decay", "weight_decay"), ("beta1", "beta1"),
-                         ("beta2", "beta2"), ("batch_size", "batch_size"), ("warmup_iters", "warmup_steps"),
-                         ("min_lr", "min_learning_rate"), ("eval_interval", "eval_every")]:
+    for theirs, ours in [
+        ("learning_rate", "learning_rate"),
+        ("weight_decay", "weight_decay"),
+        ("beta1", "beta1"),
+        ("beta2", "beta2"),
+        ("batch_size", "batch_size"),
+        ("warmup_iters", "warmup_steps"),
+        ("min_lr", "min_learning_rate"),
+        ("eval_interval", "eval_every"),
+    ]:
         if isinstance(config.get(theirs), (int, float)) and not isinstance(config.get(theirs), bool):
             fields[ours] = config[theirs]
     if isinstance(config.get("grad_clip"), (int, float)) and config["grad_clip"] > 0:
@@ -142,11 +155,14 @@ def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
     try:
         return Recipe(**fields, notes=f"trained by nanoGPT (iter_num {iterations}{best_text}); imported, not retrained")
     except ValueError:
-        return Recipe(data=str(BUILTIN_CORPUS), notes=f"trained by nanoGPT (iter_num {iterations}{best_text}); imported")
+        return Recipe(
+            data=str(BUILTIN_CORPUS), notes=f"trained by nanoGPT (iter_num {iterations}{best_text}); imported"
+        )
 
 
-def import_nanogpt(path: Path, name: str, tokenizer_file: Path | None = None,
-                   license: str = "unspecified") -> tuple[ModelCard, Path]:
+def import_nanogpt(
+    path: Path, name: str, tokenizer_file: Path | None = None, license: str = "unspecified"
+) -> tuple[ModelCard, Path]:
     """Convert the checkpoint to safetensors with a card in the user's catalogue."""
     import torch
 
@@ -164,6 +180,16 @@ def import_nanogpt(path: Path, name: str, tokenizer_file: Path | None = None,
     check_tokenizer(spec, tokenizer_path)
     source_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     parameters = sum(t.numel() for n, t in tensors.items() if n != "lm_head.weight")  # tied: counted once
-    card = imported_card(name, config, context, spec, parameters, path, source_sha256, "nanoGPT", nanogpt_recipe(checkpoint),
-                         license=license)
+    card = imported_card(
+        name,
+        config,
+        context,
+        spec,
+        parameters,
+        path,
+        source_sha256,
+        "nanoGPT",
+        nanogpt_recipe(checkpoint),
+        license=license,
+    )
     return card, publish_import(card, tensors, tokenizer_path)

@@ -56,8 +56,14 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # torch.onnx reports its steps on stdout
             torch.onnx.export(
-                wrapper, (example,), str(path), input_names=["input_ids"], output_names=["logits"],
-                dynamic_shapes={"input_ids": {0: torch.export.Dim("batch"), 1: tokens}}, dynamo=True, verbose=False,
+                wrapper,
+                (example,),
+                str(path),
+                input_names=["input_ids"],
+                output_names=["logits"],
+                dynamic_shapes={"input_ids": {0: torch.export.Dim("batch"), 1: tokens}},
+                dynamo=True,
+                verbose=False,
                 external_data=False,
             )
     except Exception as exc:  # torch.onnx raises many kinds; the user needs one line

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ..errors import ZooError
-from ..files import describe_os_error
+from ..storage.files import describe_os_error
 from . import svg
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -70,8 +70,9 @@ def _templates():
         from jinja2 import Environment, FileSystemLoader, select_autoescape
     except ImportError:
         raise ZooError("the gallery needs the web extra: pip install 'zoo[web]'") from None
-    environment = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(), trim_blocks=True,
-                              lstrip_blocks=True)
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(), trim_blocks=True, lstrip_blocks=True
+    )
     environment.filters["loss"] = lambda v: "—" if v is None else f"{v:.4f}"
     environment.filters["thousands"] = lambda v: "—" if v is None else f"{v:,}"
     return environment
@@ -89,7 +90,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def _history(variant) -> dict | None:
-    path = variant.checkpoint_path.with_name(variant.checkpoint_path.name.removesuffix(".safetensors") + ".history.json")
+    path = variant.checkpoint_path.with_name(
+        variant.checkpoint_path.name.removesuffix(".safetensors") + ".history.json"
+    )
     if not path.is_file():
         return None
     try:
@@ -157,9 +160,9 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
     """What `zoo compare bigram NAME --windows 128 --seed 42` reports, without its samples."""
     import torch
 
-    from ..compare import shared_windows
-    from ..data import Corpus, mean_loss
-    from ..datasets import variant_text
+    from ..corpus.batches import Corpus, mean_loss
+    from ..corpus.datasets import variant_text
+    from ..evaluation.compare import shared_windows
 
     if model.name == BASELINE or not baseline.shares_tokenizer(model.variant):
         return None
@@ -173,7 +176,10 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
     corpus = baseline.corpora[key]
     context = min(first.card.context_length, model.card.context_length)
     generator = torch.Generator().manual_seed(COMPARE_SEED)
-    batches = {split: shared_windows(corpus.split(split), context, COMPARE_WINDOWS, generator) for split in ("train", "validation")}
+    batches = {
+        split: shared_windows(corpus.split(split), context, COMPARE_WINDOWS, generator)
+        for split in ("train", "validation")
+    }
     result = {"context": context, "windows": COMPARE_WINDOWS, "seed": COMPARE_SEED, "baseline": BASELINE}
     for split, (inputs, targets) in batches.items():
         ours, theirs = mean_loss(model.network, inputs, targets), mean_loss(first.network, inputs, targets)
@@ -187,7 +193,7 @@ def _attention(model, prompt: str) -> dict | None:
     network = model.network
     if not hasattr(network, "attention_maps"):
         return None
-    ids = model.encode_prompt(prompt)[-model.card.context_length:]
+    ids = model.encode_prompt(prompt)[-model.card.context_length :]
     with torch.no_grad():
         maps = network.attention_maps(torch.tensor([ids]))
     if not maps:
@@ -228,9 +234,14 @@ def _task_structure(model) -> dict:
         ids = model.tokenizer.encode(PUZZLE_QUESTIONS[0])
         trace = network.trace(torch.tensor(ids, dtype=torch.long))
         labels = [model.tokenizer.decode([i]) for i in ids]
-        attention = {"prompt": PUZZLE_QUESTIONS[0], "labels": labels,
-                     "panels": [{"title": name, "matrix": [[round(float(v), 4) for v in row] for row in matrix.tolist()]}
-                                for name, matrix in trace["attention"].items()]}
+        attention = {
+            "prompt": PUZZLE_QUESTIONS[0],
+            "labels": labels,
+            "panels": [
+                {"title": name, "matrix": [[round(float(v), 4) for v in row] for row in matrix.tolist()]}
+                for name, matrix in trace["attention"].items()
+            ],
+        }
     return {"slots": slots, "heads": heads, "attention": attention}
 
 
@@ -244,7 +255,8 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
         measured["task"] = _task_structure(model)
         return measured
     measured["samples"] = [
-        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, max_new_tokens=SAMPLE_TOKENS, seed=seed)} for seed in SAMPLE_SEEDS
+        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, max_new_tokens=SAMPLE_TOKENS, seed=seed)}
+        for seed in SAMPLE_SEEDS
     ]
     measured["attention"] = _attention(model, ATTENTION_PROMPT)
     measured["comparison"] = _compare_with_baseline(model, baseline, models)
@@ -253,10 +265,17 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
 
 def _cached_measure(variant, models, baseline: _Baseline, cache: Path) -> tuple[dict, bool]:
     sha = variant.card.checkpoint.sha256
-    key = {"version": CACHE_VERSION, "sha256": sha, "prompt": SAMPLE_PROMPT, "seeds": SAMPLE_SEEDS,
-           "tokens": SAMPLE_TOKENS, "attention": ATTENTION_PROMPT, "windows": COMPARE_WINDOWS,
-           "baseline": baseline.variant.card.checkpoint.sha256 if baseline.variant else None,
-           "questions": PUZZLE_QUESTIONS}
+    key = {
+        "version": CACHE_VERSION,
+        "sha256": sha,
+        "prompt": SAMPLE_PROMPT,
+        "seeds": SAMPLE_SEEDS,
+        "tokens": SAMPLE_TOKENS,
+        "attention": ATTENTION_PROMPT,
+        "windows": COMPARE_WINDOWS,
+        "baseline": baseline.variant.card.checkpoint.sha256 if baseline.variant else None,
+        "questions": PUZZLE_QUESTIONS,
+    }
     path = cache / f"{_slug(variant.name)}.json"
     if sha is not None and path.is_file():
         try:
@@ -321,7 +340,11 @@ def _studies(source: Path, variant_names: set[str]) -> tuple[str, list[dict]]:
         # Arms named in code spans link to their variant page.
         def link(match):
             arm = match.group(1)
-            return f'<a href="../variants/{_slug(arm)}.html"><code>{arm}</code></a>' if arm in variant_names else match.group(0)
+            return (
+                f'<a href="../variants/{_slug(arm)}.html"><code>{arm}</code></a>'
+                if arm in variant_names
+                else match.group(0)
+            )
 
         html = re.sub(r"<code>([a-z0-9.\-]+)</code>", link, html)
         studies.append({"name": name, "slug": _slug(name), "title": heading.strip(), "html": html})
@@ -331,8 +354,13 @@ def _studies(source: Path, variant_names: set[str]) -> tuple[str, list[dict]]:
 # -- the site -------------------------------------------------------------------------------
 
 
-def write_gallery(out: Path, pattern: str | None = None, cache: Path | None = None, quiet: bool = False,
-                  experiments: Path | None = None) -> dict:
+def write_gallery(
+    out: Path,
+    pattern: str | None = None,
+    cache: Path | None = None,
+    quiet: bool = False,
+    experiments: Path | None = None,
+) -> dict:
     """Write the site into ``out``; returns counts and the seconds it took."""
     from ..api import catalogue
     from .generation import ModelCache
@@ -360,8 +388,14 @@ def write_gallery(out: Path, pattern: str | None = None, cache: Path | None = No
         row = _row(variant)
         history = _history(variant)
         chart = _loss_chart(variant.name, history) if history else ""
-        page = {"row": row, "card": variant.card.model_dump(mode="json", exclude_none=True), "loss_chart": None,
-                "measured": None, "attention": [], "problem": None}
+        page = {
+            "row": row,
+            "card": variant.card.model_dump(mode="json", exclude_none=True),
+            "loss_chart": None,
+            "measured": None,
+            "attention": [],
+            "problem": None,
+        }
         if chart:
             _write(images / f"{row['slug']}-loss.svg", chart)
             page["loss_chart"] = f"img/{row['slug']}-loss.svg"
@@ -373,19 +407,34 @@ def write_gallery(out: Path, pattern: str | None = None, cache: Path | None = No
                 page["attention"] = _attention_images(variant.name, measured.get("attention"), images)
                 if "task" in measured:
                     structure = measured["task"]
-                    tasks.append({"row": row, "answers": measured["answers"], "slots": structure["slots"],
-                                  "heads": structure["heads"],
-                                  "attention": _attention_images(variant.name, structure["attention"], images, "task-")})
+                    tasks.append(
+                        {
+                            "row": row,
+                            "answers": measured["answers"],
+                            "slots": structure["slots"],
+                            "heads": structure["heads"],
+                            "attention": _attention_images(variant.name, structure["attention"], images, "task-"),
+                        }
+                    )
             except ZooError as exc:  # one broken variant must not hide the others
                 page["problem"] = str(exc)
         rows.append(row)
-        _write(out / "variants" / f"{row['slug']}.html",
-               environment.get_template("variant.html").render(root="../", page=page, sample_prompt=SAMPLE_PROMPT,
-                                                               sample_tokens=SAMPLE_TOKENS,
-                                                               attention_prompt=ATTENTION_PROMPT))
+        _write(
+            out / "variants" / f"{row['slug']}.html",
+            environment.get_template("variant.html").render(
+                root="../",
+                page=page,
+                sample_prompt=SAMPLE_PROMPT,
+                sample_tokens=SAMPLE_TOKENS,
+                attention_prompt=ATTENTION_PROMPT,
+            ),
+        )
         if not quiet:
-            print(f"  {variant.name}{'' if not row['weights'] else ' (cached)' if page['measured'] and hit else ''}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {variant.name}{'' if not row['weights'] else ' (cached)' if page['measured'] and hit else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # Arms link to their pages only where this gallery has them (--variants may leave some out).
     introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", {r["name"] for r in rows})
@@ -395,17 +444,43 @@ def write_gallery(out: Path, pattern: str | None = None, cache: Path | None = No
         for picture in pictures.glob("*.png"):
             shutil.copyfile(picture, images / "studies" / picture.name)
     for study in studies:
-        _write(out / "studies" / f"{study['slug']}.html",
-               environment.get_template("study.html").render(root="../", study=study, studies=studies))
+        _write(
+            out / "studies" / f"{study['slug']}.html",
+            environment.get_template("study.html").render(root="../", study=study, studies=studies),
+        )
     if tasks:
-        question_answers = [{"question": q, "answers": [next(a["answer"] for a in task["answers"] if a["question"] == q)
-                                                        for task in tasks]} for q in PUZZLE_QUESTIONS]
-        _write(out / "puzzle.html", environment.get_template("puzzle.html").render(
-            root="", tasks=tasks, questions=question_answers))
-    columns = {key: sorted({str(v) for r in rows for v in ([r[key]] if key != "tags" else r[key])})
-               for key in ("architecture", "tokenizer", "tags")}
-    _write(out / "index.html", environment.get_template("index.html").render(
-        root="", rows=rows, filters=columns, studies=studies, introduction=introduction, has_puzzle=bool(tasks),
-        has_bits=any(r["bits_per_byte"] is not None for r in rows)))
-    return {"variants": len(rows), "studies": len(studies), "tasks": len(tasks), "cached": cached,
-            "seconds": time.perf_counter() - started, "index": str(out / "index.html")}
+        question_answers = [
+            {
+                "question": q,
+                "answers": [next(a["answer"] for a in task["answers"] if a["question"] == q) for task in tasks],
+            }
+            for q in PUZZLE_QUESTIONS
+        ]
+        _write(
+            out / "puzzle.html",
+            environment.get_template("puzzle.html").render(root="", tasks=tasks, questions=question_answers),
+        )
+    columns = {
+        key: sorted({str(v) for r in rows for v in ([r[key]] if key != "tags" else r[key])})
+        for key in ("architecture", "tokenizer", "tags")
+    }
+    _write(
+        out / "index.html",
+        environment.get_template("index.html").render(
+            root="",
+            rows=rows,
+            filters=columns,
+            studies=studies,
+            introduction=introduction,
+            has_puzzle=bool(tasks),
+            has_bits=any(r["bits_per_byte"] is not None for r in rows),
+        ),
+    )
+    return {
+        "variants": len(rows),
+        "studies": len(studies),
+        "tasks": len(tasks),
+        "cached": cached,
+        "seconds": time.perf_counter() - started,
+        "index": str(out / "index.html"),
+    }

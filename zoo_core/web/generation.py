@@ -64,13 +64,24 @@ def stream_text(
     character. Setting ``stop`` ends the generation at the next token; ``usage``
     (a dict) counts the tokens drawn under "completion_tokens".
     """
-    from ..sampling import SampleStream
+    from ..inference.sampling import SampleStream
 
     ids = model.encode_prompt(prompt)
-    # The same sampler as `zoo sample` (zoo_core.sampling): the same draws for the
+    # The same sampler as `zoo sample` (zoo_core.inference.sampling): the same draws for the
     # same seed, text handed out only once it can no longer change.
-    steps = iter(SampleStream(model.network, model.tokenizer, [ids], [seed], prompts=[prompt],
-                              max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p))
+    steps = iter(
+        SampleStream(
+            model.network,
+            model.tokenizer,
+            [ids],
+            [seed],
+            prompts=[prompt],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+        )
+    )
     try:
         for drawn, pieces in enumerate(steps, 1):
             if stop is not None and stop.is_set():

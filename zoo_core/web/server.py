@@ -95,7 +95,9 @@ def _describe(error: ValidationError) -> str:
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise LimitExceeded(413, "max_body_bytes", f"request body of {declared} bytes exceeds the limit max_body_bytes={limit}")
+        raise LimitExceeded(
+            413, "max_body_bytes", f"request body of {declared} bytes exceeds the limit max_body_bytes={limit}"
+        )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -121,8 +123,11 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
     def claim_slot() -> None:
         with generation_lock:
             if generations["running"] >= limits.max_concurrent_generations:
-                raise LimitExceeded(429, "max_concurrent_generations",
-                                    f"too many generations at once: the limit max_concurrent_generations={limits.max_concurrent_generations} is reached; retry later")
+                raise LimitExceeded(
+                    429,
+                    "max_concurrent_generations",
+                    f"too many generations at once: the limit max_concurrent_generations={limits.max_concurrent_generations} is reached; retry later",
+                )
             generations["running"] += 1
 
     def release_slot() -> None:
@@ -130,9 +135,16 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             generations["running"] -= 1
 
     async def models(request: Request) -> Response:
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": variants[name].plugin,
-                 "context_length": variants[name].card.context_length}
-                for name in sorted(servable)]
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": variants[name].plugin,
+                "context_length": variants[name].card.context_length,
+            }
+            for name in sorted(servable)
+        ]
         return JSONResponse({"object": "list", "data": data})
 
     def parse(body: bytes) -> CompletionRequest:
@@ -153,10 +165,15 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         if not request.prompt:
             raise ZooError("field 'prompt': the prompt is empty")
         if len(request.prompt) > limits.max_prompt_chars:
-            raise LimitExceeded(400, "max_prompt_chars",
-                                f"the prompt has {len(request.prompt)} characters; the limit max_prompt_chars={limits.max_prompt_chars}")
+            raise LimitExceeded(
+                400,
+                "max_prompt_chars",
+                f"the prompt has {len(request.prompt)} characters; the limit max_prompt_chars={limits.max_prompt_chars}",
+            )
         if request.max_tokens > limits.max_tokens:
-            raise LimitExceeded(400, "max_tokens", f"max_tokens={request.max_tokens} exceeds the limit max_tokens={limits.max_tokens}")
+            raise LimitExceeded(
+                400, "max_tokens", f"max_tokens={request.max_tokens} exceeds the limit max_tokens={limits.max_tokens}"
+            )
         if request.model not in variants:
             raise LookupError(f"unknown model '{request.model}'; GET /v1/models lists them")
         if request.model not in servable:
@@ -164,8 +181,13 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         return request
 
     def chunk(ident: str, created: int, model: str, text: str, finish: str | None) -> dict:
-        return {"id": ident, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+        return {
+            "id": ident,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}],
+        }
 
     async def completions(request: Request) -> Response:
         try:
@@ -196,8 +218,17 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             pieces = iter_answer(model, params.prompt)
         else:
             top_p = None if params.top_p >= 1 else params.top_p
-            pieces = stream_text(model, params.prompt, params.max_tokens, params.temperature, params.top_k, top_p,
-                                 params.seed, stop, usage)
+            pieces = stream_text(
+                model,
+                params.prompt,
+                params.max_tokens,
+                params.temperature,
+                params.top_k,
+                top_p,
+                params.seed,
+                stop,
+                usage,
+            )
         queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         done = object()
@@ -234,6 +265,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
                 stop.set()  # the client left (or we finished): the worker stops at its next token
 
         if params.stream:
+
             async def events():
                 try:
                     if params.echo:
@@ -248,8 +280,12 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
                     stop.set()
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                events(),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+
         async def watch_for_departure():
             # Without a stream nothing is sent until the end, so nothing would
             # notice a client that left: ask the connection instead.
@@ -272,8 +308,11 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         completion = "".join(text)
         completion_tokens = usage["completion_tokens"]
         body = chunk(ident, created, params.model, (params.prompt if params.echo else "") + completion, "length")
-        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                         "total_tokens": prompt_tokens + completion_tokens}
+        body["usage"] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
         return JSONResponse(body)
 
     def iter_answer(model, prompt):
@@ -281,8 +320,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
 
     async def sample_page(request: Request) -> Response:
         names = sorted(servable)
-        page = templates.get_template("sample.html").render(variants=names, limits=limits,
-                                                            gallery=site is not None)
+        page = templates.get_template("sample.html").render(variants=names, limits=limits, gallery=site is not None)
         return Response(page, media_type="text/html")
 
     async def index(request: Request) -> Response:
@@ -294,8 +332,11 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         return JSONResponse({"status": "ok", "loaded": cache.loaded(), "generations": generations["running"]})
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return _error(exc.status_code, exc.detail if isinstance(exc.detail, str) else "error",
-                      kind="not_found_error" if exc.status_code == 404 else "invalid_request_error")
+        return _error(
+            exc.status_code,
+            exc.detail if isinstance(exc.detail, str) else "error",
+            kind="not_found_error" if exc.status_code == 404 else "invalid_request_error",
+        )
 
     async def server_error(request: Request, exc: Exception) -> Response:
         return _error(500, f"internal error: {type(exc).__name__}", kind="server_error")

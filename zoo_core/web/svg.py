@@ -31,8 +31,14 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
 
 
-def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_label: str, y_label: str,
-               width: int = 560, height: int = 300) -> str:
+def line_chart(
+    series: dict[str, Sequence[tuple[float, float]]],
+    title: str,
+    x_label: str,
+    y_label: str,
+    width: int = 560,
+    height: int = 300,
+) -> str:
     """Curves sharing axes, one colour each, with a legend (loss against step)."""
     points = [p for curve in series.values() for p in curve if math.isfinite(p[1])]
     if not points:
@@ -53,24 +59,34 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_l
     def y(value):
         return top + (y_high - value) / (y_high - y_low) * (height - top - bottom)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="11">',
-             f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{escape(title)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{escape(title)}</text>',
+    ]
     for tick in _ticks(y_low, y_high):
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e6e6e6"/>')
         parts.append(f'<text x="{left - 5}" y="{y(tick) + 4:.1f}" text-anchor="end">{_number(round(tick, 6))}</text>')
     for tick in _ticks(x_low, x_high):
         parts.append(f'<text x="{x(tick):.1f}" y="{height - bottom + 15}" text-anchor="middle">{_number(tick)}</text>')
-    parts.append(f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="none" stroke="#888"/>')
-    parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 8}" text-anchor="middle">{escape(x_label)}</text>')
-    parts.append(f'<text transform="translate(14 {(top + height - bottom) / 2}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>')
+    parts.append(
+        f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="none" stroke="#888"/>'
+    )
+    parts.append(
+        f'<text x="{(left + width - right) / 2}" y="{height - 8}" text-anchor="middle">{escape(x_label)}</text>'
+    )
+    parts.append(
+        f'<text transform="translate(14 {(top + height - bottom) / 2}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>'
+    )
     for i, (name, curve) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
         path = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in curve if math.isfinite(b))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{path}"/>')
         legend_y = top + 14 + 15 * i
-        parts.append(f'<line x1="{width - right - 120}" x2="{width - right - 100}" y1="{legend_y - 4}" y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>')
+        parts.append(
+            f'<line x1="{width - right - 120}" x2="{width - right - 100}" y1="{legend_y - 4}" y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>'
+        )
         parts.append(f'<text x="{width - right - 95}" y="{legend_y}">{escape(name)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
@@ -83,8 +99,14 @@ def _blue(value: float) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def heatmap(matrix: Sequence[Sequence[float]], row_labels: Sequence[str], column_labels: Sequence[str], title: str,
-            cell: int = 16, annotate: bool | None = None) -> str:
+def heatmap(
+    matrix: Sequence[Sequence[float]],
+    row_labels: Sequence[str],
+    column_labels: Sequence[str],
+    title: str,
+    cell: int = 16,
+    annotate: bool | None = None,
+) -> str:
     """A (rows, columns) grid of weights in [0, 1]; rows attend to columns."""
     rows, columns = len(row_labels), len(column_labels)
     annotate = rows <= 12 and columns <= 12 if annotate is None else annotate
@@ -93,23 +115,31 @@ def heatmap(matrix: Sequence[Sequence[float]], row_labels: Sequence[str], column
     label_width = 8 + 6.5 * max((len(label) for label in [*row_labels, *column_labels]), default=1)
     left, top = label_width, label_width + 20
     width, height = left + columns * cell + 6, top + rows * cell + 6
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-             f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{escape(title)}" font-family="monospace" font-size="10">',
-             f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
-             f'<text x="4" y="13" font-family="sans-serif" font-size="12">{escape(title)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{escape(title)}" font-family="monospace" font-size="10">',
+        f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
+        f'<text x="4" y="13" font-family="sans-serif" font-size="12">{escape(title)}</text>',
+    ]
     for i, label in enumerate(row_labels):
-        parts.append(f'<text x="{left - 4:.1f}" y="{top + i * cell + cell * 0.7:.1f}" text-anchor="end">{escape(label)}</text>')
+        parts.append(
+            f'<text x="{left - 4:.1f}" y="{top + i * cell + cell * 0.7:.1f}" text-anchor="end">{escape(label)}</text>'
+        )
     for j, label in enumerate(column_labels):
         cx = left + j * cell + cell * 0.65
         parts.append(f'<text transform="translate({cx:.1f} {top - 4:.1f}) rotate(-90)">{escape(label)}</text>')
     for i, row in enumerate(matrix):
         for j, value in enumerate(row):
             value = float(value)
-            parts.append(f'<rect x="{left + j * cell:.1f}" y="{top + i * cell}" width="{cell}" height="{cell}" '
-                         f'fill="{_blue(value)}"><title>{escape(row_labels[i])} → {escape(column_labels[j])}: {value:.3f}</title></rect>')
+            parts.append(
+                f'<rect x="{left + j * cell:.1f}" y="{top + i * cell}" width="{cell}" height="{cell}" '
+                f'fill="{_blue(value)}"><title>{escape(row_labels[i])} → {escape(column_labels[j])}: {value:.3f}</title></rect>'
+            )
             if annotate:
                 colour = "white" if value > 0.5 else "black"
-                parts.append(f'<text x="{left + j * cell + cell / 2:.1f}" y="{top + i * cell + cell * 0.62:.1f}" '
-                             f'text-anchor="middle" font-size="9" fill="{colour}">{value:.2f}</text>')
+                parts.append(
+                    f'<text x="{left + j * cell + cell / 2:.1f}" y="{top + i * cell + cell * 0.62:.1f}" '
+                    f'text-anchor="middle" font-size="9" fill="{colour}">{value:.2f}</text>'
+                )
     parts.append("</svg>")
     return "\n".join(parts)

@@ -1,0 +1,268 @@
+"""Model cards: what a variant is, how it was made and how well it does.
+
+A card is validated from one `registry.toml` table and written, as JSON, into the
+header of the variant's safetensors file, so a checkpoint describes itself.
+Unknown fields are errors everywhere: a typo must not silently become a default.
+
+Fields marked ``WEIGHTS`` (``json_schema_extra``) define the weights: change one
+and the checkpoint no longer matches its card. The others describe or measure.
+`zoo card-schema` prints the JSON Schema and `docs/cards.md` is generated from
+these models (`zoo_core.catalogue.card_docs`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from .card_facts import first_difference  # noqa: F401  (pydantic-free; kept importable from here)
+from .limits import check_config_shape
+
+WEIGHTS = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
+NAME_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class TokenizerSpec(_Strict):
+    """Which registered tokenizer encodes this variant's text, and its data file."""
+
+    kind: str = Field(
+        description="registered tokenizer name, e.g. 'bpe' (`zoo plugins` lists them)", json_schema_extra=WEIGHTS
+    )
+    vocab_size: int = Field(
+        gt=0,
+        strict=True,
+        description="number of token ids; the embedding and output layers' size",
+        json_schema_extra=WEIGHTS,
+    )
+    file: str | None = Field(
+        None, description="the tokenizer's data file (BPE ranks, character list), relative to the registry file"
+    )
+    sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="of the tokenizer's file; checked on every load"
+    )
+
+
+class Recipe(_Strict):
+    """How the weights came to be: a training run, or set by hand."""
+
+    kind: str = Field(
+        "trained",
+        pattern=NAME_PATTERN,
+        description="the registered trainer `zoo train` uses: 'trained' (the standard AdamW/SGD trainer), "
+        "'hand-built' (the puzzle's hand-set weights) or a plugin's trainer",
+        json_schema_extra=WEIGHTS,
+    )
+    optimizer: Literal["adamw", "sgd"] = Field(
+        "adamw", description="the standard trainer's optimizer", json_schema_extra=WEIGHTS
+    )
+    learning_rate: float = Field(1e-3, gt=0, description="peak learning rate", json_schema_extra=WEIGHTS)
+    weight_decay: float = Field(
+        0.0, ge=0, description="decoupled weight decay (AdamW) or L2 penalty (SGD)", json_schema_extra=WEIGHTS
+    )
+    beta1: float = Field(0.9, ge=0, lt=1, description="first-moment decay (AdamW, Lion)", json_schema_extra=WEIGHTS)
+    beta2: float = Field(0.999, ge=0, lt=1, description="second-moment decay (AdamW, Lion)", json_schema_extra=WEIGHTS)
+    grad_clip: float | None = Field(
+        None, gt=0, description="clip the gradient norm to this value", json_schema_extra=WEIGHTS
+    )
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="constant, or linear warm-up then cosine decay", json_schema_extra=WEIGHTS
+    )
+    warmup_steps: int = Field(0, ge=0, description="warm-up steps of the cosine schedule", json_schema_extra=WEIGHTS)
+    min_learning_rate: float = Field(0.0, ge=0, description="where the cosine schedule ends", json_schema_extra=WEIGHTS)
+    steps: int = Field(1, gt=0, description="optimizer updates", json_schema_extra=WEIGHTS)
+    batch_size: int = Field(32, gt=0, description="windows per update", json_schema_extra=WEIGHTS)
+    seed: int = Field(
+        42,
+        ge=-(2**63),
+        lt=2**64,
+        strict=True,
+        description="fixes initialisation, dropout and the order of batches; any 64-bit integer, distinct seeds give distinct streams",
+        json_schema_extra=WEIGHTS,
+    )
+    eval_every: int = Field(500, gt=0, description="steps between evaluations (and, by default, saved training states)")
+    eval_windows: int = Field(320, gt=0, description="fixed windows per split for train/val loss")
+    data: str = Field(
+        "tinyshakespeare",
+        description="a registered dataset's name (`zoo datasets`), or a text file's path relative to the registry",
+    )
+    data_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="sha256 of the text trained on; checked whenever the text is read"
+    )
+    train_fraction: float = Field(
+        0.9,
+        gt=0,
+        lt=1,
+        description="the corpus's leading share trained on; the rest is validation",
+        json_schema_extra=WEIGHTS,
+    )
+    notes: str = Field("", description="free text about how the weights were made")
+
+    @model_serializer(mode="wrap")
+    def _only_what_applies(self, handler):
+        # Hand-set weights have no optimizer, steps or data: writing the defaults
+        # out would describe a training run that never happened.
+        data = handler(self)
+        if self.kind == "hand-built":
+            return {key: data[key] for key in ("kind", "notes")}
+        return data
+
+
+class Metrics(_Strict):
+    """Measured, never claimed: filled in by `zoo train` (or `zoo eval`)."""
+
+    train_loss: float | None = Field(
+        None, description="mean loss on the recipe's fixed training windows", json_schema_extra=WEIGHTS
+    )
+    validation_loss: float | None = Field(
+        None, description="mean loss on the fixed validation windows", json_schema_extra=WEIGHTS
+    )
+    validation_perplexity: float | None = Field(None, description="exp(validation_loss)", json_schema_extra=WEIGHTS)
+    uniform_loss: float | None = Field(
+        None, description="ln(vocabulary size): what guessing uniformly scores", json_schema_extra=WEIGHTS
+    )
+    loss_unit: str = Field("nats per token", description="the unit of the losses", json_schema_extra=WEIGHTS)
+    # Measured later by `zoo eval --record` and kept in the registry only: not
+    # part of what a checkpoint's header is compared on.
+    validation_bits_per_byte: float | None = Field(
+        None,
+        description="bits per UTF-8 byte of the whole validation text: compares across tokenizers (zoo_core.evaluation.bits)",
+    )
+    validation_bits_per_character: float | None = Field(None, description="the same, in bits per character")
+    training_seconds: float | None = Field(
+        None, description="time spent in updates (evaluation excluded)", json_schema_extra=WEIGHTS
+    )
+    tokens_per_second: float | None = Field(
+        None, description="training throughput over the updates", json_schema_extra=WEIGHTS
+    )
+    accuracy: float | None = Field(
+        None, description="task models (the puzzle): share of answers right", json_schema_extra=WEIGHTS
+    )
+
+
+class TrainedWith(_Strict):
+    """Where a trained variant's weights were made (`zoo train` fills it in):
+    the same recipe on another device, dtype or number of processes gives
+    close but not bit-identical weights (docs/scaling.md)."""
+
+    device: str = Field(description="'cpu', 'mps' or 'cuda (GPU model)'")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(description="autocast dtype of the forward pass")
+    world_size: int = Field(1, gt=0, description="data-parallel processes sharing each batch")
+
+
+class CheckpointRef(_Strict):
+    """Where the weights are and their checksum."""
+
+    path: str = Field(description="safetensors file, relative to the registry file")
+    sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="the file's sha256, checked on every load; none until trained"
+    )
+
+
+VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
+
+
+class ModelCard(_Strict):
+    """Everything the zoo knows about one variant."""
+
+    name: str = Field(
+        pattern=NAME_PATTERN, description="the variant's name (the registry table's key)", json_schema_extra=WEIGHTS
+    )
+    description: str = Field(description="one or two sentences for `zoo list` and `zoo show`")
+    architecture: str = Field(description="registered model name, e.g. 'transformer'", json_schema_extra=WEIGHTS)
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        json_schema_extra=WEIGHTS,
+        description="the architecture's settings (for 'transformer': d_model, n_layer, n_head, d_ff, positions, block, norm, dropout, bias)",
+    )
+    tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
+    context_length: int = Field(
+        gt=0, strict=True, description="the most tokens the network attends over", json_schema_extra=WEIGHTS
+    )
+    recipe: Recipe = Field(default_factory=Recipe, description="how the weights were made", json_schema_extra=WEIGHTS)
+    checkpoint: CheckpointRef = Field(description="the weights file")
+    parameters: int | None = Field(
+        None, ge=0, description="trainable parameters, counted by `zoo train`", json_schema_extra=WEIGHTS
+    )
+    metrics: Metrics = Field(
+        default_factory=Metrics,
+        description="measured by `zoo train` (never claimed by hand)",
+        json_schema_extra=WEIGHTS,
+    )
+    trained_with: TrainedWith | None = Field(None, description="device, dtype and number of processes `zoo train` used")
+    lineage: str = Field(description="the document this variant reproduces")
+    license: str = Field(description="the weights' license; required: a card never gets one by default")
+    tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")
+    allow_external_paths: bool = Field(
+        False,
+        description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
+        "symlinks out); honoured only in the user's own catalogues, never in a plugin's",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _possible_shape(cls, config: dict[str, Any]) -> dict[str, Any]:
+        check_config_shape(config)  # before anything could be built from it
+        return config
+
+    @model_serializer(mode="wrap")
+    def _opt_in_only_when_set(self, handler):
+        # The opt-in is written only where a user set it: every other card (and
+        # every checkpoint header) reads as it did before the field existed.
+        data = handler(self)
+        if not self.allow_external_paths:
+            data.pop("allow_external_paths", None)
+        return data
+
+    @model_validator(mode="after")
+    def _context_in_config(self) -> "ModelCard":
+        # The architecture reads its window from config; the card states it once.
+        declared = self.config.get("context_length")
+        if declared is not None and declared != self.context_length:
+            raise ValueError(f"config.context_length={declared} disagrees with context_length={self.context_length}")
+        return self
+
+    def architecture_config(self) -> dict[str, Any]:
+        """The keyword arguments an architecture factory receives."""
+        return {
+            **self.config,
+            "context_length": self.context_length,
+            "vocab_size": self.tokenizer.vocab_size,
+        }
+
+    def weight_fields(self) -> dict[str, Any]:
+        """The fields marked ``WEIGHTS``, for comparing a checkpoint's card with
+        the registry's. Descriptive fields (description, lineage, license, tags,
+        the recipe's notes) and locations (checkpoint, tokenizer file, the
+        dataset's name or path) may be edited without retraining. Checksums of
+        the tokenizer and the text are compared by the caller when both cards
+        record them: older checkpoints predate those fields."""
+        return _marked(self, self.model_dump(mode="json", exclude_none=True))
+
+    def header_json(self) -> dict[str, Any]:
+        """The card as stored in a safetensors header: without its own checksum,
+        which cannot be known before the file is written."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        data["checkpoint"].pop("sha256", None)
+        data.pop("allow_external_paths", None)  # where files may live, not what the weights are
+        return data
+
+
+def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    """``dumped`` (``model`` as JSON) cut to its ``WEIGHTS`` fields; a nested card
+    section with marked fields of its own is cut the same way."""
+    kept = {}
+    for key, field in type(model).model_fields.items():
+        if key not in dumped or not (field.json_schema_extra or {}).get("defines_weights"):
+            continue
+        value = getattr(model, key)
+        nested = isinstance(value, BaseModel) and any(
+            (f.json_schema_extra or {}).get("defines_weights") for f in type(value).model_fields.values()
+        )
+        kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
+    return kept

@@ -1,0 +1,349 @@
+"""The catalogue of variants: registry TOML files, validated into cards.
+
+Each plugin that ships variants contributes one TOML file (the built-in one is
+the project's `registry.toml`); every table in it is one variant, its key the
+variant's name. Paths inside a card are relative to the file that holds it, so a
+plugin package can carry its checkpoints beside its registry.
+
+Reading a registry needs tomllib and pydantic the first time only: the validated
+cards are cached (`zoo_core.catalogue.card_cache`), and `zoo list` and `zoo load` read them
+as plain facts without importing pydantic. Neither imports torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..errors import UnknownName, ZooError, printable
+from .card_facts import CardFacts
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from .card_cache import CachedCard
+    from .cards import ModelCard
+
+
+class Variant:
+    """A card together with where it came from.
+
+    ``card`` is the validated pydantic ``ModelCard``; ``facts`` is the same
+    validated data as plain, read-only values (`zoo_core.catalogue.card_facts`). A variant
+    read from the card cache holds only its facts and registry table, and
+    validates its card when ``card`` is first used: the commands that read facts
+    alone (`zoo list`, `zoo load`, `zoo sample`) never import pydantic. Edit
+    neither in place: a changed card is a new ``Variant(card=...)``.
+    """
+
+    __slots__ = ("source", "plugin", "layer", "_card", "_facts", "_table")
+
+    def __init__(
+        self,
+        card: ModelCard | None,
+        source: Path,
+        plugin: str,
+        layer: str = "built-in",
+        *,
+        facts: CardFacts | None = None,
+        table: dict[str, Any] | None = None,
+    ):
+        if card is None and (facts is None or table is None):
+            raise TypeError("a Variant needs its card, or the facts and registry table of a cached one")
+        set_ = object.__setattr__  # immutable from outside, as a frozen dataclass
+        set_(self, "source", source)  # the registry file that declares it
+        set_(self, "plugin", plugin)  # the plugin that contributed that file ("user"/"extra" for the user's own)
+        set_(self, "layer", layer)  # see zoo_core.catalogue.layers.LAYERS
+        set_(self, "_card", card)
+        set_(self, "_facts", facts)
+        set_(self, "_table", table)
+
+    @classmethod
+    def cached(cls, cached: CachedCard, source: Path, plugin: str, layer: str = "built-in") -> "Variant":
+        return cls(None, source, plugin, layer, facts=cached.facts, table=cached.table)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Variant is read-only; cannot set {name!r}")
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        # pickle and copy restore slots through setattr, which is refused above
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def card(self) -> ModelCard:
+        if self._card is None:
+            from .cards import ModelCard
+
+            # The table validated before it was cached, so this cannot fail.
+            object.__setattr__(self, "_card", ModelCard.model_validate(self._table))
+        return self._card
+
+    @property
+    def facts(self) -> CardFacts:
+        if self._facts is None:
+            object.__setattr__(self, "_facts", CardFacts.of(self._card))
+        return self._facts
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Variant) and (self.facts, self.source, self.plugin, self.layer) == (
+            other.facts,
+            other.source,
+            other.plugin,
+            other.layer,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # as before: a card is not hashable
+
+    def __repr__(self) -> str:
+        return f"Variant(name={self.name!r}, source={self.source!r}, plugin={self.plugin!r}, layer={self.layer!r})"
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    def resolve(self, relative: str, what: str = "path") -> Path:
+        """A path the card names, kept inside the registry's folder (see zoo_core.catalogue.paths)."""
+        from .paths import resolve_inside
+
+        return resolve_inside(
+            self.source.parent,
+            relative,
+            what=f"variant '{self.name}': {what}",
+            allow_outside=self.facts.allow_external_paths,
+        )
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.resolve(self.facts.checkpoint.path, "checkpoint path")
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        file = self.facts.tokenizer.file
+        return self.resolve(file, "tokenizer path") if file else None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(table)"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif first["type"] == "value_error":
+        from .limits import ShapeError
+
+        raised = first["ctx"]["error"]
+        message = str(raised)
+        if isinstance(raised, ShapeError):  # raised for the whole config table; name the key
+            field = f"{field}.{raised.field}"
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
+    return f"field '{field}': {message}{suffix}"
+
+
+MAX_REGISTRY_BYTES = 64 * 1024 * 1024  # thousands of variants fit in far less
+
+
+def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list[Variant]:
+    """Parse and validate one registry file; errors name the file, variant and field.
+
+    A card that sets ``allow_external_paths`` is refused in a plugin's file: only
+    catalogues the user writes (user, extra) or ships (built-in) may opt in.
+    Cards this file's very bytes validated to before are read from the cache."""
+    from ..storage.files import describe_os_error, read_limited
+    from .card_cache import CachedCard, cache_cards, cached_cards
+
+    try:
+        data = read_limited(path, MAX_REGISTRY_BYTES, "registry file")
+    except FileNotFoundError:
+        raise ZooError(f"{path}: registry file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read registry: {describe_os_error(exc)}") from None
+    source = path.resolve()
+    cached = cached_cards(path, data)
+    if cached is not None:
+        for card in cached:
+            _check_external_paths(path, card.facts.name, card.facts.allow_external_paths, plugin, layer)
+        return [Variant.cached(card, source, plugin, layer) for card in cached]
+    validated = _validate_registry(path, data, plugin, layer)
+    cache_cards(path, data, [CachedCard(table, CardFacts.of(card)) for table, card in validated])
+    return [Variant(card, source, plugin, layer) for _, card in validated]
+
+
+def _validate_registry(path: Path, data: bytes, plugin: str, layer: str) -> list[tuple[dict[str, Any], ModelCard]]:
+    """Each table of the file (its name included) and the card it validates to."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from .cards import ModelCard
+
+    try:
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML, but not an error either
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ZooError(f"{path}: registry is not UTF-8 text (byte {exc.start})") from None
+    try:
+        tables = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ZooError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise ZooError(f"{path}: not valid TOML: nested too deeply") from None
+    validated = []
+    for name, table in tables.items():
+        shown = printable(name)  # a quoted TOML key may hold a line break
+        if not isinstance(table, dict):
+            raise ZooError(f"{path}: '{shown}' must be a table ([{shown}]), not a {type(table).__name__}")
+        given = {"name": name, **table}
+        try:
+            card = ModelCard.model_validate(given)
+        except ValidationError as exc:
+            raise ZooError(f"{path}: variant '{shown}': {describe_validation_error(exc)}") from None
+        _check_external_paths(path, name, card.allow_external_paths, plugin, layer)
+        validated.append((given, card))
+    return validated
+
+
+def _check_external_paths(path: Path, name: str, allowed: bool, plugin: str, layer: str) -> None:
+    if allowed and layer == "plugin":
+        raise ZooError(
+            f"{path}: variant '{printable(name)}': allow_external_paths is only honoured in your own "
+            f"catalogue, not in plugin '{plugin}'"
+        )
+
+
+class Catalogue:
+    """All variants every plugin contributed, by name."""
+
+    def __init__(self, variants: Iterable[Variant] = ()):
+        self._variants: dict[str, Variant] = {}
+        self.problems: list[str] = []  # declarations refused (a name already taken by an earlier layer)
+        for variant in variants:
+            self.add(variant)
+
+    def add(self, variant: Variant) -> None:
+        existing = self._variants.get(variant.name)
+        if existing is not None:
+            raise ZooError(
+                f"variant '{variant.name}' is declared twice: by plugin '{existing.plugin}' "
+                f"({existing.source}) and by plugin '{variant.plugin}' ({variant.source})"
+            )
+        self._variants[variant.name] = variant
+
+    def add_or_refuse(self, variant: Variant) -> None:
+        """Add a user's variant; one whose name is taken is refused and reported,
+        naming both files, while the rest of its file is kept."""
+        existing = self._variants.get(variant.name)
+        if existing is None:
+            self._variants[variant.name] = variant
+            return
+        message = (
+            f"variant '{variant.name}' is declared twice: in the {existing.layer} catalogue ({existing.source}) "
+            f"and in the {variant.layer} catalogue ({variant.source}); the second is ignored until one is renamed or removed"
+        )
+        self.problems.append(message)
+
+    def add_all(self, variants: list[Variant]) -> None:
+        """Add one registry file's variants: all of them, or (on a clash) none."""
+        for variant in variants:
+            if variant.name in self._variants:
+                self.add(variant)  # raises, naming both files
+        for variant in variants:
+            self.add(variant)
+
+    def __iter__(self):
+        return iter(self._variants.values())
+
+    def __len__(self) -> int:
+        return len(self._variants)
+
+    def names(self) -> list[str]:
+        return list(self._variants)
+
+    def find(self, name: str) -> Variant | None:
+        return self._variants.get(name)
+
+    def get(self, name: str) -> Variant:
+        try:
+            return self._variants[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self._variants, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; see `zoo list`"
+            raise UnknownName(f"unknown variant '{name}'{hint}") from None
+
+    def match(self, pattern: str | None = None) -> list[Variant]:
+        """Variants whose name matches a shell-style wildcard (all when None)."""
+        if not pattern:
+            return list(self)
+        return [v for v in self if fnmatch.fnmatchcase(v.name, pattern)]
+
+
+# --- writing -------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _table(lines: list[str], header: str, data: dict[str, Any]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    lines.append(f"[{header}]")
+    lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
+    lines.append("")
+    for key, sub in tables.items():
+        _table(lines, f"{header}.{_key(key)}", sub)
+
+
+def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
+    """TOML text for cards, one table per variant, in the order given."""
+    lines = [f"# {line}".rstrip() for line in preamble.splitlines()]
+    if lines:
+        lines.append("")
+    for card in cards:
+        data = card.model_dump(mode="json", exclude_none=True)
+        name = data.pop("name")
+        _table(lines, _key(name), data)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def upsert_registry_entry(path: Path, card: ModelCard) -> None:
+    """Replace (or append) ``card`` in the registry file at ``path``, keeping the
+    other variants, their order and the file's leading comment. Callers hold the
+    file's lock; the write itself is atomic."""
+    from ..storage.files import atomic_write_text
+
+    preamble, cards = "", []
+    if path.exists():
+        text = path.read_text(encoding="utf-8-sig")
+        comment = []
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                break
+            comment.append(line[1:].removeprefix(" "))
+        preamble = "\n".join(comment)
+        cards = [variant.card for variant in read_registry_file(path, plugin="-")]
+    names = [c.name for c in cards]
+    if card.name in names:
+        cards[names.index(card.name)] = card
+    else:
+        cards.append(card)
+    atomic_write_text(path, render_registry(cards, preamble))

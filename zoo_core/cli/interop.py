@@ -1,0 +1,81 @@
+"""Other tools' formats: export, import.
+
+Each command's arguments are defined beside its handler; `zoo_core.cli` imports
+this module only when one of these commands runs (or help lists them all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def export_arguments(commands) -> None:
+    p = commands.add_parser("export", help="write a variant for Hugging Face transformers or ONNX Runtime")
+    p.add_argument("name", help="the variant to export")
+    p.add_argument(
+        "--format",
+        choices=["hf", "onnx"],
+        required=True,
+        help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime",
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
+    p.set_defaults(run=cmd_export)
+
+
+def cmd_export(args) -> int:
+    from ..api import load
+
+    model = load(args.name)
+    if args.format == "hf":
+        from ..interop.hf import export_hf
+
+        written, checks = export_hf(model, args.out)
+    else:
+        from ..interop.onnx import export_onnx
+
+        written, checks = export_onnx(model, args.out)
+    print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
+    print(
+        f"  checked: logits on the first {checks['logit_tokens']} validation tokens within "
+        f"{checks['max_logit_difference']:.1e} of the zoo's"
+        + (
+            f"; tokenizer ids identical on all {checks['tokenizer_ids_checked']:,} validation tokens"
+            if "tokenizer_ids_checked" in checks
+            else ""
+        )
+    )
+    return 0
+
+
+def import_arguments(commands) -> None:
+    p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
+    p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
+    p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
+    p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
+        "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)",
+    )
+    p.add_argument(
+        "--license",
+        default="unspecified",
+        help="the imported weights' license, recorded in the card (default: unspecified; the zoo never assumes one)",
+    )
+    p.set_defaults(run=cmd_import)
+
+
+def cmd_import(args) -> int:
+    if args.source == "nanogpt":
+        from ..interop.nanogpt import import_nanogpt
+
+        card, registry = import_nanogpt(args.path, args.name, args.tokenizer, args.license)
+    else:
+        from ..interop.hf import import_hf
+
+        card, registry = import_hf(args.path, args.name, args.tokenizer, args.license)
+    print(f"{card.name}: {card.parameters:,} parameters from {args.path} -> {registry.parent / card.checkpoint.path}")
+    print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
+    return 0

@@ -1,0 +1,53 @@
+"""Options and output shared by several command families."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+    from .tables import render_table
+
+    return render_table(headers, rows, right)
+
+
+def device_options(parser: argparse.ArgumentParser, what: str, training: bool = False) -> None:
+    from ..devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
+
+    parser.add_argument(
+        "--device",
+        type=device_argument,
+        default="auto",
+        metavar="DEVICE",
+        help=f"where to {what}: {DEVICE_CHOICES}; auto picks CUDA, then MPS, then the CPU (default: auto)",
+    )
+    how = (
+        "the forward pass runs under autocast in it, weights stay float32; float16 adds a gradient scaler"
+        if training
+        else "the network's weights are cast to it"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default="float32",
+        help=f"floating-point type to {what} in: {how} (default: float32)",
+    )
+
+
+def load_on_threads(args):
+    """``args.name`` loaded for `zoo sample` and `zoo eval` (``--device``,
+    ``--dtype``), torch's threads set from ``--threads`` or the model's size
+    before loading, since loading is torch work too."""
+    from ..api import get_variant, load_variant
+    from ..inference.threads import (
+        check_threads,
+        use_threads,
+        use_threads_before_loading,
+    )
+
+    check_threads(args.threads)  # before paying for the catalogue and the checkpoint
+    variant = get_variant(args.name)
+    use_threads_before_loading(variant.facts.parameters, args.threads)
+    model = load_variant(variant, device=args.device, dtype=args.dtype)
+    use_threads(model.network, args.threads)
+    return model

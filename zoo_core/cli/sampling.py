@@ -1,0 +1,165 @@
+"""Drawing text from a variant: sample.
+
+Each command's arguments are defined beside its handler; `zoo_core.cli` imports
+this module only when one of these commands runs (or help lists them all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import ZooError
+from .options import device_options, load_on_threads
+
+# Options of `zoo sample` that only language models use; task models (the
+# puzzle) answer the prompt instead and say which of these were ignored.
+_CONTINUATION_OPTIONS = (
+    "max_new_tokens",
+    "seed",
+    "temperature",
+    "greedy",
+    "top_k",
+    "top_p",
+    "num_samples",
+    "stop",
+    "stream",
+)
+
+
+def _unescape(text: str) -> str:
+    r"""``\n`` and ``\t`` typed in a shell argument mean a newline and a tab (``\\``: a backslash)."""
+    import re
+
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
+
+
+def sample_arguments(commands) -> None:
+    p = commands.add_parser(
+        "sample",
+        help="continue a prompt (task models such as the puzzle answer it)",
+        description="Continue a prompt with a language model, or ask a task model (the puzzle) a question. "
+        "Sample i of --num-samples N is drawn with seed SEED+i: `--seed SEED+i` alone gives it again.",
+    )
+    p.add_argument("name", help="the variant to sample (see `zoo list`)")
+    p.add_argument(
+        "--prompt",
+        help="the text to continue (the puzzle: the sentence to answer); '-' reads it from standard input (at most 16 MiB)",
+    )
+    p.add_argument(
+        "--prompt-file", type=Path, metavar="PATH", help="read the prompt from this UTF-8 file (at most 16 MiB)"
+    )
+    p.add_argument("--max-new-tokens", type=int, default=100, help="how many tokens to draw at most")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the (first) sample's draws: any whole number from -2**63 to 2**64-1",
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="divides the logits; 0 is greedy decoding")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (same as --temperature 0)")
+    p.add_argument("--top-k", type=int, default=None, help="draw only among the K most likely tokens (default: all)")
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="draw only among the most likely tokens that together reach probability P (default: all)",
+    )
+    p.add_argument("--num-samples", type=int, default=1, help="how many samples to draw, as one batch")
+    p.add_argument(
+        "--stop",
+        action="append",
+        metavar="STRING",
+        help=r"end the sample before this text (\n is a newline, \t a tab); may be repeated (default: none)",
+    )
+    p.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="print tokens as they are drawn (default: on a terminal, for one sample without --json)",
+    )
+    p.add_argument("--json", action="store_true", help="print the prompt, tokens, text and settings as JSON")
+    p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
+    p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG (default: none)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
+    )
+    device_options(p, "sample")
+    p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
+
+
+def cmd_sample(args) -> int:
+    from ..inference.prompts import read_prompt
+    from ..inference.sampling import check_sampling_arguments
+    from ..seeding import check_seed
+
+    if args.greedy:
+        args.temperature = 0.0
+    # Check what the user typed before paying for torch and the checkpoint.
+    check_sampling_arguments(
+        args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, flags=True
+    )
+    check_seed(args.seed)
+    prompt = read_prompt(args.prompt, args.prompt_file)
+    if not prompt:
+        raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
+    model = load_on_threads(args)
+    if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
+        ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
+        if ignored:
+            flags = ", ".join("--" + option.replace("_", "-") for option in ignored)
+            print(
+                f"zoo: note: '{args.name}' answers the prompt rather than continuing it; {flags} "
+                f"{'does' if len(ignored) == 1 else 'do'} not apply",
+                file=sys.stderr,
+            )
+        answer = model.network.ask(model.tokenizer, prompt, explain=args.explain, png=args.png)
+        print(json.dumps({"name": model.name, "prompt": prompt, "answer": answer}, indent=2) if args.json else answer)
+        return 0
+    if args.explain or args.png:
+        raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
+    settings = dict(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        stop=[_unescape(stop) for stop in args.stop or []],
+    )
+    stream = (
+        args.stream if args.stream is not None else (sys.stdout.isatty() and not args.json and args.num_samples == 1)
+    )
+    if stream and (args.json or args.num_samples > 1):
+        raise ZooError("--stream shows one sample as plain text; drop --json and --num-samples, or --stream")
+    if stream:
+        # What is printed stays printed: Ctrl-C ends the sample (exit 130) but
+        # keeps the text so far on the terminal.
+        print(prompt, end="", flush=True)
+        try:
+            for piece in model.stream(prompt, seed=args.seed, **settings):
+                print(piece, end="", flush=True)
+        finally:
+            print(flush=True)
+        return 0
+    samples = model.sample(prompt, seed=args.seed, num_samples=args.num_samples, **settings)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "name": model.name,
+                    "settings": {**settings, "seed": args.seed, "num_samples": args.num_samples},
+                    "samples": [sample.as_dict() for sample in samples],
+                },
+                indent=2,
+            )
+        )
+    elif len(samples) == 1:
+        print(samples[0].prompt + samples[0].text)
+    else:
+        for number, sample in enumerate(samples, 1):
+            print(f"--- sample {number} of {len(samples)} (seed {sample.seed}) ---\n{sample.prompt + sample.text}")
+    return 0

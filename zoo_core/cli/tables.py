@@ -1,0 +1,41 @@
+"""Tables for the terminal, drawn by rich.
+
+On a terminal a table fits its width; into a pipe or a file it is plain text at
+its natural width (no colour, no wrapping), so `zoo list | grep` sees whole rows.
+rich is imported here, not in `cli.py`: commands that print no table never pay
+for it.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+_NO_WRAP_WIDTH = 10_000
+
+
+def render_table(headers: list[str], rows: list[list[object]], right: set[int] = frozenset()) -> str:
+    """The table as text: a header line, a rule, one line per row."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for index, header in enumerate(headers):
+        table.add_column(str(header), justify="right" if index in right else "left", no_wrap=not sys.stdout.isatty())
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    terminal = sys.stdout.isatty()
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        force_terminal=terminal,
+        no_color=not terminal,
+        highlight=False,
+        width=None if terminal else _NO_WRAP_WIDTH,
+        color_system="auto" if terminal else None,
+    )
+    if terminal:
+        console.size = Console().size  # the real terminal's width, not the buffer's
+    console.print(table)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())

@@ -1,0 +1,266 @@
+"""Making variants: train (one process or data-parallel), experiment, train-tokenizer.
+
+Each command's arguments are defined beside its handler; `zoo_core.cli` imports
+this module only when one of these commands runs (or help lists them all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ZooError
+from .options import device_options
+
+CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working folder
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that continues this run: the same one, with --resume."""
+    import shlex
+
+    return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
+
+
+def _launch_data_parallel(args) -> int:
+    """`zoo train --nproc-per-node N`: the same run on N processes (per machine) through torchrun."""
+    from ..training.distributed import launch
+    from ..training.run import check_data_parallel_run
+
+    nproc, nnodes = (1 if value is None else value for value in (args.nproc_per_node, args.nnodes))
+    if nproc < 1 or nnodes < 1:
+        raise ZooError("--nproc-per-node and --nnodes must be at least 1")
+    state_path = check_data_parallel_run(
+        args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume, new_name=args.new_name
+    )
+    worker = [args.name, "--device", args.device, "--dtype", args.dtype]
+    for option, value in (
+        ("--steps", args.steps),
+        ("--seed", args.seed),
+        ("--data", args.data),
+        ("--out", args.out),
+        ("--checkpoint-every", args.checkpoint_every),
+        ("--name", args.new_name),
+        ("--interim-eval-windows", args.interim_eval_windows),
+        ("--log-every", args.log_every),
+        *(("--registry", registry) for registry in [*args.registry, *args.sub_registry]),
+    ):
+        if value is not None:
+            worker += [option, str(value)]
+    worker += [
+        flag
+        for flag, on in (
+            ("--publish", args.publish),
+            ("--quiet", args.quiet),
+            ("--resume", args.resume),
+            ("--compile", args.compile),
+            ("--debug", args.debug),
+        )
+        if on
+    ]
+    return launch(
+        worker,
+        nproc_per_node=nproc,
+        nnodes=nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        state_path=state_path,
+        debug=args.debug,
+    )
+
+
+def train_arguments(commands) -> None:
+    p = commands.add_parser("train", help="train a variant from its card's recipe")
+    p.add_argument("name", help="the variant to train (see `zoo list`)")
+    p.add_argument("--steps", type=int, help="number of updates (default: the recipe's)")
+    p.add_argument("--seed", type=int, help="seed of weights, batches and dropout (default: the recipe's)")
+    p.add_argument("--data", type=Path, help="train on this text file (default: the recipe's corpus)")
+    p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
+    p.add_argument(
+        "--publish",
+        action="store_true",
+        help="add the result to your catalogue ($ZOO_HOME, default ~/.local/share/zoo), or to the last --registry FILE",
+    )
+    p.add_argument(
+        "--name", dest="new_name", metavar="NEW", help="name of the trained variant (default: the variant's own name)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument(
+        "--log-every",
+        type=int,
+        metavar="N",
+        help="when not on a terminal, print a progress line every N steps (default: about 20 lines per run)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        metavar="N",
+        help="save the resumable training state every N steps (default: the recipe's eval_every; 0: never)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run from its saved state (same --steps/--seed/--data/--out)",
+    )
+    p.add_argument(
+        "--interim-eval-windows",
+        type=int,
+        metavar="N",
+        help="windows per split for the evaluations before the last (default: a quarter of the recipe's "
+        "eval_windows, at least 64); the final evaluation always uses all of them",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run forward and backward through torch.compile (needs a C compiler on CPU; same weights and card)",
+    )
+    device_options(p, "train", training=True)
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
+        help="data-parallel: train on N processes on this machine through torchrun (Gloo on CPUs, one GPU each with NCCL)",
+    )
+    p.add_argument(
+        "--nnodes", type=int, metavar="M", help="data-parallel: the number of machines taking part (default 1)"
+    )
+    p.add_argument(
+        "--node-rank",
+        type=int,
+        metavar="R",
+        help="data-parallel: this machine's number, 0 to M-1 (0 is the one that writes)",
+    )
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="data-parallel: where machine 0 listens for the others")
+    p.set_defaults(run=cmd_train)
+
+
+def cmd_train(args) -> int:
+    from ..seeding import check_seed
+    from ..training.run import train_variant
+
+    if args.seed is not None:
+        check_seed(args.seed)
+    if args.checkpoint_every is not None and args.checkpoint_every < 0:  # named as the flag; the API names its argument
+        raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {args.checkpoint_every}")
+    if args.nproc_per_node is not None or args.nnodes is not None:
+        return _launch_data_parallel(args)
+    card, registry_file = train_variant(
+        args.name,
+        steps=args.steps,
+        seed=args.seed,
+        data=args.data,
+        out_dir=args.out,
+        publish=args.publish,
+        show_progress=not args.quiet,
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        new_name=args.new_name,
+        log_every=args.log_every,
+        resume_command=_resume_command(args.argv),
+        interim_eval_windows=args.interim_eval_windows,
+        compile=args.compile,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    metrics = card.metrics
+    if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
+        measured = ", ".join(
+            f"{key} {value}" for key, value in metrics.model_dump(exclude_none=True).items() if key != "loss_unit"
+        )
+        print(f"{card.name}: {card.recipe.kind}: {measured or 'no metrics'}; sha256 {card.checkpoint.sha256}")
+    else:
+        print(
+            f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
+            f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)"
+        )
+    print(f"  card in {registry_file}")
+    if not args.publish:
+        print(
+            f"  use it: zoo --registry {registry_file} sample {card.name} --prompt ...  "
+            f"(beside a variant of the same name: train with --name NEW)"
+        )
+    return 0
+
+
+def experiment_arguments(commands) -> None:
+    p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
+    p.add_argument(
+        "study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)"
+    )
+    p.add_argument(
+        "--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants (default: none)"
+    )
+    p.add_argument("--steps", type=int, help="updates per arm (default: the study's)")
+    p.add_argument("--seeds", type=int, nargs="+", help="paired seeds, each running every arm (default: the study's)")
+    p.add_argument(
+        "--milestones", type=int, nargs="+", help="steps at which each arm is checkpointed (default: the study's)"
+    )
+    p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the study's)")
+    p.add_argument("--eval-targets", type=int, help="target tokens scored per split (default: the study's, 1024)")
+    p.add_argument(
+        "--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study"
+    )
+    p.add_argument("--prompt", help="prompt of the same-seed samples (default: the study's)")
+    p.add_argument("--data", type=Path, help="train and score on this text file (default: the recipe's corpus)")
+    p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    device_options(p, "train", training=True)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run up to N seeds at once, each in its own process (results identical to --jobs 1; default 1)",
+    )
+    p.set_defaults(run=cmd_experiment)
+
+
+def cmd_experiment(args) -> int:
+    from ..training.studies import StudyConfig, curve_eval_every, load_study, run_study
+
+    if bool(args.study) == bool(args.arms):
+        raise ZooError("name a study (see experiments/studies.toml) or give --arms, not both")
+    study = load_study(args.study) if args.study else StudyConfig(name="custom", arms=args.arms)
+    if args.cross_evaluate:
+        study.cross_evaluate = True
+    for key in ("steps", "seeds", "milestones", "eval_every", "eval_targets", "prompt"):
+        if getattr(args, key) is not None:
+            setattr(study, key, getattr(args, key))
+    if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
+        raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
+    if args.eval_every is None:  # enough points for a curve whatever --steps is
+        study.eval_every = curve_eval_every(study.steps, study.eval_every)
+    out = args.out or Path("runs") / "experiments" / study.name
+    report = run_study(
+        study, out, data=args.data, show_progress=not args.quiet, device=args.device, dtype=args.dtype, jobs=args.jobs
+    )
+    print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
+    for arm in dict.fromkeys(run["arm"] for run in report["runs"]):
+        finals = [run["history"][-1]["validation"] for run in report["runs"] if run["arm"] == arm]
+        print(f"  {arm}: validation {sum(finals) / len(finals):.4f} (seeds {min(finals):.4f}–{max(finals):.4f})")
+    return 0
+
+
+def train_tokenizer_arguments(commands) -> None:
+    p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
+    p.add_argument(
+        "--kind",
+        default="bpe",
+        help="a registered tokenizer that can be trained: 'bpe', 'char' or a plugin's (default: bpe)",
+    )
+    p.add_argument(
+        "--data",
+        default="tinyshakespeare",
+        help="a registered dataset's name or a text file (default: tinyshakespeare)",
+    )
+    p.add_argument("--vocab-size", type=int, default=1024, help="BPE only: tokens in the vocabulary")
+    p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
+    p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
+    p.set_defaults(run=cmd_train_tokenizer)
+
+
+def cmd_train_tokenizer(args) -> int:
+    from ..corpus.tokenizer_training import train_tokenizer
+
+    out, summary = train_tokenizer(args.kind, args.data, args.vocab_size, args.train_fraction, args.out, CHECKPOINTS)
+    print(f"{summary} -> {out}")
+    return 0

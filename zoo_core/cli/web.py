@@ -1,0 +1,81 @@
+"""The zoo in a browser: gallery, serve.
+
+Each command's arguments are defined beside its handler; `zoo_core.cli` imports
+this module only when one of these commands runs (or help lists them all).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import ZooError
+
+
+def gallery_arguments(commands) -> None:
+    p = commands.add_parser("gallery", help="write a static site of every variant and study (opens from file://)")
+    p.add_argument("--out", type=Path, default=Path("site"), help="output folder (default: %(default)s)")
+    p.add_argument("--variants", metavar="PATTERN", help="only variants matching this shell wildcard (default: all)")
+    p.add_argument(
+        "--cache", type=Path, help="where per-variant samples and maps are cached (default: the user cache folder)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
+    p.set_defaults(run=cmd_gallery)
+
+
+def cmd_gallery(args) -> int:
+    from ..web.gallery import write_gallery
+
+    report = write_gallery(args.out, pattern=args.variants, cache=args.cache, quiet=args.quiet)
+    print(
+        f"{report['variants']} variants, {report['studies']} studies -> {args.out / 'index.html'} "
+        f"({report['seconds']:.1f} s, {report['cached']} from cache)"
+    )
+    return 0
+
+
+def serve_arguments(commands) -> None:
+    p = commands.add_parser("serve", help="serve the gallery, a sampling page and an OpenAI-style completions API")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument(
+        "--site",
+        type=Path,
+        help="a folder written by `zoo gallery` to serve at / (default: write the gallery into the user cache folder)",
+    )
+    p.add_argument(
+        "--no-gallery", action="store_true", help="serve only the sampling page and the API (/ goes to /sample)"
+    )
+    p.add_argument(
+        "--max-tokens-limit",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="largest max_tokens a request may ask for (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=4,
+        metavar="N",
+        help="generations at once; more get HTTP 429 (default: %(default)s)",
+    )
+    p.set_defaults(run=cmd_serve)
+
+
+def cmd_serve(args) -> int:
+    from ..web.server import Limits, serve
+
+    if args.max_tokens_limit < 1 or args.max_concurrent < 1:
+        raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
+    limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)
+    site = args.site
+    if site is None and not args.no_gallery:
+        from ..web.gallery import default_cache_folder, write_gallery
+
+        # Measurements are cached per checkpoint: only the first start pays for them.
+        site = default_cache_folder().parent / "site"
+        print(f"zoo serve: writing the gallery to {site} ...", file=sys.stderr, flush=True)
+        write_gallery(site, quiet=True)
+    serve(args.host, args.port, site, limits)
+    return 0

@@ -1,0 +1,97 @@
+"""Bits per byte: a loss that compares across tokenizers.
+
+Nats per token depend on what a token is: a character model predicts ~3.3
+times as many tokens as a 1,024-token BPE on the same text. The total
+information a model needs to encode a text does not, so the zoo also reports
+bits per UTF-8 byte (and per character) of the text itself.
+
+Method (the same for every model and every caller): the text to score is given
+with the text before it. Each model tokenizes the preceding text and the scored
+text separately with its own tokenizer (so its tokens cover exactly the scored
+bytes, no token straddles the boundary), keeps at most one context window of
+the preceding tokens as history, and predicts every token of the scored text.
+Windows slide by half the context: every token is predicted from at least half
+a context of history (a full one for the first half window). The bits are the
+summed negative log-likelihoods / ln 2, divided by the scored text's UTF-8 bytes
+(or characters).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+
+from ..errors import ZooError
+
+METHOD = (
+    "each model tokenizes the scored text with its own tokenizer, separately from the text before it "
+    "(one context of it as history), and predicts every token with windows sliding by half its context; "
+    "bits = summed NLL / ln 2, per UTF-8 byte and per character of the scored text"
+)
+
+
+@torch.no_grad()
+def summed_nll(network, ids: list[int], first: int, context: int, batch_size: int = 64) -> float:
+    """Nats to predict ``ids[first:]``, each from at most ``context`` preceding tokens."""
+    if first < 1:
+        raise ZooError("the first token has no history to be predicted from; give preceding text")
+    stride = max(1, context // 2)
+    tokens = torch.tensor(ids, dtype=torch.long)
+    windows = []  # (input start, first target, end target)
+    target = first
+    while target < len(ids):
+        end = min(target + stride if target > first else target + context, len(ids))
+        windows.append((max(0, end - 1 - context), target, end))
+        target = end
+    was_training = network.training
+    network.eval()
+    total = 0.0
+    try:
+        full = [w for w in windows if w[2] - 1 - w[0] == context]
+        ragged = [w for w in windows if w[2] - 1 - w[0] != context]
+        for group in [full[i : i + batch_size] for i in range(0, len(full), batch_size)] + [[w] for w in ragged]:
+            inputs = torch.stack([tokens[s : e - 1] for s, _, e in group])
+            logits, _ = network(inputs)
+            log_probs = F.log_softmax(logits.float(), dim=-1)
+            for row, (s, a, e) in enumerate(group):
+                positions = torch.arange(a - 1 - s, e - 1 - s)
+                total -= float(log_probs[row, positions, tokens[a:e]].double().sum())
+    finally:
+        network.train(was_training)
+    return total
+
+
+def bits_per_byte(model, text: str, before: str) -> dict:
+    """Score ``text`` (preceded by ``before``) with a loaded zoo model."""
+    if not text:
+        raise ZooError("no text to score")
+    context = model.card.context_length
+    history = model.tokenizer.encode(before[-8 * context :])[-context:] if before else []
+    ids = model.tokenizer.encode(text)
+    if not history:  # nothing before: the first token is context, not scored
+        history, ids = ids[:1], ids[1:]
+        text = model.tokenizer.decode(history + ids)[len(model.tokenizer.decode(history)) :]
+    nats = summed_nll(model.network, history + ids, len(history), context)
+    bits = nats / math.log(2)
+    return {
+        "bits_per_byte": bits / len(text.encode("utf-8")),
+        "bits_per_character": bits / len(text),
+        "nats_per_token": nats / len(ids),
+        "tokens": len(ids),
+        "bytes": len(text.encode("utf-8")),
+        "characters": len(text),
+    }
+
+
+def validation_text(text: str, train_fraction: float, characters: int | None = None) -> tuple[str, str]:
+    """The validation split of ``text`` (or its first ``characters``) and the text before it."""
+    from ..corpus.batches import split_text
+
+    train, validation = split_text(text, train_fraction)
+    if characters is not None:
+        if characters < 1:
+            raise ZooError(f"--text-chars must be at least 1, not {characters}")
+        validation = validation[:characters]
+    return validation, train

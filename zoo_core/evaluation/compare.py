@@ -1,0 +1,164 @@
+"""`zoo compare`: several variants scored on exactly the same text.
+
+Every model sees the same sampled train and validation windows, cut to the
+shortest context among them so that each prediction has the same history; the
+deltas are against the first model named. Then each continues the same prompt
+with the same sampling seed. Losses per token only compare across models that
+share a tokenizer: variants with different tokenizers (or any, with
+``bits_per_byte``) are scored instead in bits per byte on the same validation
+text, by the method of `zoo_core.evaluation.bits`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..api import load
+from ..corpus.batches import Corpus, mean_loss, windows_at
+from ..corpus.datasets import ResolvedText, variant_text
+from ..errors import ZooError
+from ..seeding import seeded_generator
+
+
+def _shared_tokenizer(models) -> str | None:
+    """None when every model shares the first one's tokenizer, else why not."""
+    try:
+        _check_shared_tokenizer(models)
+    except ZooError as exc:
+        return str(exc)
+    return None
+
+
+def _check_shared_tokenizer(models) -> None:
+    first = models[0].card.tokenizer
+    for model in models[1:]:
+        spec = model.card.tokenizer
+        if (spec.kind, spec.vocab_size) != (first.kind, first.vocab_size):
+            raise ZooError(
+                f"'{models[0].name}' ({first.kind}, {first.vocab_size} tokens) and '{model.name}' "
+                f"({spec.kind}, {spec.vocab_size} tokens) use different tokenizers: their losses per token are not comparable"
+            )
+        if model.variant.tokenizer_path and models[0].variant.tokenizer_path:
+            if model.variant.tokenizer_path.read_bytes() != models[0].variant.tokenizer_path.read_bytes():
+                raise ZooError(f"'{models[0].name}' and '{model.name}' use different {spec.kind} vocabularies")
+
+
+def shared_text(models, override: Path | str | None) -> ResolvedText:
+    """The one text every model is scored on: ``override`` (``--data PATH`` or
+    ``--dataset NAME``) when given, else the dataset all their cards name.
+    Variants trained on different text are refused, whatever the order they are
+    named in: the first one's text would favour it."""
+    if override is not None:
+        return variant_text(models[0].variant, override)
+    texts = [variant_text(model.variant) for model in models]
+    for model, text in zip(models[1:], texts[1:]):
+        if text.sha256 != texts[0].sha256:
+            raise ZooError(
+                f"'{models[0].name}' was trained on {texts[0].name} and '{model.name}' on {text.name} "
+                f"(sha256 {texts[0].sha256[:12]}… and {text.sha256[:12]}…); choose the text to score both on "
+                f"with --dataset NAME or --data PATH"
+            )
+    return texts[0]
+
+
+def shared_windows(tokens: torch.Tensor, context: int, count: int, generator: torch.Generator):
+    starts = torch.randint(len(tokens) - context, (count,), generator=generator)
+    return windows_at(tokens, starts, context)
+
+
+def compare_variants(
+    names: list[str],
+    windows: int = 320,
+    seed: int = 42,
+    prompt: str | None = None,
+    max_new_tokens: int = 100,
+    data: Path | str | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    bits_per_byte: bool = False,
+    text_chars: int | None = None,
+) -> dict:
+    if len(names) < 2:
+        raise ZooError("compare needs at least two variants")
+    if windows < 1:
+        raise ZooError(f"windows must be at least 1, not {windows}")
+    models = [load(name, device=device, dtype=dtype) for name in names]
+    for model in models:
+        if hasattr(model.network, "ask"):
+            raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
+    different = _shared_tokenizer(models)
+    if different or bits_per_byte:
+        return compare_in_bits_per_byte(models, different, seed, prompt, max_new_tokens, data, text_chars)
+    first = models[0]
+    context = min(model.card.context_length for model in models)
+    text = shared_text(models, data)
+    corpus = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction)
+    # A generator of its own: comparing never moves any other random stream.
+    generator = seeded_generator(seed)
+    batches = {
+        split: shared_windows(corpus.split(split), context, windows, generator) for split in ("train", "validation")
+    }
+    if prompt is None:
+        prompt = first.tokenizer.decode(corpus.train[:context].tolist())
+    results = []
+    for model in models:
+        losses = {split: mean_loss(model.network, *batches[split]) for split in batches}
+        results.append(
+            {
+                "name": model.name,
+                "parameters": model.parameters(),
+                "train_loss": losses["train"],
+                "validation_loss": losses["validation"],
+                "sample": model.generate(prompt, max_new_tokens=max_new_tokens, seed=seed),
+            }
+        )
+    for result in results:
+        for split in ("train", "validation"):
+            result[f"{split}_delta"] = result[f"{split}_loss"] - results[0][f"{split}_loss"]
+    return {
+        "context": context,
+        "windows": windows,
+        "seed": seed,
+        "unit": f"nats per {first.card.tokenizer.kind} token",
+        "dataset": text.name,
+        "dataset_sha256": text.sha256,
+        "prompt": prompt,
+        "baseline": first.name,
+        "models": results,
+    }
+
+
+def compare_in_bits_per_byte(models, why, seed, prompt, max_new_tokens, data, text_chars) -> dict:
+    """Every model scores the same validation text (its first ``text_chars``
+    characters, or all of it) in bits per byte with its own tokenizer."""
+    from .bits import METHOD, bits_per_byte, validation_text
+
+    first = models[0]
+    text, before = validation_text(variant_text(first.variant, data).text, first.card.recipe.train_fraction, text_chars)
+    results = []
+    for model in models:
+        score = bits_per_byte(model, text, before)
+        results.append(
+            {
+                "name": model.name,
+                "parameters": model.parameters(),
+                "tokenizer": model.card.tokenizer.kind,
+                **score,
+                "sample": model.generate(prompt or before[:100], max_new_tokens=max_new_tokens, seed=seed),
+            }
+        )
+    for result in results:
+        result["bits_per_byte_delta"] = result["bits_per_byte"] - results[0]["bits_per_byte"]
+    return {
+        "unit": "bits per byte",
+        "reason": (why + "; scored in bits per byte instead") if why else "bits per byte requested",
+        "method": METHOD,
+        "text": f"the first {len(text):,} characters ({len(text.encode('utf-8')):,} bytes) of the validation split",
+        "seed": seed,
+        "prompt": prompt or before[:100],
+        "baseline": first.name,
+        "models": results,
+    }

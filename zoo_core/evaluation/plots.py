@@ -1,0 +1,93 @@
+"""Pictures a person would rather look at than numbers: attention maps, loss curves.
+
+matplotlib is an optional extra (`pip install 'zoo[plots]'`); only the commands
+that draw need it. No pyplot: no GUI backend and no global state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import ZooError
+
+
+def _figure_class():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ZooError("drawing needs matplotlib: pip install 'zoo[plots]'") from None
+    return Figure
+
+
+def _save(figure, path: Path) -> None:
+    """Rendered in memory, then written atomically: a full disk leaves no half PNG."""
+    import io
+
+    from ..storage.files import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=120, format=Path(path).suffix.lstrip(".").lower() or "png")
+    atomic_write_bytes(Path(path), buffer.getvalue())
+
+
+def attention_grid_png(
+    panels: Sequence[Sequence[tuple[str, "object"]]],
+    labels: Sequence[str],
+    title: str,
+    path: Path,
+    annotate: bool | None = None,
+) -> None:
+    """Write rows of attention maps (each a titled (T, T) array), tokens on both axes.
+
+    Cells show their weight as text when the maps are small enough to read.
+    """
+    Figure = _figure_class()
+    rows, columns = len(panels), max(len(row) for row in panels)
+    size = max(3.2, 0.32 * len(labels) + 1.6)
+    figure = Figure(figsize=(size * columns, size * rows + 0.6), layout="constrained")
+    figure.suptitle(title)
+    annotate = len(labels) <= 12 if annotate is None else annotate
+    grid = figure.subplots(rows, columns, squeeze=False)
+    for row_axes, row in zip(grid, panels):
+        for axes in row_axes[len(row) :]:
+            axes.set_visible(False)
+        for axes, (panel_title, matrix) in zip(row_axes, row):
+            axes.imshow(matrix, vmin=0.0, vmax=1.0, cmap="Blues")
+            axes.set_title(panel_title, fontsize=10)
+            axes.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
+            axes.set_yticks(range(len(labels)), labels, fontsize=8)
+            axes.set_xlabel("attended token (key)", fontsize=8)
+            axes.set_ylabel("attending token (query)", fontsize=8)
+            if annotate:
+                for i in range(len(labels)):
+                    for j in range(len(labels)):
+                        value = float(matrix[i][j])
+                        axes.text(
+                            j,
+                            i,
+                            f"{value:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=7,
+                            color="white" if value > 0.5 else "black",
+                        )
+    _save(figure, path)
+
+
+def text_panels_png(panels: Sequence[tuple[str, str]], title: str, path: Path, width: int = 60) -> None:
+    """Write texts side by side, one titled panel each (samples from several models)."""
+    import textwrap
+
+    Figure = _figure_class()
+    # Undertrained models emit control bytes; a font has no glyph for them.
+    printable = ["".join(c if c == "\n" or c.isprintable() else "·" for c in text) for _, text in panels]
+    wrapped = ["\n".join(textwrap.fill(line, width) or " " for line in text.splitlines()) for text in printable]
+    lines = max(text.count("\n") + 1 for text in wrapped)
+    figure = Figure(figsize=(4.6 * len(panels), 0.8 + 0.17 * lines), layout="constrained")
+    figure.suptitle(title, fontsize=10)
+    for axes, (panel_title, _), text in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, wrapped):
+        axes.set_axis_off()
+        axes.set_title(panel_title, fontsize=9)
+        axes.text(0.0, 1.0, text, family="monospace", fontsize=7, va="top", ha="left", transform=axes.transAxes)
+    _save(figure, path)

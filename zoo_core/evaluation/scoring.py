@@ -1,0 +1,62 @@
+"""Scoring a loaded language model on the fixed evaluation windows of its recipe."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..corpus.batches import Corpus, fixed_windows, mean_loss
+from ..corpus.datasets import variant_text
+
+
+def evaluate_language_model(
+    model, windows: int | None = None, data: Path | None = None, text_chars: int | None = None
+) -> dict:
+    """Train and validation loss (nats per token) and perplexity, next to the
+    uniform baseline ln(V) that a model which learned nothing would score; and
+    bits per byte and per character of the validation text (all of it, or its
+    first ``text_chars`` characters), which compare across tokenizers."""
+    from .bits import bits_per_byte, validation_text
+
+    card = model.card
+    recipe = card.recipe
+    text = variant_text(model.variant, data)
+    corpus = Corpus.from_text(text.text, model.tokenizer, recipe.train_fraction)
+    count = windows or recipe.eval_windows
+    losses = {
+        split: mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
+        for split in ("train", "validation")
+    }
+    uniform = math.log(card.tokenizer.vocab_size)
+    scored, before = validation_text(text.text, recipe.train_fraction, text_chars)  # the text read once, above
+    bits = bits_per_byte(model, scored, before)
+    return {
+        "train_loss": losses["train"],
+        "validation_loss": losses["validation"],
+        "validation_perplexity": math.exp(losses["validation"]),
+        "uniform_loss": uniform,
+        "uniform_perplexity": float(card.tokenizer.vocab_size),
+        "windows": count,
+        "dataset": text.name,
+        "dataset_sha256": text.sha256,
+        "loss_unit": card.metrics.loss_unit,
+        "validation_bits_per_byte": bits["bits_per_byte"],
+        "validation_bits_per_character": bits["bits_per_character"],
+        "bits_scored_characters": bits["characters"],
+    }
+
+
+def record_bits_per_byte(model, report: dict) -> Path:
+    """Write the measured bits per byte and per character into the variant's
+    card in its own registry file. The checkpoint is not rewritten: these
+    metrics are left out when its header's card is compared with the registry's."""
+    from ..catalogue.registry import upsert_registry_entry
+    from ..storage.files import exclusive_lock
+
+    card = model.card.model_copy(deep=True)
+    card.metrics.validation_bits_per_byte = round(report["validation_bits_per_byte"], 4)
+    card.metrics.validation_bits_per_character = round(report["validation_bits_per_character"], 4)
+    registry = model.variant.source
+    with exclusive_lock(registry):
+        upsert_registry_entry(registry, card)
+    return registry

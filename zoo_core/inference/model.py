@@ -1,0 +1,162 @@
+"""A loaded variant: card, tokenizer and network, sampled with one call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from ..catalogue.registry import Variant
+from ..devices import model_device
+from ..errors import ZooError
+from ..storage.checkpoints import Verification
+from .sampling import Sample, SampleStream, check_sampling_arguments, sample_seeds, stream_text
+
+
+@dataclass
+class ZooModel:
+    variant: Variant
+    tokenizer: Any
+    network: torch.nn.Module
+    verification: Verification | None = None
+
+    @property
+    def card(self):
+        """The variant's pydantic ``ModelCard`` (validated on first use)."""
+        return self.variant.card
+
+    @property
+    def facts(self):
+        """The same card as plain read-only data (``Variant.facts``): no pydantic needed."""
+        return self.variant.facts
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        if not isinstance(prompt, str):
+            raise ZooError(f"prompt must be a string, not {type(prompt).__name__}")
+        if not prompt:
+            raise ZooError("the prompt is empty; give some text to continue")
+        ids = self.tokenizer.encode(prompt)
+        if not ids:
+            raise ZooError(f"the prompt {prompt!r} encodes to no tokens")
+        return ids
+
+    def generate(
+        self,
+        prompt: str | Sequence[str],
+        max_new_tokens: int = 100,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        *,
+        top_p: float | None = None,
+        stop: str | Sequence[str] = (),
+        num_samples: int = 1,
+    ) -> str | list[str]:
+        """Each prompt followed by up to ``max_new_tokens`` sampled tokens, as text.
+
+        ``prompt`` is a string (returns a string, or a list of ``num_samples``
+        strings) or a list of prompts of any lengths (returns a list, prompt by
+        prompt, ``num_samples`` each). Row ``r`` of that list is drawn with seed
+        ``seed + r`` and equals ``generate(its_prompt, seed=seed + r)``.
+        ``temperature`` 0 is greedy decoding; ``top_k``/``top_p`` keep only the
+        most likely tokens; the text ends before the first ``stop`` string.
+        """
+        samples = self.sample(
+            prompt, max_new_tokens, temperature, top_k, seed, top_p=top_p, stop=stop, num_samples=num_samples
+        )
+        texts = [s.prompt + s.text for s in samples]
+        return texts[0] if isinstance(prompt, str) and num_samples == 1 else texts
+
+    def sample(
+        self,
+        prompt: str | Sequence[str],
+        max_new_tokens: int = 100,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        *,
+        top_p: float | None = None,
+        stop: str | Sequence[str] = (),
+        num_samples: int = 1,
+    ) -> list[Sample]:
+        """``generate`` with the details: one ``Sample`` per row (prompt, its
+        tokens, the drawn tokens and text, the row's seed, why it stopped)."""
+        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p, num_samples)
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        if not prompts:
+            raise ZooError("prompt is an empty list; give at least one prompt")
+        rows = [p for p in prompts for _ in range(num_samples)]
+        encoded = [self.encode_prompt(p) for p in rows]
+        seeds = sample_seeds(seed, len(rows))
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        # Rows of one prompt length run as one batch. Prompts of different
+        # lengths run as separate batches rather than padded: nothing in the
+        # networks masks a pad token, and positions would shift, so padding
+        # would change the samples; batches by length keep each row exact.
+        by_length: dict[int, list[int]] = {}
+        for row, ids in enumerate(encoded):
+            by_length.setdefault(len(ids), []).append(row)
+        results: list[Sample | None] = [None] * len(rows)
+        for members in by_length.values():
+            stream = SampleStream(
+                self.network,
+                self.tokenizer,
+                [encoded[r] for r in members],
+                [seeds[r] for r in members],
+                prompts=[rows[r] for r in members],
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                stop=stops,
+            )
+            for r, sample in zip(members, stream.run()):
+                results[r] = sample
+        return results
+
+    def stream(
+        self,
+        prompt: str,
+        max_new_tokens: int = 100,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        *,
+        top_p: float | None = None,
+        stop: str | Sequence[str] = (),
+    ) -> Iterator[str]:
+        """The new text of ``generate(prompt, ...)``, piece by piece as it is drawn."""
+        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
+        return stream_text(
+            self.network,
+            self.tokenizer,
+            self.encode_prompt(prompt),
+            seed,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            stop=[stop] if isinstance(stop, str) else stop,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.network)
+
+    def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "ZooModel":
+        """Move (and cast) the network, e.g. ``model.to("cuda", "bfloat16")``; returns the model."""
+        from ..devices import place, resolve_device, resolve_dtype
+
+        target = device if isinstance(device, torch.device) else resolve_device(device) if device else self.device
+        if isinstance(dtype, str) or dtype is None:
+            dtype = resolve_dtype(dtype, target) if dtype else None
+        place(self.network, target, dtype)
+        return self
+
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.network.parameters())

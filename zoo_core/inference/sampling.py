@@ -1,0 +1,308 @@
+"""Autoregressive sampling, shared by every language model in the zoo.
+
+Three layers, each usable on its own (the CLI, the Python API and a server all
+sit on top of them):
+
+- ``stream_tokens``: a generator over token ids, one (B,) tensor per step, with
+  temperature (0: greedy), top-k and top-p, through the model's KV cache.
+- ``SampleStream``: rows of one prompt length, each with its own seed, turned
+  into text pieces as they are drawn, cut at stop strings; ``.samples`` holds
+  the finished rows (prompt, tokens, text, why it stopped).
+- ``stream_text``: one prompt, one seed, text pieces as they are drawn.
+
+Reproducibility: every row draws from its own generator, seeded with its own
+seed, and a row's draws never depend on the other rows. Row ``i`` of a batch
+sampled with seeds ``[s, s+1, ...]`` is the sample drawn alone with seed
+``s+i`` (``sample_seeds`` names that rule; tests check it token for token).
+
+Arguments are checked in API terms (``temperature``); the CLI names its flags
+instead (``--temperature``) through ``check_sampling_arguments(..., flags=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from ..errors import ZooError
+from ..seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
+
+_SMALLEST_TEMPERATURE = torch.finfo(torch.float32).tiny
+
+
+def check_sampling_arguments(
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    num_samples: int = 1,
+    *,
+    flags: bool = False,
+) -> None:
+    """Refuse values that mean nothing, naming the argument as the caller knows
+    it: ``temperature`` from Python, ``--temperature`` from the command line."""
+
+    def name(argument: str) -> str:
+        return "--" + argument.replace("_", "-") if flags else argument
+
+    if max_new_tokens < 1:
+        raise ZooError(f"{name('max_new_tokens')} must be at least 1, not {max_new_tokens}")
+    if not 0 <= temperature < math.inf:  # also rejects NaN
+        raise ZooError(f"{name('temperature')} must be 0 (greedy) or greater, and finite, not {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ZooError(f"{name('top_k')} must be at least 1, not {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ZooError(f"{name('top_p')} must be greater than 0 and at most 1, not {top_p}")
+    if num_samples < 1:
+        raise ZooError(f"{name('num_samples')} must be at least 1, not {num_samples}")
+
+
+def sample_seeds(seed: int, count: int) -> list[int]:
+    """The seed of each of ``count`` samples asked for with ``seed``: sample ``i``
+    uses ``seed + i`` (wrapping within the seeds zoo_core.seeding accepts), so
+    it can be drawn again alone."""
+    span = LARGEST_SEED - SMALLEST_SEED + 1
+    return [(seed + i - SMALLEST_SEED) % span + SMALLEST_SEED for i in range(count)]
+
+
+def filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """(B, V) logits, tempered and with the tokens top-k / top-p exclude at -inf."""
+    # Scale the gap to the best token, not the logits, and by no less than
+    # float32's smallest normal number: nothing overflows or becomes 0/0, so a
+    # tiny temperature means greedy decoding rather than NaN.
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, _SMALLEST_TEMPERATURE)
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        # Nucleus: the most likely tokens whose probabilities first reach top_p
+        # together; the best token always stays.
+        ordered, order = torch.sort(logits, dim=-1, descending=True)
+        before = torch.softmax(ordered, dim=-1).cumsum(dim=-1) - torch.softmax(ordered, dim=-1)
+        drop_sorted = before >= top_p
+        drop_sorted[:, 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _draw(logits: torch.Tensor, temperature: float, top_k, top_p, generator) -> torch.Tensor:
+    """One token per row: (B, V) float logits -> (B, 1) ids."""
+    if temperature == 0:  # greedy: no draw at all, so the seed does not matter
+        return logits.argmax(dim=-1, keepdim=True)
+    probabilities = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)
+    first = generator[0] if isinstance(generator, (list, tuple)) else generator
+    if first is not None and first.device != probabilities.device:
+        # Draw where the generator lives (the CPU): the same seed then gives the
+        # same tokens on a GPU as on the CPU.
+        return _draw_with(probabilities.to(first.device), generator).to(logits.device)
+    return _draw_with(probabilities, generator)
+
+
+def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
+    if isinstance(generator, (list, tuple)):
+        # One generator per row, each drawing from its own row only: a row's
+        # tokens are those it gets when sampled alone with the same seed.
+        return torch.cat([torch.multinomial(probabilities[i : i + 1], 1, generator=g) for i, g in enumerate(generator)])
+    return torch.multinomial(probabilities, 1, generator=generator)
+
+
+# inference_mode, not just no_grad: no version counters or view tracking on any
+# tensor, which is a visible share of decoding one token at a time.
+@torch.inference_mode()
+def stream_tokens(
+    model,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    use_cache: bool | None = None,
+    *,
+    top_p: float | None = None,
+) -> Iterator[torch.Tensor]:
+    """Yield the next token of every row of ``ids`` (B, T), a (B,) tensor per step.
+
+    ``generator`` is one generator for the whole batch, or a list with one per
+    row (each row reproducible alone). The model only ever sees its last
+    ``context_length`` tokens, so sampling can run past the window. Models with
+    ``supports_kv_cache`` (and ``make_cache()``) are sampled with a KV cache
+    unless ``use_cache=False``: the same tokens, faster. Stopping early (closing
+    the generator) is fine.
+    """
+    check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
+    if isinstance(generator, (list, tuple)) and len(generator) != ids.shape[0]:
+        raise ZooError(f"{len(generator)} generators for {ids.shape[0]} rows; give one per row")
+    cached = getattr(model, "supports_kv_cache", False) if use_cache is None else use_cache
+    window = model.context_length
+    cache = None
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            if cached and cache is None:  # feed the prompt (its last window) once
+                cache = model.make_cache()
+                logits, _ = model(ids[:, -window:], cache=cache)
+            elif cached and cache.length < window:
+                logits, _ = model(ids[:, -1:], cache=cache)
+            else:
+                # No cache, or the window is full: cropping drops the oldest
+                # token, which every cached key above the first layer has seen,
+                # so the whole window is recomputed, exactly as uncached.
+                logits, _ = model(ids[:, -window:])
+            next_ids = _draw(logits[:, -1, :].float(), temperature, top_k, top_p, generator)
+            ids = torch.cat((ids, next_ids), dim=1)
+            yield next_ids[:, 0]
+    finally:
+        model.train(was_training)
+
+
+def sample_tokens(
+    model,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    use_cache: bool | None = None,
+    *,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """``ids`` (B, T) extended by ``max_new_tokens`` sampled tokens (see ``stream_tokens``)."""
+    drawn = list(stream_tokens(model, ids, max_new_tokens, temperature, top_k, generator, use_cache, top_p=top_p))
+    return torch.cat((ids, torch.stack(drawn, dim=1)), dim=1)
+
+
+@dataclass
+class Sample:
+    """One finished row: what was asked and what came back."""
+
+    prompt: str
+    prompt_tokens: list[int]
+    tokens: list[int]  # the drawn tokens, up to the one that completed a stop string
+    text: str  # the drawn text, without the stop string
+    seed: int
+    finish_reason: str  # "length" (max_new_tokens reached) or "stop" (a stop string appeared)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Row:
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    emitted: int = 0  # characters of text already handed out
+    stopped: bool = False
+
+
+class SampleStream:
+    """Rows of equal prompt length sampled together; iterate for text pieces.
+
+    Each step yields one piece per row (``""`` for a row with nothing new to show,
+    or already stopped). A piece is held back while it might be the start of a
+    stop string or the first bytes of an incomplete character, so what was shown
+    never has to be taken back. After the iteration ``samples`` holds every row.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        prompt_ids: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        *,
+        max_new_tokens: int = 100,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        stop: Sequence[str] = (),
+        prompts: Sequence[str] | None = None,
+        use_cache: bool | None = None,
+    ):
+        if len({len(ids) for ids in prompt_ids}) != 1 or len(seeds) != len(prompt_ids):
+            raise ZooError("a SampleStream needs prompts of one length and one seed per prompt")
+        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
+        self.model, self.tokenizer = model, tokenizer
+        self.prompt_ids = [list(ids) for ids in prompt_ids]
+        self.prompts = list(prompts) if prompts is not None else [tokenizer.decode(ids) for ids in self.prompt_ids]
+        self.seeds = list(seeds)
+        self.stop = [s for s in stop if s]
+        self.settings = dict(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, use_cache=use_cache
+        )
+        self._rows = [_Row() for _ in self.prompt_ids]
+        self.samples: list[Sample] = []
+
+    def __iter__(self) -> Iterator[list[str]]:
+        device = next(self.model.parameters(), torch.empty(0)).device  # the prompt goes where the weights are
+        ids = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)
+        generators = [seeded_generator(seed, "seed") for seed in self.seeds]
+        tokens = stream_tokens(self.model, ids, generator=generators, **self.settings)
+        try:
+            for step in tokens:
+                pieces = [self._advance(row, int(token)) for row, token in zip(self._rows, step.tolist())]
+                yield pieces
+                if all(row.stopped for row in self._rows):
+                    break
+        finally:
+            tokens.close()
+            self._finish()
+        tail = [self._flush(row) for row in self._rows]
+        if any(tail):
+            yield tail
+
+    def _advance(self, row: _Row, token: int) -> str:
+        if row.stopped:
+            return ""
+        row.tokens.append(token)
+        row.text = self.tokenizer.decode(row.tokens)
+        cut = min((i for i in (row.text.find(s) for s in self.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            row.text, row.stopped = row.text[:cut], True
+            return self._flush(row)
+        shown = len(row.text) - self._held_back(row.text)
+        piece, row.emitted = row.text[row.emitted : shown], max(row.emitted, shown)
+        return piece
+
+    def _held_back(self, text: str) -> int:
+        """How many trailing characters might still change: the start of a stop
+        string, or a replacement character standing for an unfinished byte sequence."""
+        held = len(text) - len(text.rstrip("\ufffd"))
+        for stop in self.stop:
+            for length in range(min(len(stop) - 1, len(text)), held, -1):
+                if text.endswith(stop[:length]):
+                    held = length
+                    break
+        return held
+
+    @staticmethod
+    def _flush(row: _Row) -> str:
+        piece, row.emitted = row.text[row.emitted :], len(row.text)
+        return piece
+
+    def _finish(self) -> None:
+        self.samples = [
+            Sample(prompt, ids, row.tokens, row.text, seed, "stop" if row.stopped else "length")
+            for prompt, ids, row, seed in zip(self.prompts, self.prompt_ids, self._rows, self.seeds)
+        ]
+
+    def run(self) -> list[Sample]:
+        """Draw everything without looking at the pieces."""
+        for _ in self:
+            pass
+        return self.samples
+
+
+def stream_text(model, tokenizer, prompt_ids: Sequence[int], seed: int = 0, **settings) -> Iterator[str]:
+    """The text of one sample, piece by piece as its tokens are drawn.
+
+    ``settings`` are ``SampleStream``'s keywords: ``max_new_tokens``,
+    ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``stop``.
+    """
+    for pieces in SampleStream(model, tokenizer, [prompt_ids], [seed], **settings):
+        if pieces[0]:
+            yield pieces[0]

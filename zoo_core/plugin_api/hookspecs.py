@@ -1,0 +1,118 @@
+"""The plugin author's reference: every hook the zoo calls.
+
+A plugin is a module (or object) with functions decorated by `zoo_core.hookimpl`
+whose names match the specifications below, exposed through an entry point in
+the group ``zoo``::
+
+    [project.entry-points.zoo]
+    rope = "zoo_rope"
+
+Every hook receives a ``register`` callable and returns nothing. Factories may be
+given as callables or as ``"package.module:attribute"`` strings; strings are only
+imported when a variant needs them, which keeps ``zoo list`` free of torch.
+Names are global per component kind: if two third-party plugins register the
+same name, the zoo refuses to use it and names both plugins; a name a built-in
+plugin registers cannot be taken by a third party (its registration is refused
+and reported against it). What a factory returns is checked against its
+protocol in ``zoo_core.plugin_api.protocols`` when it is created.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("zoo")
+
+
+@hookspec
+def register_tokenizers(register):
+    """Register tokenizers: ``register(name, factory)``.
+
+    ``factory(spec, path)`` receives the card's tokenizer section and the resolved
+    path of ``spec.file`` (or None) and returns an object satisfying
+    ``zoo_core.plugin_api.protocols.Tokenizer``: ``encode(text) -> list[int]``,
+    ``decode(ids) -> str`` and ``vocab_size``. ``spec`` is read-only and read by
+    attribute only: ``spec.kind``, ``spec.vocab_size``, ``spec.file``,
+    ``spec.sha256`` (see ``zoo_core.plugin_api.protocols.TokenizerSpecView``).
+
+    A tokenizer that can be trained (`zoo train-tokenizer --kind NAME`) also
+    passes ``train=``, a callable or ``"module:attribute"``:
+    ``train(text, vocab_size=..., train_fraction=...)`` returns a
+    ``zoo_core.corpus.tokenizer_training.TrainedTokenizer``.
+    """
+
+
+@hookspec
+def register_positions(register):
+    """Register position encodings: ``register(name, factory)``.
+
+    ``factory(d_model=..., n_head=..., context_length=...)`` returns an
+    ``nn.Module`` satisfying ``zoo_core.plugin_api.protocols.PositionEncoding``. An encoding
+    may add to the residual stream (``embed``), rotate queries and keys inside
+    attention (``rotate``, as RoPE does) or bias attention scores (``bias``, as
+    ALiBi does); subclass ``zoo_core.plugin_api.components.PositionEncodingBase`` and
+    override only what yours does.
+    """
+
+
+@hookspec
+def register_blocks(register):
+    """Register transformer blocks: ``register(name, factory)``.
+
+    ``factory(d_model=..., n_head=..., d_ff=..., dropout=..., norm=...)`` returns
+    an ``nn.Module`` satisfying ``zoo_core.plugin_api.protocols.Block``:
+    ``block(x, positions, encoding, need_weights=False, cache=None) -> (x, weights | None)``,
+    where ``weights`` has shape (batch, heads, queries, keys). The transformer
+    passes ``cache`` (the layer's ``zoo_plugins.blocks.attention.KVCache`` while
+    sampling, else None) as a keyword: accept it and hand it to the attention.
+    """
+
+
+@hookspec
+def register_models(register):
+    """Register architectures: ``register(name, factory)``.
+
+    ``factory(config, components)`` receives the card's architecture config
+    (its ``config`` table plus ``context_length`` and ``vocab_size``) and
+    ``components``, a dict from kind ('positions', 'blocks', ...) to
+    ``zoo_core.plugin_api.manager.Components``, to build registered parts by name
+    (``components["blocks"].create("pre-norm", d_model=...)``); it returns an
+    ``nn.Module`` satisfying ``zoo_core.plugin_api.protocols.LanguageModel``.
+    """
+
+
+@hookspec
+def register_trainers(register):
+    """Register trainers: ``register(name, factory)``.
+
+    A card's ``recipe.kind`` names the trainer `zoo train` uses (``trained`` is
+    the standard AdamW/SGD trainer, ``hand-built`` sets the puzzle's weights).
+    ``factory()`` returns an object satisfying ``zoo_core.plugin_api.protocols.Trainer``:
+    ``uses_corpus`` and ``run(network, job) -> TrainingResult``, where ``job`` is
+    a ``zoo_core.training.loop.TrainingJob``. Subclass
+    ``zoo_core.training.loop.StandardTrainer`` and override ``make_optimizer`` to
+    train with another optimizer and keep seeding, evaluation and resumable state.
+    """
+
+
+@hookspec
+def register_variants(register):
+    """Contribute variants: ``register(path)`` with the path of a registry TOML file.
+
+    Each table of that file is one variant's card (see ``zoo show`` for the
+    fields); checkpoint and tokenizer paths are relative to the file, so a plugin
+    package ships its registry and safetensors files side by side.
+    """
+
+
+@hookspec
+def register_datasets(register):
+    """Contribute datasets: ``register(name, path, sha256=..., train_fraction=0.9, description="")``.
+
+    ``path`` is a UTF-8 text file the plugin ships (locate it from your
+    package's ``__file__`` so it works installed); ``sha256`` is its checksum,
+    checked every time the text is read; ``train_fraction`` is the split rule:
+    the first share of the characters trains, the rest validates. A recipe then
+    names the dataset (``data = "tinyshakespeare"``) instead of a path, and
+    `zoo datasets` lists it. Names are global, like component names.
+    """

@@ -1,0 +1,148 @@
+"""The contracts between the core and its plugins.
+
+These are structural (`typing.Protocol`): a plugin satisfies them by shape, not by
+inheritance. ``Tensor`` is imported for type checkers only, so importing this
+module does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text to token ids and back."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; raises ZooError for text it cannot represent."""
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; bytes that are not valid UTF-8 decode with replacement."""
+
+
+class TokenizerSpecView(Protocol):
+    """What a tokenizer factory, ``factory(spec, path)``, is handed as ``spec``:
+    the card's tokenizer section, read-only, by attribute.
+
+    It is not the pydantic ``zoo_core.catalogue.cards.TokenizerSpec`` but a view of the same
+    validated values (``zoo_core.catalogue.card_facts``), so that loading a variant never
+    imports pydantic; a factory that reads only these attributes works with both.
+    """
+
+    kind: str  # the registered tokenizer's name
+    vocab_size: int  # the card's vocabulary size: check the file against it
+    file: str | None  # the data file as the card names it (the factory's ``path`` is it resolved)
+    sha256: str | None  # the file's checksum, already checked before the factory is called
+
+
+@runtime_checkable
+class PositionEncoding(Protocol):
+    """Where a token is, told to the network.
+
+    Two families exist and the contract leaves room for both: encodings that add
+    to the residual stream before the first block (learned, sinusoidal), and
+    encodings that act inside attention, by rotating queries and keys (RoPE) or
+    by biasing the scores (ALiBi). An encoding implements all three methods and
+    makes the ones it does not use the identity (or ``None`` for ``bias``).
+    ``positions`` are absolute indices, shape (T,), so cached decoding can pass
+    positions that do not start at zero.
+    """
+
+    def embed(self, x: "Tensor", positions: "Tensor") -> "Tensor":
+        """The residual stream (B, T, C) after adding position information."""
+
+    def rotate(
+        self, q: "Tensor", k: "Tensor", q_positions: "Tensor", k_positions: "Tensor"
+    ) -> tuple["Tensor", "Tensor"]:
+        """Queries and keys (B, H, T, D) after position-dependent rotation."""
+
+    def bias(self, q_positions: "Tensor", k_positions: "Tensor") -> "Tensor | None":
+        """An additive bias for attention scores, (H, Tq, Tk), or None."""
+
+
+@runtime_checkable
+class Block(Protocol):
+    """One transformer block: attention and feed-forward with residuals and norms."""
+
+    def __call__(
+        self,
+        x: "Tensor",
+        positions: "Tensor",
+        encoding: PositionEncoding,
+        need_weights: bool = False,
+        cache: Any = None,
+    ) -> tuple["Tensor", "Tensor | None"]:
+        """(B, T, C) -> (B, T, C), and the attention weights (B, H, T, T) when asked.
+
+        ``cache`` (a layer's KVCache) is passed only while sampling with a KV
+        cache; a block without the parameter is simply sampled uncached."""
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """Token ids to next-token logits."""
+
+    context_length: int
+
+    def __call__(self, idx: "Tensor", targets: "Tensor | None" = None) -> tuple["Tensor", "Tensor | None"]:
+        """Logits (B, T, V) and, when targets are given, the mean cross-entropy."""
+
+    def attention_maps(self, idx: "Tensor") -> list["Tensor"]:
+        """Per-layer attention weights (B, H, T, T), in layer order (empty if none)."""
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """Turns a freshly built network and a card's recipe into weights and metrics.
+
+    `zoo train` builds the network (seeded with the recipe's seed), hands it to
+    ``run`` with a ``zoo_core.training.loop.TrainingJob`` and writes whatever weights
+    the network holds afterwards. ``uses_corpus`` False (hand-set weights) means
+    the job carries no corpus and `zoo train` refuses --steps, --seed and --data.
+    """
+
+    uses_corpus: bool
+
+    def run(self, network: Any, job: Any) -> Any:
+        """Train ``network`` in place; return a ``zoo_core.training.loop.TrainingResult``."""
+
+
+# What each kind of registered factory must return, and the members checked.
+PROTOCOLS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
+    # kind: (protocol, methods, attributes)
+    "tokenizers": (Tokenizer, ("encode", "decode"), ("vocab_size",)),
+    "positions": (PositionEncoding, ("embed", "rotate", "bias"), ()),
+    "blocks": (Block, ("__call__",), ()),
+    "models": (LanguageModel, ("__call__", "attention_maps"), ("context_length",)),
+    "trainers": (Trainer, ("run",), ("uses_corpus",)),
+}
+
+
+def conformance_problem(kind: str, made: Any) -> str | None:
+    """Why ``made`` does not satisfy ``kind``'s protocol, in words (None if it does).
+
+    Checked by shape, without importing torch: the methods must be callable and
+    the attributes present (integers where the protocol says int)."""
+    if kind not in PROTOCOLS:
+        return None
+    protocol, methods, attributes = PROTOCOLS[kind]
+    missing = [f"{name}()" for name in methods if not callable(getattr(made, name, None))]
+    missing += [name for name in attributes if not hasattr(made, name)]
+    wrong = [
+        f"{name} (an int, not {type(getattr(made, name)).__name__})"
+        for name in ("vocab_size", "context_length")
+        if name in attributes
+        and hasattr(made, name)
+        and (not isinstance(getattr(made, name), int) or isinstance(getattr(made, name), bool))
+    ]
+    if not missing and not wrong:
+        return None
+    what = type(made).__name__ if made is not None else "None"
+    parts = ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"needs {', '.join(wrong)}"] if wrong else [])
+    return f"a {what}, which {' and '.join(parts)} (zoo_core.plugin_api.protocols.{protocol.__name__})"

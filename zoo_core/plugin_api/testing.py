@@ -1,0 +1,423 @@
+"""The plugin authors' testing kit: ready checks for a plugin's own tests, and
+what `zoo check-plugin NAME` runs on everything a plugin registers.
+
+Each ``assert_*`` function raises ``AssertionError`` with a sentence saying what
+went wrong, so it reads well inside pytest::
+
+    from zoo_core import testing
+
+    def test_my_encoding_keeps_the_contracts():
+        build = testing.tiny_transformer_builder(positions="my-encoding")
+        testing.assert_causal(build())
+        testing.assert_kv_cache_matches_uncached(build())
+        testing.assert_checkpoint_round_trip(build)
+        testing.assert_deterministic(build)
+
+``check_plugin(name)`` runs every check that applies to what the plugin
+registered and returns one ``CheckResult`` per check (none is skipped silently:
+a check that cannot run says why, with status ``skip``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..errors import ZooError
+from .manager import PluginSet, get_plugins
+from .protocols import conformance_problem
+
+TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
+
+
+@dataclass
+class CheckResult:
+    subject: str  # e.g. "position 'alibi'"
+    check: str  # e.g. "causality"
+    status: str  # "ok", "FAIL" or "skip"
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status != "FAIL"
+
+
+# -- single checks, for a plugin's own tests ---------------------------------------------
+
+
+def assert_conforms(kind: str, made: Any) -> None:
+    """``made`` satisfies the protocol of ``kind`` ('tokenizers', 'positions', 'blocks', 'models', 'trainers')."""
+    problem = conformance_problem(kind, made)
+    assert problem is None, f"{kind[:-1]}: {problem}"
+
+
+def _random_ids(model, length: int, seed: int, vocab_size: int | None = None) -> torch.Tensor:
+    vocab = vocab_size or _vocab_size(model)
+    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _vocab_size(model) -> int:
+    """The network's vocabulary, from its output layer (what every zoo model ends in)."""
+    with torch.no_grad():
+        logits, _ = model(torch.zeros(1, 1, dtype=torch.long))
+    return logits.shape[-1]
+
+
+@torch.no_grad()
+def assert_causal(model, length: int | None = None, seed: int = 0) -> None:
+    """No information flows from future tokens: changing token t leaves every
+    earlier position's logits unchanged (and changes position t's)."""
+    model.eval()
+    length = min(length or model.context_length, model.context_length)
+    assert length >= 2, "causality needs a window of at least two tokens"
+    ids = _random_ids(model, length, seed)
+    vocab = _vocab_size(model)
+    before, _ = model(ids)
+    for t in range(1, length):
+        changed = ids.clone()
+        changed[0, t:] = (changed[0, t:] + 1 + t) % vocab
+        after, _ = model(changed)
+        leaked = (after[0, :t] - before[0, :t]).abs().max().item()
+        assert leaked <= 1e-5, (
+            f"changing tokens from position {t} on changed the logits of earlier positions by {leaked:.3g}: attention sees the future"
+        )
+
+
+class _PositionCounter:
+    """Counts the token positions a network is run on (its forward's first
+    argument) and keeps the last position's logits of every call."""
+
+    def __init__(self, model):
+        self.calls: list[int] = []
+        self.logits: list[torch.Tensor] = []
+        self._handles = [
+            model.register_forward_pre_hook(self._count, with_kwargs=True),
+            model.register_forward_hook(self._keep),
+        ]
+
+    def _count(self, module, args, kwargs):
+        ids = args[0] if args else kwargs["idx"]
+        self.calls.append(ids.shape[1])
+
+    def _keep(self, module, args, output):
+        self.logits.append(output[0][:, -1].detach().clone())
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    @property
+    def positions(self) -> int:
+        return sum(self.calls)
+
+
+def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed: int = 0) -> None:
+    """Sampling with the KV cache gives the very tokens uncached sampling gives,
+    past the end of the window, and the cache was really used: the cached run
+    processes fewer positions, most steps a single new token."""
+    from ..inference.sampling import sample_tokens
+
+    assert getattr(model, "supports_kv_cache", False), (
+        "the model does not support a KV cache (supports_kv_cache is false; see docs/plugins.md, 'The KV-cache contract')"
+    )
+    model.eval()
+    window = model.context_length
+    prompt = _random_ids(model, max(1, window // 2), seed)
+    new_tokens = new_tokens or window + 4  # runs past the window: the cache must be refilled there
+    runs = {}
+    for cached in (False, True):
+        counter = _PositionCounter(model)
+        try:
+            tokens = sample_tokens(
+                model, prompt, new_tokens, generator=torch.Generator().manual_seed(seed), use_cache=cached
+            )
+        finally:
+            counter.close()
+        runs[cached] = (tokens, counter)
+    (plain, uncached), (fast, cached) = runs[False], runs[True]
+    # Logits, not just tokens: a tiny untrained network's near-uniform draws would
+    # often pick the same token from wrong logits.
+    for step, (expected, got) in enumerate(zip(uncached.logits, cached.logits)):
+        gap = (expected - got).abs().max().item()
+        assert gap <= 1e-4, (
+            f"cached sampling diverges from uncached at new token {step + 1} (window {window}): logits differ by {gap:.3g}"
+        )
+    differ = (plain != fast).nonzero()
+    assert not len(differ), f"cached sampling diverges from uncached at token {differ[0, 1].item()} (window {window})"
+    single = sum(1 for n in cached.calls if n == 1)
+    assert cached.positions < uncached.positions and single >= min(new_tokens, window) // 2, (
+        f"the cache was not used: the cached run processed {cached.positions} positions "
+        f"({single} single-token steps), the uncached {uncached.positions}"
+    )
+
+
+def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> None:
+    """Weights saved as a zoo checkpoint (safetensors) load into a fresh network
+    by the same names and shapes and give the same logits."""
+    from safetensors.torch import load_file
+
+    from ..storage.checkpoints import save_checkpoint
+
+    torch.manual_seed(seed)
+    original = build().eval()
+    fresh = build().eval()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "round-trip.safetensors"
+        try:
+            save_checkpoint(path, original.state_dict(), {"name": "round-trip"})
+        except RuntimeError as exc:  # safetensors refuses tensors sharing memory (tied weights)
+            raise AssertionError(f"the weights cannot be saved as safetensors: {exc}") from None
+        missing, unexpected = fresh.load_state_dict(load_file(str(path)), strict=False)
+    assert not missing and not unexpected, f"checkpoint names differ: missing {missing}, unexpected {unexpected}"
+    ids = _random_ids(original, min(4, original.context_length), seed)
+    with torch.no_grad():
+        assert torch.equal(original(ids)[0], fresh(ids)[0]), "the reloaded network computes different logits"
+
+
+def assert_deterministic(build: Callable[[], Any], seed: int = 0) -> None:
+    """One seed, one network and one sample: building twice from the same seed
+    gives the same weights, and sampling twice with the same generator the same tokens."""
+    from ..inference.sampling import sample_tokens
+
+    networks = []
+    for _ in range(2):
+        torch.manual_seed(seed)
+        networks.append(build().eval())
+    first, second = (n.state_dict() for n in networks)
+    differing = [name for name in first if not torch.equal(first[name], second[name])]
+    assert not differing, f"the same seed built different weights: {', '.join(differing[:3])}"
+    prompt = _random_ids(networks[0], 2, seed)
+    samples = [sample_tokens(n, prompt, 6, generator=torch.Generator().manual_seed(seed)) for n in networks]
+    assert torch.equal(*samples), "the same seed sampled different tokens"
+
+
+def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int = 6, seed: int = 0) -> None:
+    """A trainer that uses a corpus, stopped half-way and resumed from its saved
+    state, ends with exactly the weights of an uninterrupted run (and two
+    uninterrupted runs agree)."""
+    from ..catalogue.cards import Recipe
+    from ..corpus.batches import Corpus
+    from ..training.loop import TrainingJob
+
+    network = build()
+    vocab, window = _vocab_size(network), network.context_length
+    tokens = torch.randint(0, vocab, (4000,), generator=torch.Generator().manual_seed(seed))
+    corpus = Corpus(tokens[:3600], tokens[3600:])
+    recipe = Recipe(
+        kind="check", steps=steps, batch_size=4, seed=seed, eval_every=steps, eval_windows=4, learning_rate=1e-2
+    )
+
+    def run(resume=None, on_checkpoint=None, every=0):
+        torch.manual_seed(seed)
+        net = build()
+        job = TrainingJob(
+            card=None,
+            recipe=recipe,
+            corpus=corpus,
+            context_length=window,
+            resume=resume,
+            checkpoint_every=every,
+            on_checkpoint=on_checkpoint,
+        )
+        trainer.run(net, job)
+        return {name: t.detach().clone() for name, t in net.state_dict().items()}
+
+    whole, again = run(), run()
+    assert all(torch.equal(whole[n], again[n]) for n in whole), "two runs from the same seed trained different weights"
+    saved = []
+
+    def keep(state):  # the state's tensors are live: copy what later steps would change
+        import copy
+
+        saved.append(copy.deepcopy(state))
+
+    run(on_checkpoint=keep, every=steps // 2)
+    assert saved, f"the trainer called on_checkpoint never (checkpoint_every={steps // 2}); it cannot be resumed"
+    resumed = run(resume=saved[0])
+    differing = [n for n in whole if not torch.equal(whole[n], resumed[n])]
+    assert not differing, f"resuming at step {saved[0].step} ended with different weights ({', '.join(differing[:3])})"
+
+
+# -- building things to check ----------------------------------------------------------
+
+
+def tiny_transformer_builder(plugins: PluginSet | None = None, **config: Any) -> Callable[[], Any]:
+    """A builder of a tiny network of the registered 'transformer' architecture,
+    with ``config`` overriding its parts (``positions="my-encoding"``, ``block="my-block"``)."""
+    plugins = plugins or get_plugins()
+    full = {**TINY, **config}
+    return lambda: plugins.components["models"].create("transformer", dict(full), plugins.components)
+
+
+def _outcome(subject: str, check: str, action: Callable[[], None]) -> CheckResult:
+    try:
+        action()
+    except AssertionError as exc:
+        return CheckResult(subject, check, "FAIL", str(exc).splitlines()[0] if str(exc) else "assertion failed")
+    except ZooError as exc:
+        return CheckResult(subject, check, "FAIL", str(exc))
+    except Exception as exc:  # a plugin's bug must be reported, not crash the kit
+        return CheckResult(subject, check, "FAIL", f"{type(exc).__name__}: {exc}")
+    return CheckResult(subject, check, "ok")
+
+
+def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
+    """Every model check on a buildable network: protocol, causality, KV cache, round trip, determinism."""
+    results = [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
+    if not results[0].passed:
+        return results
+    network = build()
+    results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
+    if getattr(network, "supports_kv_cache", False):
+        results.append(
+            _outcome(
+                subject,
+                "KV cache equals uncached past the window, and is used",
+                lambda: assert_kv_cache_matches_uncached(network),
+            )
+        )
+    else:
+        results.append(CheckResult(subject, "KV cache", "skip", "supports_kv_cache is false: sampled uncached"))
+    results.append(_outcome(subject, "checkpoint round trip", lambda: assert_checkpoint_round_trip(build)))
+    results.append(_outcome(subject, "determinism", lambda: assert_deterministic(build)))
+    return results
+
+
+def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None) -> list[CheckResult]:
+    """Run the kit on everything plugin ``name`` registers (``deep=False``: conformance only)."""
+    from ..api import catalogue, has_published_weights, load_tokenizer, load_variant
+
+    plugins = plugins or get_plugins()
+    if name not in plugins.plugins:
+        raise ZooError(f"no plugin named '{name}' is loaded (loaded: {', '.join(plugins.plugins)})")
+    info = plugins.plugins[name]
+    variants = [v for v in catalogue(plugins) if v.plugin == name]  # first: it reports broken registry files
+    results = [CheckResult(f"plugin '{name}'", "loads without errors", "FAIL", error) for error in info.errors]
+    results = results or [CheckResult(f"plugin '{name}'", "loads without errors", "ok")]
+    registered = info.registered
+    for position in registered.get("positions", []):
+        subject = f"position '{position}'"
+        build = tiny_transformer_builder(plugins, positions=position)
+        results.append(
+            _outcome(
+                subject,
+                "satisfies the protocol",
+                lambda p=position: assert_conforms(
+                    "positions",
+                    plugins.components["positions"].create(
+                        p, d_model=TINY["d_model"], n_head=TINY["n_head"], context_length=TINY["context_length"]
+                    ),
+                ),
+            )
+        )
+        if deep:
+            results += check_network(f"{subject} in a tiny transformer", build)
+    for block in registered.get("blocks", []):
+        subject = f"block '{block}'"
+        results.append(
+            _outcome(
+                subject,
+                "satisfies the protocol",
+                lambda b=block: assert_conforms(
+                    "blocks",
+                    plugins.components["blocks"].create(
+                        b, d_model=TINY["d_model"], n_head=TINY["n_head"], d_ff=32, dropout=0.0, norm="layernorm"
+                    ),
+                ),
+            )
+        )
+        if deep:
+            results += check_network(f"{subject} in a tiny transformer", tiny_transformer_builder(plugins, block=block))
+    for trainer_name in registered.get("trainers", []):
+        subject = f"trainer '{trainer_name}'"
+        outcome = _outcome(
+            subject, "satisfies the protocol", lambda t=trainer_name: plugins.components["trainers"].create(t)
+        )
+        results.append(outcome)
+        if deep and outcome.passed:
+            trainer = plugins.components["trainers"].create(trainer_name)
+            if trainer.uses_corpus:
+                results.append(
+                    _outcome(
+                        subject,
+                        "deterministic, and resumes exactly",
+                        lambda t=trainer: assert_trainer_resumes_exactly(t, tiny_transformer_builder(plugins)),
+                    )
+                )
+            else:
+                results.append(
+                    CheckResult(
+                        subject, "resumes exactly", "skip", "uses no corpus: it sets weights, nothing to resume"
+                    )
+                )
+    for model_name in registered.get("models", []):
+        users = [v for v in catalogue(plugins) if v.card.architecture == model_name]
+        if not users:
+            results.append(
+                CheckResult(
+                    f"model '{model_name}'",
+                    "builds",
+                    "skip",
+                    "no variant uses it: register one so the kit can build it",
+                )
+            )
+    for tokenizer_name in registered.get("tokenizers", []):
+        users = [v for v in catalogue(plugins) if v.card.tokenizer.kind == tokenizer_name]
+        subject = f"tokenizer '{tokenizer_name}'"
+        if not users:
+            results.append(CheckResult(subject, "round trip", "skip", "no variant uses it: its file is unknown"))
+            continue
+
+        def round_trip(variant=users[0]):
+            tokenizer = load_tokenizer(variant, plugins)
+            assert_conforms("tokenizers", tokenizer)
+            text = tokenizer.decode(tokenizer.encode(tokenizer.decode(list(range(min(8, tokenizer.vocab_size))))))
+            assert tokenizer.decode(tokenizer.encode(text)) == text, "decode(encode(text)) is not the text"
+
+        results.append(_outcome(subject, "satisfies the protocol and round-trips text", round_trip))
+    for variant in variants:
+        subject = f"variant '{variant.name}'"
+        if not has_published_weights(variant):
+            results.append(
+                CheckResult(
+                    subject,
+                    "loads with verified weights",
+                    "skip",
+                    f"no weights yet: `zoo train {variant.name} --publish` makes them",
+                )
+            )
+            continue
+        loaded = {}
+
+        def load_it(v=variant):
+            loaded["model"] = load_variant(v, plugins)
+
+        outcome = _outcome(subject, "loads with verified weights", load_it)
+        results.append(outcome)
+        if deep and outcome.passed and "model" in loaded:
+            network = loaded["model"].network
+            if hasattr(network, "context_length") and network.context_length >= 2 and not hasattr(network, "ask"):
+                results.append(_outcome(subject, "causality", lambda n=network: assert_causal(n)))
+                if getattr(network, "supports_kv_cache", False):
+                    results.append(
+                        _outcome(
+                            subject,
+                            "KV cache equals uncached past the window, and is used",
+                            lambda n=network: assert_kv_cache_matches_uncached(n),
+                        )
+                    )
+            results.append(_outcome(subject, "samples deterministically", lambda m=loaded["model"]: _assert_samples(m)))
+    return results
+
+
+def _assert_samples(model) -> None:
+    if hasattr(model.network, "ask"):  # task models answer rather than continue
+        return
+    prompt = model.tokenizer.decode(model.tokenizer.encode("The ")) or "a"
+    first = model.generate(prompt, max_new_tokens=8, seed=3)
+    assert first == model.generate(prompt, max_new_tokens=8, seed=3), "the same seed sampled different text"
+    assert len(first) > len(prompt), "sampling added nothing to the prompt"

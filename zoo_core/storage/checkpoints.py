@@ -1,0 +1,256 @@
+"""Safetensors checkpoints: written atomically, verified before use, never pickled.
+
+A checkpoint is verified in the order that gives the most useful message: the
+file exists, its sha256 is the registry's, it parses as safetensors, and its
+tensor names and shapes are exactly those of the model built from the card.
+Header reading needs no torch, so listing stays fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..catalogue.card_facts import CardFacts, first_difference
+from ..errors import ZooError, printable
+from .files import describe_os_error, open_regular, read_limited
+
+if TYPE_CHECKING:
+    from ..catalogue.cards import ModelCard
+
+CARD_KEY = "zoo.card"
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim is hostile
+
+
+def sha256_file(path: Path, what: str = "file") -> str:
+    digest = hashlib.sha256()
+    with open_regular(path, what) as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file, read without torch and bounded in size."""
+    try:
+        with open_regular(path, "checkpoint") as handle:
+            prefix = handle.read(8)
+            size = os.fstat(handle.fileno()).st_size
+            length = _header_length(path, prefix, size)
+            return _parse_header(path, handle.read(length))
+    except FileNotFoundError:
+        raise ZooError(f"{path}: checkpoint file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
+
+
+def _header_length(path: Path, prefix: bytes, size: int) -> int:
+    if len(prefix) < 8:
+        raise ZooError(f"{path}: not a safetensors file (only {size} bytes)")
+    (length,) = struct.unpack("<Q", prefix)
+    if length > MAX_HEADER_BYTES or 8 + length > size:
+        # The claimed length is not shown: it is the file's first 8 bytes, and the
+        # file may be anything (a password file a hostile card points at).
+        raise ZooError(f"{path}: not a safetensors file (its header length does not fit the file's {size} bytes)")
+    return length
+
+
+def _parse_header(path: Path, data: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
+        raise ZooError(f"{path}: not a safetensors file (header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ZooError(f"{path}: not a safetensors file (header is not a JSON object)")
+    return header
+
+
+def header_card(path: Path) -> dict[str, Any] | None:
+    metadata = read_header(path).get("__metadata__") or {}
+    text = metadata.get(CARD_KEY)
+    return json.loads(text) if text else None
+
+
+def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any]) -> str:
+    """Write weights (and the card, in the header) atomically; return the file's sha256."""
+    from .tensor_files import write_safetensors
+
+    return write_safetensors(path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)})
+
+
+@dataclass
+class Verification:
+    """What loading checked, for `zoo load` to report."""
+
+    path: Path
+    sha256: str
+    tensors: int
+    parameters: int
+    checks: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    card_checked: bool = False  # the header's card was compared with the registry's
+
+
+def shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
+    missing = sorted(map(printable, set(expected) - set(found)))
+    unexpected = sorted(map(printable, set(found) - set(expected)))
+    wrong = [
+        f"{printable(n)} {list(found[n])} (model needs {list(expected[n])})"
+        for n in sorted(set(expected) & set(found))
+        if expected[n] != found[n]
+    ]
+    parts = []
+    if missing:
+        parts.append(f"missing {', '.join(missing)}")
+    if unexpected:
+        parts.append(f"unexpected {', '.join(unexpected)}")
+    if wrong:
+        parts.append(f"wrong shape {'; '.join(wrong)}")
+    return f"{path}: tensors do not match the model: " + "; ".join(parts) if parts else None
+
+
+def load_verified(
+    path: Path,
+    expected_sha256: str | None,
+    model,
+    expected_parameters: int | None,
+    card: ModelCard | CardFacts | None = None,
+) -> Verification:
+    """Load weights into ``model`` after checking them; raise ZooError naming what differs.
+
+    With ``card`` (the registry's), the card the file carries in its header must
+    agree with it in every field but the checksum: weights trained by another
+    recipe or for another configuration are refused even when their shapes fit.
+    """
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    started = time.perf_counter()
+    checks = []
+    target = model.state_dict()
+    raw = _read_checkpoint_bytes(path, target)
+    actual = hashlib.sha256(raw).hexdigest()
+    if expected_sha256 is not None:
+        if actual != expected_sha256:
+            raise ZooError(
+                f"{path}: sha256 mismatch: registry has {expected_sha256[:16]}…, file has {actual[:16]}… (corrupted or replaced)"
+            )
+        checks.append("sha256")
+    header = read_header_from_bytes(path, raw)
+    try:
+        tensors = load(raw)
+    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
+        raise ZooError(f"{path}: not a valid safetensors file: {one_line(exc)}") from None
+    problem = shape_report(
+        path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()}
+    )
+    if problem:
+        raise ZooError(problem)
+    checks.append("names")
+    checks.append("shapes")
+    for name, tensor in tensors.items():
+        wanted = target[name].dtype
+        if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
+            raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
+        if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
+            # A diverged run's NaNs would only surface later, as a sampling crash.
+            raise ZooError(f"{path}: tensor {name} holds NaN or infinite values")
+    card_checked = card is not None and check_header_card(path, header, card)
+    with torch.no_grad():
+        model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
+    parameters = sum(p.numel() for p in model.parameters())
+    if expected_parameters is not None:
+        if parameters != expected_parameters:
+            raise ZooError(
+                f"{path}: the card says {expected_parameters:,} parameters, the built model has {parameters:,}"
+            )
+        checks.append("parameters")
+    return Verification(path, actual, len(tensors), parameters, checks, time.perf_counter() - started, card_checked)
+
+
+def _read_checkpoint_bytes(path: Path, target: dict) -> bytes:
+    """The whole file, refused unread if it is larger than any checkpoint of this
+    model could be (the widest dtype, 8 bytes, for every element, and the largest
+    header): a hostile file cannot make loading allocate without bound."""
+    limit = 8 + MAX_HEADER_BYTES + 8 * sum(t.numel() for t in target.values())
+    try:
+        return read_limited(path, limit, "checkpoint")
+    except FileNotFoundError:
+        raise ZooError(f"{path}: checkpoint file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
+
+
+def check_header_card(path: Path, header: dict[str, Any], card: ModelCard | CardFacts) -> bool:
+    """Compare the card stored in the header with ``card`` (the registry's, as a
+    pydantic card or its facts), ignoring the checksum (a file cannot hold its
+    own). False when the file carries no card at all (written by another tool); a
+    card that differs is an error naming the field."""
+    text = (header.get("__metadata__") or {}).get(CARD_KEY)
+    if text is None:
+        return False
+    in_file, in_registry = header_weight_fields(path, text), card.weight_fields()
+    for section, key in (("tokenizer", "sha256"), ("recipe", "data_sha256")):
+        if key not in in_file[section] or key not in in_registry[section]:  # recorded by one side only
+            in_file[section].pop(key, None)
+            in_registry[section].pop(key, None)
+    difference = first_difference(in_file, in_registry)
+    if difference:
+        field_name, in_file, in_registry = difference
+        raise ZooError(
+            f"{path}: the card in the header disagrees with the registry at '{printable(field_name)}': "
+            f"file has {_short(in_file)}, registry has {_short(in_registry)} (weights made for another card)"
+        )
+    return True
+
+
+def header_weight_fields(path: Path, text: str) -> dict[str, Any]:
+    """The weight-defining fields of the card ``text`` found in the header of
+    ``path``; one that is not JSON or not a valid card is an error. A header
+    validated before is read from the card cache: loading needs no pydantic."""
+    from ..catalogue.card_cache import cache_header_fields, cached_header_fields
+
+    if not isinstance(text, str):  # safetensors metadata values are text; anything else is no card
+        raise ZooError(f"{path}: the card in the header is not JSON")
+    cached = cached_header_fields(path, text)
+    if cached is not None:
+        return cached
+    from pydantic import ValidationError
+
+    from ..catalogue.cards import ModelCard
+    from ..catalogue.registry import describe_validation_error
+
+    try:
+        stored = ModelCard.model_validate(json.loads(text))
+    except (json.JSONDecodeError, RecursionError):
+        raise ZooError(f"{path}: the card in the header is not JSON") from None
+    except ValidationError as exc:
+        raise ZooError(
+            f"{path}: the card in the header is not a valid card: {describe_validation_error(exc)}"
+        ) from None
+    fields = stored.weight_fields()
+    cache_header_fields(path, text, fields)
+    return fields
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if value == "(absent)" else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(exc: BaseException) -> str:
+    """A library's message, squeezed onto one line (the CLI prints exactly one)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def read_header_from_bytes(path: Path, raw: bytes) -> dict[str, Any]:
+    """Bounds-check the header of an in-memory file before handing it to safetensors."""
+    length = _header_length(path, raw[:8], len(raw))
+    return _parse_header(path, raw[8 : 8 + length])

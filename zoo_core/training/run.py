@@ -1,0 +1,327 @@
+"""`zoo train`: from a card's recipe to a checkpoint and a card with measured metrics.
+
+A run holds a lock on its destination for as long as it trains, so a second run
+of the same variant into the same place is refused at once instead of both
+overwriting each other; every few steps it writes its resumable state beside
+the destination, so `--resume` after a crash or a kill loses only the steps
+since then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from pathlib import Path
+
+from ..api import build_network, catalogue, load_tokenizer
+from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, TrainedWith
+from ..catalogue.registry import Variant, upsert_registry_entry
+from ..corpus.batches import Corpus
+from ..corpus.datasets import variant_text
+from ..errors import ZooError, printable
+from ..plugin_api.manager import get_plugins
+from ..storage.checkpoints import save_checkpoint, sha256_file
+from ..storage.files import atomic_copy, atomic_write_text, exclusive_lock, make_folder, remove_stale_temporaries
+from .loop import Progress, TrainingInterrupted, TrainingJob, seeded_network
+from .state import read_training_state, run_identity, training_state_path, write_training_state
+
+
+def train_variant(
+    name: str,
+    *,
+    steps: int | None = None,
+    seed: int | None = None,
+    data: Path | None = None,
+    out_dir: Path | None = None,
+    publish: bool = False,
+    show_progress: bool = True,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    new_name: str | None = None,
+    log_every: int | None = None,
+    resume_command: str | None = None,
+    interim_eval_windows: int | None = None,
+    compile: bool = False,
+    device: str | None = None,
+    dtype: str | None = None,
+    placement=None,
+) -> tuple[ModelCard, Path]:
+    """Train ``name`` and write its checkpoint and card.
+
+    By default the result goes to ``out_dir`` (``runs/NAME``) as a one-variant
+    registry that `--registry` can name; ``publish`` writes it into the user
+    catalogue (``$ZOO_HOME``), or into the last ``--registry`` file when one was
+    given, under ``new_name`` or the variant's own name (refused when another
+    layer already holds that name). Every ``checkpoint_every`` steps
+    (default: the recipe's ``eval_every``; 0: never) the run's state is saved
+    beside the checkpoint, and ``resume`` continues from it. Returns the new card
+    and the registry file that holds it. ``interim_eval_windows`` and
+    ``compile`` are passed to the trainer (see `StandardTrainer.train`).
+
+    Ctrl-C stops after the step in progress, saves the state (whatever
+    ``checkpoint_every`` says) and says how to continue: ``resume_command`` when
+    given (the CLI passes the command line with ``--resume``), else in words.
+
+    ``device`` and ``dtype`` say where and in what precision to train (default:
+    "auto", float32); a data-parallel worker passes its ``placement`` instead,
+    and only its rank 0 writes anything.
+    """
+    if placement is None:
+        from ..devices import Placement, resolve_device, resolve_dtype
+
+        target = resolve_device(device)
+        placement = Placement(target, resolve_dtype(dtype, target))
+    writer = placement.rank == 0
+    plugins = get_plugins()
+    variant = catalogue(plugins).get(name)
+    card = variant.card
+    trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
+    if interim_eval_windows is not None and interim_eval_windows < 1:
+        raise ZooError(f"interim_eval_windows must be at least 1, not {interim_eval_windows}")
+    if checkpoint_every is not None and checkpoint_every < 0:
+        raise ZooError(f"checkpoint_every must be a number of steps (0: never), not {checkpoint_every}")
+    if not trainer.uses_corpus:
+        given = [
+            option for option, value in (("--steps", steps), ("--seed", seed), ("--data", data)) if value is not None
+        ]
+        if given or resume:
+            raise ZooError(
+                f"variant '{name}' is {card.recipe.kind}: its trainer reads no text and takes no "
+                f"{', '.join(given) or '--resume'}"
+            )
+    overrides = {key: value for key, value in (("steps", steps), ("seed", seed)) if value is not None}
+    text = None
+    if trainer.uses_corpus:
+        text = variant_text(variant, data)
+        # The card records what the weights were trained on: a dataset's name, or
+        # the absolute path of the file given with --data; and its sha256 either way.
+        overrides.update(data=text.name, data_sha256=text.sha256)
+    recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
+    _check_batch_splits(recipe.batch_size, placement.world_size)
+    target_name = new_name or name
+    if target_name != name:
+        if not VARIANT_NAME.fullmatch(target_name):
+            raise ZooError(
+                f"--name '{printable(target_name)}': a variant name is lower-case letters, digits, '.' and '-', starting with a letter or digit"
+            )
+        card = card.model_copy(update={"name": target_name})
+    registry_file, checkpoint_path = _destination(variant, target_name, publish, out_dir, plugins)
+    state_path = training_state_path(checkpoint_path)
+    if resume and not state_path.exists():  # checked first: nothing is written for a run that cannot start
+        raise ZooError(
+            f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)"
+        )
+
+    corpus, identity = None, None
+    if text is not None:
+        tokenizer = load_tokenizer(variant, plugins)
+        corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction)
+        identity = run_identity(card, recipe, text.text)
+    network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
+
+    # One run per destination, for the whole run; in a data-parallel run the
+    # writer (rank 0) holds it for all its processes.
+    with exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext():
+        for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
+            remove_stale_temporaries(path)
+        state = read_training_state(state_path, identity, network) if resume else None
+        show_progress = show_progress and writer
+        if show_progress and state is not None:
+            print(f"{name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr)
+        elif show_progress and state_path.exists():
+            print(
+                f"{name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
+                f"--resume continues it instead",
+                file=sys.stderr,
+            )
+        every = recipe.eval_every if checkpoint_every is None else checkpoint_every
+        progress = Progress(
+            name,
+            recipe.steps,
+            enabled=show_progress and trainer.uses_corpus,
+            start_step=state.step if state else 0,
+            eval_every=recipe.eval_every,
+            log_every=log_every,
+        )
+        job = TrainingJob(
+            card=card,
+            recipe=recipe,
+            corpus=corpus,
+            context_length=card.context_length,
+            progress=progress,
+            resume=state,
+            checkpoint_every=every if trainer.uses_corpus else 0,
+            on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if writer else None,
+            interim_eval_windows=interim_eval_windows,
+            compile=compile,
+            placement=placement,
+        )
+        try:
+            result = trainer.run(network, job)
+        except TrainingInterrupted as stop:
+            if not writer:
+                raise
+            how = resume_command or "the same command with --resume (or train_variant(..., resume=True))"
+            print(
+                f"\n{name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
+                f"  continue with: {how}",
+                file=sys.stderr,
+            )
+            raise
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
+            if writer and state_path.exists():
+                print(
+                    f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}",
+                    file=sys.stderr,
+                )
+            raise
+        finally:
+            progress.close()
+        if not writer:
+            return _trained_card(card, recipe, result, network, placement), registry_file
+        new_card = _trained_card(card, recipe, result, network, placement)
+        if variant.tokenizer_path is not None:
+            copied, copied_sha = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
+            new_card = new_card.model_copy(
+                update={
+                    "tokenizer": new_card.tokenizer.model_copy(
+                        update={"file": _relative(copied, registry_file.parent), "sha256": copied_sha}
+                    )
+                }
+            )
+        new_card = new_card.model_copy(
+            update={
+                "checkpoint": new_card.checkpoint.model_copy(
+                    update={"path": _relative(checkpoint_path, registry_file.parent)}
+                )
+            }
+        )
+        if data is not None and registry_file.parent.resolve() not in data.parents:
+            # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
+            new_card = new_card.model_copy(update={"allow_external_paths": True})
+
+        with exclusive_lock(registry_file):
+            sha = save_checkpoint(checkpoint_path, network.state_dict(), new_card.header_json())
+            new_card = new_card.model_copy(
+                update={"checkpoint": new_card.checkpoint.model_copy(update={"sha256": sha})}
+            )
+            upsert_registry_entry(registry_file, new_card)
+        history_path = checkpoint_path.with_suffix(".history.json")
+        if result.history:  # hand-set weights have no history to keep
+            atomic_write_text(
+                history_path,
+                json.dumps({"variant": name, "recipe": recipe.model_dump(), "history": result.history}, indent=1)
+                + "\n",
+            )
+        state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
+    return new_card, registry_file
+
+
+def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
+    """The registry file and checkpoint a run writes."""
+    from ..catalogue.layers import command_line_registries
+    from ..storage.locations import user_registry_path
+
+    if not publish:
+        out_dir = (out_dir or Path("runs") / target_name).resolve()
+        return out_dir / "registry.toml", out_dir / f"{target_name}.safetensors"
+    named = command_line_registries()  # only an explicit --registry redirects publishing, not ZOO_REGISTRY
+    registry_file = (named[-1] if named else user_registry_path()).expanduser().resolve()
+    if registry_file == variant.source and target_name == variant.name:
+        return registry_file, variant.checkpoint_path  # retraining a variant where it is declared
+    holder = catalogue(plugins).find(target_name)
+    if holder is not None and holder.source != registry_file:
+        raise ZooError(
+            f"variant '{target_name}' already exists in the {holder.layer} catalogue ({holder.source}); "
+            f"publish under a new name with --name NEW"
+        )
+    if _inside_installed_package(registry_file):
+        raise ZooError(
+            f"{registry_file}: is inside an installed package; publish into your own catalogue (the default) or a file of yours"
+        )
+    return registry_file, registry_file.parent / "checkpoints" / f"{target_name}.safetensors"
+
+
+def _inside_installed_package(path: Path) -> bool:
+    import sysconfig
+
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    return any(folder == path or folder in path.parents for folder in installed)
+
+
+def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> tuple[Path, str]:
+    """Copy the tokenizer file beside the new checkpoint, sharing an identical
+    copy already there (variants of one vocabulary compare as such); returns
+    the copy and its sha256."""
+    make_folder(folder)
+    wanted = sha256_file(source)
+    target = folder / source.name
+    if target.resolve() != source.resolve():
+        if target.exists() and sha256_file(target) != wanted:
+            target = folder / f"{variant_name}-{source.name}"
+        if not target.exists() or sha256_file(target) != wanted:
+            atomic_copy(source, target)
+    return target, wanted
+
+
+def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelCard:
+    parameters = sum(p.numel() for p in network.parameters())
+    if result.metrics is not None:  # the trainer measured what matters for its kind of network
+        return card.model_copy(
+            update={"recipe": recipe, "metrics": Metrics(**result.metrics), "parameters": parameters}
+        )
+    final = result.final
+    metrics = Metrics(
+        train_loss=round(final["train"], 4),
+        validation_loss=round(final["validation"], 4),
+        validation_perplexity=round(math.exp(final["validation"]), 3),
+        uniform_loss=round(math.log(card.tokenizer.vocab_size), 4),
+        training_seconds=round(result.update_seconds, 1),
+        tokens_per_second=round(result.tokens_per_second),
+    )
+    return card.model_copy(
+        update={
+            "recipe": recipe,
+            "metrics": metrics,
+            "parameters": parameters,
+            "trained_with": TrainedWith(**placement.describe()),
+        }
+    )
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _check_batch_splits(batch_size: int, world_size: int) -> None:
+    if batch_size % world_size:
+        raise ZooError(
+            f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
+            f"use a number of processes that divides it"
+        )
+
+
+def check_data_parallel_run(
+    name: str, world_size: int, *, out_dir=None, publish=False, resume=False, new_name: str | None = None
+) -> Path:
+    """What the launcher checks before starting any process (a mistake is one line,
+    not one per process); returns where the run keeps its resumable state."""
+    plugins = get_plugins()
+    variant = catalogue(plugins).get(name)
+    card = variant.card
+    if not plugins.components["trainers"].create(card.recipe.kind).uses_corpus:
+        raise ZooError(
+            f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
+        )
+    _check_batch_splits(card.recipe.batch_size, world_size)
+    state_path = training_state_path(_destination(variant, new_name or name, publish, out_dir, plugins)[1])
+    if resume and not state_path.exists():
+        raise ZooError(
+            f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)"
+        )
+    return state_path

@@ -1,0 +1,397 @@
+"""`zoo experiment`: paired-seed studies in the manner of seed 000.
+
+For each seed every arm is built, then any parameter whose name and shape it
+shares with an earlier arm is copied from it, so shared components (token
+embedding, vocabulary head, overlapping block prefixes) start from identical
+values while remaining separate parameters. The arms then train in lockstep:
+each update draws one batch of `tokens_per_update` target tokens and every arm
+sees exactly those tokens, cut into sequences of its own context.
+
+Evaluation scores the same target tokens for every arm (a fixed set per split),
+each predicted from up to the arm's context of preceding history, so losses
+are comparable across contexts. At milestones each arm is checkpointed and
+continues one prompt with one sampling seed. The result is `results.json`
+(config, per-run histories, parameters, update time, source hash) and
+`loss.png` (mean and seed range per arm).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from ..api import build_network, catalogue, load_tokenizer
+from ..catalogue.cards import Recipe
+from ..corpus.batches import Corpus, windows_at
+from ..corpus.datasets import variant_text
+from ..errors import ZooError
+from ..inference.sampling import sample_tokens
+from ..plugin_api.manager import get_plugins
+from ..storage.checkpoints import save_checkpoint
+from ..storage.files import atomic_write_text, make_folder
+from .loop import Progress, learning_rate_at, make_optimizer
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# In a checkout the studies live in experiments/; a wheel carries a copy inside
+# zoo_core/training (setup.py's build hook), since an installed package has no top level.
+_PACKAGED_STUDIES = Path(__file__).resolve().parent / "studies.toml"
+STUDIES_FILE = _PACKAGED_STUDIES if _PACKAGED_STUDIES.is_file() else PROJECT_ROOT / "experiments" / "studies.toml"
+
+
+@dataclass
+class StudyConfig:
+    name: str
+    arms: list[str]
+    description: str = ""
+    seeds: list[int] = field(default_factory=lambda: [42, 43, 44])
+    steps: int = 10_000
+    milestones: list[int] = field(default_factory=lambda: [1000, 2500, 5000, 10_000])
+    tokens_per_update: int = 256
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    eval_every: int = 500
+    eval_targets: int = 1024
+    cross_evaluate: bool = False
+    prompt: str | None = None
+    sample_seed: int = 123
+    sample_tokens: int = 100
+
+    def recipe(self, seed: int) -> Recipe:
+        return Recipe(learning_rate=self.learning_rate, weight_decay=self.weight_decay, steps=self.steps, seed=seed)
+
+
+def load_study(name: str, path: Path = STUDIES_FILE) -> StudyConfig:
+    try:
+        studies = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ZooError(f"{path}: cannot read studies: {exc}") from None
+    if name not in studies:
+        raise ZooError(f"unknown study '{name}' (known: {', '.join(studies)}); or name the arms with --arms")
+    try:
+        return StudyConfig(name=name, **studies[name])
+    except TypeError as exc:
+        raise ZooError(f"{path}: study '{name}': {exc}") from None
+
+
+@dataclass
+class Arm:
+    label: str
+    variant: object
+    context: int
+
+
+def _arms(names: list[str], plugins) -> list[Arm]:
+    found = catalogue(plugins)
+    arms = []
+    for name in names:
+        variant_name, _, context = name.partition("@")
+        variant = found.get(variant_name)
+        if variant.card.recipe.kind != "trained":
+            raise ZooError(f"arm '{name}' is {variant.card.recipe.kind}; a study trains its arms")
+        if context:
+            if not context.isdigit() or int(context) < 1:
+                raise ZooError(f"arm '{name}': the context after '@' must be a positive number")
+            card = variant.card.model_copy(update={"context_length": int(context)})
+            variant = type(variant)(card=card, source=variant.source, plugin=variant.plugin)
+        arms.append(Arm(name, variant, variant.card.context_length))
+    if len({str(a.variant.tokenizer_path) for a in arms}) > 1:
+        raise ZooError("the arms of a study must share one tokenizer")
+    return arms
+
+
+def source_hash() -> str:
+    """A hash of the zoo's own code, so a result can be matched to the code that made it."""
+    digest = hashlib.sha256()
+    # plugins/ in a checkout, zoo_plugins/ when installed from the wheel
+    built_in = [*PROJECT_ROOT.glob("plugins/**/*.py"), *PROJECT_ROOT.glob("zoo_plugins/**/*.py")]
+    for path in sorted([*PROJECT_ROOT.glob("zoo_core/*.py"), *built_in]):
+        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _targets(tokens: torch.Tensor, count: int, longest: int, seed: int) -> torch.Tensor:
+    """Positions of the tokens every arm is scored on; each has `longest` tokens of history."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(longest, len(tokens), (count,), generator=generator)
+
+
+@torch.no_grad()
+def last_token_loss(model, tokens: torch.Tensor, targets: torch.Tensor, history: int, batch: int = 128) -> float:
+    """Mean loss of predicting tokens[t] from the `history` tokens before it."""
+    from ..devices import model_device
+
+    device = model_device(model)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    try:
+        for i in range(0, len(targets), batch):
+            ends = targets[i : i + batch]
+            index = ends[:, None] - history + torch.arange(history)[None, :]
+            logits, _ = model(tokens[index].to(device))
+            total += F.cross_entropy(logits[:, -1, :].float(), tokens[ends].to(device), reduction="sum").item()
+    finally:
+        model.train(was_training)
+    return total / len(targets)
+
+
+def _share_initial_values(networks: list[torch.nn.Module]) -> None:
+    seen: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for network in networks:
+            for name, parameter in network.named_parameters():
+                if name in seen and seen[name].shape == parameter.shape:
+                    parameter.copy_(seen[name])
+                else:
+                    seen.setdefault(name, parameter.detach().clone())
+
+
+CURVE_POINTS = 20
+
+
+def curve_eval_every(steps: int, eval_every: int) -> int:
+    """An evaluation interval that draws a curve at any length of run: the
+    study's, or shorter when that would leave fewer than ~20 points (a
+    200-step run at the default 500 would be scored at steps 1 and 200 only)."""
+    return max(1, min(eval_every, steps // CURVE_POINTS))
+
+
+def run_study(
+    study: StudyConfig,
+    out: Path,
+    data: Path | None = None,
+    show_progress: bool = True,
+    device: str | None = None,
+    dtype: str | None = None,
+    jobs: int = 1,
+) -> dict:
+    """Train every arm for every seed and write results.json, loss.png and
+    samples.png into ``out``. ``jobs`` above 1 runs that many seeds at once, each
+    in its own process; the results are the same as one after the other."""
+    from ..devices import resolve_device, resolve_dtype
+
+    if jobs < 1:
+        raise ZooError(f"--jobs must be at least 1, not {jobs}")
+    target = resolve_device(device)
+    placement = (str(target), str(resolve_dtype(dtype, target)).removeprefix("torch."))
+    if any(m > study.steps for m in study.milestones):
+        study.milestones = [m for m in study.milestones if m <= study.steps]
+    if study.steps not in study.milestones:
+        study.milestones.append(study.steps)
+    plugins = get_plugins()
+    arms = _arms(study.arms, plugins)
+    longest = max(arm.context for arm in arms)
+    if study.tokens_per_update % longest:
+        raise ZooError(
+            f"tokens_per_update ({study.tokens_per_update}) must be a multiple of the longest context ({longest})"
+        )
+    first = arms[0].variant
+    tokenizer = load_tokenizer(first, plugins)
+    text = variant_text(first, data).text
+    corpus = Corpus.from_text(text, tokenizer, first.card.recipe.train_fraction)
+    targets = {
+        split: _targets(corpus.split(split), study.eval_targets, longest, seed=1234)
+        for split in ("train", "validation")
+    }
+    prompt_ids = (
+        tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()
+    )
+    make_folder(out)
+    runs = []
+    if jobs == 1 or len(study.seeds) == 1:
+        for seed in study.seeds:
+            runs.extend(
+                _run_seed(
+                    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement
+                )
+            )
+    else:
+        runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress)
+    contexts = sorted({arm.context for arm in arms})
+    report = {
+        "study": study.name,
+        "description": study.description,
+        "config": {
+            **{k: v for k, v in study.__dict__.items() if k != "name"},
+            "contexts": contexts,
+            "device": placement[0],
+            "dtype": placement[1],
+            "prompt_text": tokenizer.decode(prompt_ids),
+            "loss_unit": f"nats per {first.card.tokenizer.kind} token",
+        },
+        "source_sha256": source_hash(),
+        "runs": runs,
+    }
+    atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
+    plot_losses(report, out / "loss.png")
+    plot_samples(report, out / "samples.png")
+    return report
+
+
+def _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress) -> list[dict]:
+    """One process per seed (at most ``jobs`` at a time), results in seed order.
+    Each process starts fresh (spawn: no state forked from this one) and computes
+    with this process's thread count, so its arithmetic is a sequential run's."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(study.seeds)), mp_context=context) as pool:
+        futures = [
+            pool.submit(_seed_job, study, corpus, targets, prompt_ids, seed, out, placement, torch.get_num_threads())
+            for seed in study.seeds
+        ]
+        runs = []
+        for done, (seed, future) in enumerate(zip(study.seeds, futures), 1):
+            runs.extend(future.result())
+            if show_progress:
+                print(f"{study.name}: seed {seed} done ({done}/{len(study.seeds)})", file=sys.stderr, flush=True)
+    return runs
+
+
+def _seed_job(study, corpus, targets, prompt_ids, seed, out, placement, threads) -> list[dict]:
+    torch.set_num_threads(threads)
+    plugins = get_plugins()
+    arms = _arms(study.arms, plugins)
+    tokenizer = load_tokenizer(arms[0].variant, plugins)
+    return _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, False, placement)
+
+
+def _run_seed(
+    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement=("cpu", "float32")
+):
+    from ..devices import Placement
+
+    device, dtype = torch.device(placement[0]), getattr(torch, placement[1])
+    networks = []
+    for arm in arms:
+        torch.manual_seed(seed)
+        networks.append(build_network(arm.variant, plugins))
+    _share_initial_values(networks)
+    placements = [Placement(device, dtype) for _ in networks]  # one gradient scaler per network
+    for network, where in zip(networks, placements):
+        where.prepare(network)
+    recipe = study.recipe(seed)
+    optimizers = [make_optimizer(network, recipe) for network in networks]
+    longest = max(arm.context for arm in arms)
+    batch_generator = torch.Generator().manual_seed(seed)
+    histories = [[] for _ in arms]
+    update_seconds = [0.0 for _ in arms]
+    samples = [{} for _ in arms]
+    progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every)
+    started = time.perf_counter()
+    for step in range(1, study.steps + 1):
+        starts = torch.randint(
+            len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator
+        )
+        inputs, outputs = windows_at(corpus.train, starts, longest)
+        inputs, outputs = inputs.to(device), outputs.to(device)
+        for i, (arm, network, optimizer) in enumerate(zip(arms, networks, optimizers)):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate_at(step, recipe, study.steps)
+            tick = time.perf_counter()
+            # The same tokens for every arm, cut into sequences of its own context.
+            x, y = inputs.reshape(-1, arm.context), outputs.reshape(-1, arm.context)
+            with placements[i].autocast():
+                _, loss = network(x, y)
+            optimizer.zero_grad(set_to_none=True)
+            placements[i].backward(loss)
+            placements[i].step(optimizer, network.parameters(), None)
+            update_seconds[i] += time.perf_counter() - tick
+            if step == 1 or step % study.eval_every == 0 or step == study.steps:
+                with placements[i].autocast():
+                    losses = {
+                        split: last_token_loss(network, corpus.split(split), targets[split], arm.context)
+                        for split in targets
+                    }
+                histories[i].append({"step": step, "train_batch": loss.item(), **losses})
+            if step in study.milestones:
+                name = f"{arm.label.replace('@', '-ctx')}-seed{seed}-step{step}"
+                save_checkpoint(
+                    out / "checkpoints" / f"{name}.safetensors",
+                    network.state_dict(),
+                    {"arm": arm.label, "seed": seed, "step": step},
+                )
+                ids = torch.tensor([prompt_ids], device=device)
+                generated = sample_tokens(
+                    network, ids, study.sample_tokens, generator=torch.Generator().manual_seed(study.sample_seed)
+                )
+                samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids) :].tolist())
+        shown = (
+            {"train": histories[-1][-1]["train"], "validation": histories[-1][-1]["validation"]}
+            if histories[-1] and histories[-1][-1]["step"] == step
+            else None
+        )
+        progress.update(
+            step,
+            time.perf_counter() - started,
+            step * study.tokens_per_update * len(arms),
+            shown,
+            batch_loss=loss.item(),
+        )
+    progress.close()
+    runs = []
+    for i, (arm, network) in enumerate(zip(arms, networks)):
+        run = {
+            "arm": arm.label,
+            "seed": seed,
+            "context": arm.context,
+            "parameters": sum(p.numel() for p in network.parameters()),
+            "update_seconds": round(update_seconds[i], 2),
+            "history": histories[i],
+            "samples": samples[i],
+        }
+        if study.cross_evaluate:
+            run["cross_evaluation"] = {
+                str(context): {
+                    split: last_token_loss(network, corpus.split(split), targets[split], context) for split in targets
+                }
+                for context in sorted({a.context for a in arms})
+                if context <= arm.context
+            }
+        runs.append(run)
+    return runs
+
+
+def plot_losses(report: dict, path: Path) -> None:
+    """Validation (and train) loss per arm: the mean over seeds, shaded between the best and worst seed."""
+    from ..evaluation.plots import _figure_class, _save
+
+    Figure = _figure_class()
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    figure.suptitle(f"{report['study']}: {report['description']}", fontsize=10)
+    arms = list(dict.fromkeys(run["arm"] for run in report["runs"]))
+    for axes, split in zip(figure.subplots(1, 2), ("train", "validation")):
+        for arm in arms:
+            runs = [run for run in report["runs"] if run["arm"] == arm]
+            steps = [h["step"] for h in runs[0]["history"]]
+            values = torch.tensor([[h[split] for h in run["history"]] for run in runs])
+            mean = values.mean(0)
+            (line,) = axes.plot(steps, mean, label=arm)
+            axes.fill_between(steps, values.min(0).values, values.max(0).values, color=line.get_color(), alpha=0.2)
+        axes.set_title(f"{split} loss ({report['config']['loss_unit']}), mean and seed range", fontsize=9)
+        axes.set_xlabel("update")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    _save(figure, path)
+
+
+def plot_samples(report: dict, path: Path) -> None:
+    """The first seed's samples at the last milestone, one panel per arm."""
+    from ..evaluation.plots import text_panels_png
+
+    seed, last = report["config"]["seeds"][0], str(report["config"]["steps"])
+    runs = [run for run in report["runs"] if run["seed"] == seed]
+    panels = [
+        (f"{run['arm']}  (validation {run['history'][-1]['validation']:.4f})", run["samples"][last]) for run in runs
+    ]
+    title = f"{report['study']}: seed {seed}, update {last}, sampling seed {report['config']['sample_seed']}"
+    text_panels_png(panels, title, path)
