@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .cards import CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec
+from .cards import CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec, defines_weights
 
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("the variant's table, `[NAME]`", ModelCard),
@@ -42,7 +42,7 @@ def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     if info.default_factory is not None:
-        value = info.default_factory()
+        value = info.get_default(call_default_factory=True)
         return "(table)" if isinstance(value, BaseModel) else f"`{json.dumps(value)}`"
     if info.default is PydanticUndefined:
         return "required"
@@ -50,8 +50,7 @@ def _default(info: FieldInfo) -> str:
 
 
 def _defines_weights(info: FieldInfo) -> str:
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    return "yes" if extra.get("defines_weights") else "no"
+    return "yes" if defines_weights(info) else "no"
 
 
 def cards_markdown() -> str:
