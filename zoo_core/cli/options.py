@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Collection, Sequence
 
 
-def format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Collection[int] = frozenset()) -> str:
     from .tables import render_table
 
     return render_table(headers, rows, right)
