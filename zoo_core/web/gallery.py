@@ -24,10 +24,14 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ZooError
 from ..storage.files import describe_os_error
 from . import svg
+
+if TYPE_CHECKING:
+    from ..corpus.batches import Corpus
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -103,7 +107,7 @@ def _history(variant) -> dict | None:
 
 def _loss_chart(name: str, history: dict) -> str:
     rows = history.get("history") or []
-    series = {}
+    series: dict[str, Sequence[tuple[float, float]]] = {}
     for key, label in (("train", "train"), ("validation", "validation")):
         points = [(row["step"], row[key]) for row in rows if isinstance(row.get(key), (int, float))]
         if points:
@@ -144,7 +148,7 @@ class _Baseline:
     def __init__(self, catalogue):
         self.variant = catalogue.get(BASELINE) if BASELINE in catalogue.names() else None
         self.model = None
-        self.corpora: dict[str, object] = {}
+        self.corpora: dict[str, Corpus] = {}
 
     def shares_tokenizer(self, variant) -> bool:
         if self.variant is None:
@@ -388,7 +392,7 @@ def write_gallery(
         row = _row(variant)
         history = _history(variant)
         chart = _loss_chart(variant.name, history) if history else ""
-        page = {
+        page: dict[str, Any] = {
             "row": row,
             "card": variant.card.model_dump(mode="json", exclude_none=True),
             "loss_chart": None,
