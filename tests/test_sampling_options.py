@@ -12,6 +12,7 @@ import torch
 import zoo_core
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import SampleStream, filter_logits, sample_seeds, stream_text
+from zoo_core.inference.settings import SamplingSettings
 
 NAME = "gpt-char-mini"
 
@@ -57,11 +58,11 @@ def test_batched_rows_match_rows_alone_token_for_token(model):
 
 def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    kept = torch.isfinite(filter_logits(logits, 1.0, None, 0.8))
+    kept = torch.isfinite(filter_logits(logits, SamplingSettings(top_p=0.8)))
     assert kept.tolist() == [[True, True, False, False]]
-    kept = torch.isfinite(filter_logits(logits, 1.0, None, 0.81))
+    kept = torch.isfinite(filter_logits(logits, SamplingSettings(top_p=0.81)))
     assert kept.tolist() == [[True, True, True, False]]
-    assert torch.isfinite(filter_logits(logits, 1.0, None, 0.01)).sum() == 1  # the best token always stays
+    assert torch.isfinite(filter_logits(logits, SamplingSettings(top_p=0.01))).sum() == 1  # the best token always stays
 
 
 def test_tiny_top_p_is_greedy(model):
@@ -83,7 +84,7 @@ def test_streamed_pieces_add_up_to_the_sample(model):
     assert "".join(pieces) == sample.text
     assert len(pieces) > 5  # text arrives as drawn, not at the end
     ids = model.tokenizer.encode("ROMEO:")
-    assert "".join(stream_text(model.network, model.tokenizer, ids, 9, max_new_tokens=50, stop=["the"])) == sample.text
+    assert "".join(stream_text(model.network, model.tokenizer, ids, seed=9, max_new_tokens=50, stop=["the"])) == sample.text
 
 
 @pytest.mark.parametrize(
