@@ -58,6 +58,13 @@ def sample_arguments(commands) -> None:
         default=None,
         help="draw only among the most likely tokens that together reach probability P (default: all)",
     )
+    p.add_argument(
+        "--min-p",
+        type=float,
+        default=None,
+        metavar="P",
+        help="draw only among tokens at least P times as likely as the most likely one, 0 to 1 (default: all)",
+    )
     p.add_argument("--num-samples", type=int, default=1, help="how many samples to draw, as one batch")
     p.add_argument(
         "--stop",

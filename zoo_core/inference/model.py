@@ -60,9 +60,9 @@ class ZooModel:
         strings) or a list of prompts of any lengths (returns a list, prompt by
         prompt, ``num_samples`` each). Row ``r`` of that list is drawn with seed
         ``seed + r`` and equals ``generate(its_prompt, seed=seed + r)``.
-        ``temperature`` 0 is greedy decoding; ``top_k``/``top_p`` keep only the
-        most likely tokens; the text ends before the first ``stop`` string (see
-        ``SamplingSettings``).
+        ``temperature`` 0 is greedy decoding; ``top_k``/``top_p``/``min_p`` keep
+        only the most likely tokens; the text ends before the first ``stop``
+        string (see ``SamplingSettings``).
         """
         settings = resolve_settings(settings, **options)
         texts = [s.prompt + s.text for s in self.sample(prompt, settings)]

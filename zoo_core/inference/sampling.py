@@ -5,7 +5,7 @@ sit on top of them), each taking one ``SamplingSettings`` (inference.settings)
 that it passes down unchanged:
 
 - ``stream_tokens``: a generator over token ids, one (B,) tensor per step, with
-  temperature (0: greedy), top-k and top-p, through the model's KV cache.
+  temperature (0: greedy), top-k, top-p and min-p, through the model's KV cache.
 - ``SampleStream``: rows of one prompt length, each with its own seed, turned
   into text pieces as they are drawn, cut at stop strings; ``.samples`` holds
   the finished rows (prompt, tokens, text, why it stopped).
@@ -22,6 +22,7 @@ sampled with seeds ``[s, s+1, ...]`` is the sample drawn alone with seed
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Sequence
@@ -46,14 +47,19 @@ def sample_seeds(seed: int, count: int) -> list[int]:
 def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     """(B, V) logits, tempered, with the tokens the settings exclude at -inf.
 
-    In order: temperature, top-k, then top-p (measured over what top-k left).
-    The best token always stays. Greedy decoding (temperature 0) never gets here.
+    In order: temperature, top-k, top-p (measured over what top-k left), then
+    min-p. Min-p compares each token with the best one, a ratio that does not
+    depend on which other tokens remain, so it keeps the same tokens before or
+    after top-k and after top-p only drops more; it is measured on the tempered
+    probabilities, so a higher temperature lets more tokens through. The best
+    token always stays. Greedy decoding (temperature 0) never gets here.
     """
     # Scale the gap to the best token, not the logits, and by no less than
     # float32's smallest normal number: nothing overflows or becomes 0/0, so a
-    # tiny temperature means greedy decoding rather than NaN.
+    # tiny temperature means greedy decoding rather than NaN. The best token's
+    # logit is then 0 and every logit is the log of its ratio to the best.
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(settings.temperature, _SMALLEST_TEMPERATURE)
-    top_k, top_p = settings.top_k, settings.top_p
+    top_k, top_p, min_p = settings.top_k, settings.top_p, settings.min_p
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -66,6 +72,10 @@ def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Ten
         drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if min_p:
+        # p / p_best >= min_p, in logs: no softmax needed, and the best token
+        # (log ratio 0) passes even at min_p 1.
+        logits = logits.masked_fill(logits < math.log(min_p), float("-inf"))
     return logits
 
 

@@ -30,6 +30,7 @@ class SamplingSettings:
     temperature: float = 1.0  # divides the logits; 0 is greedy decoding (no draw, the seed does not matter)
     top_k: int | None = None  # draw only among the k most likely tokens; None: all
     top_p: float | None = None  # only the most likely tokens that together reach p; None or 1: all
+    min_p: float | None = None  # only tokens at least min_p times as likely as the best; None or 0: all
     stop: tuple[str, ...] = ()  # the text ends before the first of these strings
     seed: int = 0  # sample i of num_samples uses seed + i (see sampling.sample_seeds)
     num_samples: int = 1  # how many samples of each prompt
@@ -54,6 +55,8 @@ class SamplingSettings:
             raise ZooError(f"{name('top_k')} must be at least 1, not {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ZooError(f"{name('top_p')} must be greater than 0 and at most 1, not {self.top_p}")
+        if self.min_p is not None and not 0 <= self.min_p <= 1:
+            raise ZooError(f"{name('min_p')} must be from 0 to 1, not {self.min_p}")
         if self.num_samples < 1:
             raise ZooError(f"{name('num_samples')} must be at least 1, not {self.num_samples}")
         check_seed(self.seed, name("seed"))

@@ -53,9 +53,9 @@ class LimitExceeded(Exception):
 
 
 class CompletionRequest(BaseModel):
-    """The fields of OpenAI's completions request this server honours (top_k is
-    an extension). Fields OpenAI clients send at their defaults are accepted;
-    anything else is refused rather than silently ignored."""
+    """The fields of OpenAI's completions request this server honours (top_k and
+    min_p are extensions). Fields OpenAI clients send at their defaults are
+    accepted; anything else is refused rather than silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -65,6 +65,7 @@ class CompletionRequest(BaseModel):
     temperature: float = Field(1.0, ge=0, le=100, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=1)
+    min_p: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
     seed: int = Field(0, ge=0, lt=2**63)
     stream: bool = False
     n: Literal[1] = 1
