@@ -14,9 +14,9 @@ from pathlib import Path
 from ..errors import ZooError
 from .options import device_options, load_on_threads
 
-# Options of `zoo sample` that only language models use (every sampling setting
-# it has a flag for, and how to show the text); task models (the puzzle) answer
-# the prompt instead and say which of these were ignored.
+# Options of `zoo sample` that only language models use: these, and a flag per
+# sampling setting (named by SamplingSettings). Task models (the puzzle) answer
+# the prompt instead and say which of them were given and ignored.
 _DISPLAY_OPTIONS = ("greedy", "stream")
 
 
@@ -28,6 +28,8 @@ def _unescape(text: str) -> str:
 
 
 def sample_arguments(commands) -> None:
+    from ..inference.settings import OPTION_NAMES  # no torch
+
     p = commands.add_parser(
         "sample",
         help="continue a prompt (task models such as the puzzle answer it)",
@@ -88,8 +90,6 @@ def sample_arguments(commands) -> None:
         help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
     )
     device_options(p, "sample")
-    from ..inference.settings import OPTION_NAMES  # no torch
-
     continuation = (*OPTION_NAMES, *_DISPLAY_OPTIONS)
     p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in continuation})
 

@@ -48,11 +48,12 @@ def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Ten
     """(B, V) logits, tempered, with the tokens the settings exclude at -inf.
 
     In order: temperature, top-k, top-p (measured over what top-k left), then
-    min-p. Min-p compares each token with the best one, a ratio that does not
-    depend on which other tokens remain, so it keeps the same tokens before or
-    after top-k and after top-p only drops more; it is measured on the tempered
-    probabilities, so a higher temperature lets more tokens through. The best
-    token always stays. Greedy decoding (temperature 0) never gets here.
+    min-p: the tokens at least ``min_p`` times as likely as the best one. That
+    ratio does not depend on which other tokens remain, so min-p drops the same
+    tokens whatever ran before it; running last, it leaves top-p measuring what
+    it measures without min-p. It uses the tempered probabilities, so a higher
+    temperature lets more tokens through. The best token always stays. Greedy
+    decoding (temperature 0) never gets here.
     """
     # Scale the gap to the best token, not the logits, and by no less than
     # float32's smallest normal number: nothing overflows or becomes 0/0, so a
