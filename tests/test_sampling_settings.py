@@ -45,6 +45,7 @@ def test_resolve_settings_takes_settings_options_or_a_token_count():
     assert resolve_settings(base, seed=3) == base.replace(seed=3)
     assert resolve_settings(40, top_k=2) == SamplingSettings(max_new_tokens=40, top_k=2)
     assert resolve_settings(top_p=0.5) == SamplingSettings(top_p=0.5)
+    assert zoo_core.SamplingSettings is SamplingSettings
 
 
 def test_the_settings_module_imports_no_torch():
