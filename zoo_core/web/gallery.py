@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ZooError
+from ..inference.settings import SamplingSettings
 from ..storage.files import describe_os_error
 from . import svg
 
@@ -42,6 +43,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLE_PROMPT = "ROMEO:"
 SAMPLE_SEEDS = (0, 1)
 SAMPLE_TOKENS = 60
+SAMPLING = SamplingSettings(max_new_tokens=SAMPLE_TOKENS)  # each sample replaces the seed
 ATTENTION_PROMPT = "ROMEO:\nBut soft, what light"
 COMPARE_WINDOWS = 128
 COMPARE_SEED = 42
@@ -259,7 +261,7 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
         measured["task"] = _task_structure(model)
         return measured
     measured["samples"] = [
-        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, max_new_tokens=SAMPLE_TOKENS, seed=seed)}
+        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed))}
         for seed in SAMPLE_SEEDS
     ]
     measured["attention"] = _attention(model, ATTENTION_PROMPT)
