@@ -48,9 +48,7 @@ class SamplingSettings:
         if self.max_new_tokens < 1:
             raise ZooError(f"{name('max_new_tokens')} must be at least 1, not {self.max_new_tokens}")
         if not 0 <= self.temperature < math.inf:  # also rejects NaN
-            raise ZooError(
-                f"{name('temperature')} must be 0 (greedy) or greater, and finite, not {self.temperature}"
-            )
+            raise ZooError(f"{name('temperature')} must be 0 (greedy) or greater, and finite, not {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise ZooError(f"{name('top_k')} must be at least 1, not {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:

@@ -261,8 +261,7 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
         measured["task"] = _task_structure(model)
         return measured
     measured["samples"] = [
-        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed))}
-        for seed in SAMPLE_SEEDS
+        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed))} for seed in SAMPLE_SEEDS
     ]
     measured["attention"] = _attention(model, ATTENTION_PROMPT)
     measured["comparison"] = _compare_with_baseline(model, baseline, models)

@@ -229,7 +229,9 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             from ..inference.sampling import stream_text  # torch, loaded with the first model anyway
 
             # The sampler behind `zoo sample`: the same settings and seed give the same text.
-            pieces = stream_text(model.network, model.tokenizer, prompt_ids, settings=settings, cancel=stop, usage=usage)
+            pieces = stream_text(
+                model.network, model.tokenizer, prompt_ids, settings=settings, cancel=stop, usage=usage
+            )
         queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         done = object()
