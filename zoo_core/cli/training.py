@@ -21,29 +21,47 @@ def _resume_command(argv: list[str]) -> str:
     return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
+# The options of `zoo train` that make up its TrainingJob: the job's field (also
+# argparse's dest) and the option, read both ways: into the job, and back into
+# the command line each data-parallel worker is handed.
+_JOB_OPTIONS = {
+    "steps": "--steps",
+    "seed": "--seed",
+    "data": "--data",
+    "out": "--out",
+    "publish": "--publish",
+    "new_name": "--name",
+    "resume": "--resume",
+    "checkpoint_every": "--checkpoint-every",
+    "interim_eval_windows": "--interim-eval-windows",
+    "log_every": "--log-every",
+    "quiet": "--quiet",
+    "compile": "--compile",
+    "device": "--device",
+    "dtype": "--dtype",
+}
+
+
 def training_job(args, resume_command: str | None = None):
     """The `TrainingJob` that `zoo train`'s arguments ask for (validated as it is built);
     a data-parallel worker builds its own from the same arguments."""
     from ..training.job import TrainingJob
 
-    return TrainingJob(
-        variant=args.name,
-        steps=args.steps,
-        seed=args.seed,
-        data=args.data,
-        out=args.out,
-        publish=args.publish,
-        new_name=args.new_name,
-        resume=args.resume,
-        resume_command=resume_command,
-        checkpoint_every=args.checkpoint_every,
-        interim_eval_windows=args.interim_eval_windows,
-        log_every=args.log_every,
-        quiet=args.quiet,
-        compile=args.compile,
-        device=args.device,
-        dtype=args.dtype,
-    )
+    options = {field: getattr(args, field) for field in _JOB_OPTIONS}
+    return TrainingJob(variant=args.name, resume_command=resume_command, **options)
+
+
+def _worker_arguments(job, args) -> list[str]:
+    """The command line each worker is handed: this one again, less the launch options."""
+    given = [(option, getattr(job, field)) for field, option in _JOB_OPTIONS.items()]
+    given += [("--registry", registry) for registry in [*args.registry, *args.sub_registry]]
+    worker = [job.variant]
+    for option, value in [*given, ("--debug", args.debug)]:
+        if value is True:  # a flag
+            worker.append(option)
+        elif value is not None and value is not False:
+            worker += [option, str(value)]
+    return worker
 
 
 def _launch_data_parallel(args, job) -> int:
@@ -55,31 +73,8 @@ def _launch_data_parallel(args, job) -> int:
     if nproc < 1 or nnodes < 1:
         raise ZooError("--nproc-per-node and --nnodes must be at least 1")
     state_path = check_data_parallel_run(job, nproc * nnodes)
-    # Each worker is handed this command line again, less the launch options
-    # (flags given bare, values as text).
-    worker = [args.name, "--device", args.device, "--dtype", args.dtype]
-    for option, value in (
-        ("--steps", args.steps),
-        ("--seed", args.seed),
-        ("--data", args.data),
-        ("--out", args.out),
-        ("--checkpoint-every", args.checkpoint_every),
-        ("--name", args.new_name),
-        ("--interim-eval-windows", args.interim_eval_windows),
-        ("--log-every", args.log_every),
-        *(("--registry", registry) for registry in [*args.registry, *args.sub_registry]),
-        ("--publish", args.publish),
-        ("--quiet", args.quiet),
-        ("--resume", args.resume),
-        ("--compile", args.compile),
-        ("--debug", args.debug),
-    ):
-        if value is True:
-            worker.append(option)
-        elif value is not None and value is not False:
-            worker += [option, str(value)]
     return launch(
-        worker,
+        _worker_arguments(job, args),
         nproc_per_node=nproc,
         nnodes=nnodes,
         node_rank=args.node_rank,
