@@ -41,14 +41,16 @@ def _sample_without_cache() -> None:
 def _resume_from_step_1() -> None:
     """A --resume that ignores the saved state and retrains from step 1: training
     is deterministic, so it ends with exactly the uninterrupted weights."""
+    from dataclasses import replace
+
     import zoo_core.training.loop
 
-    real = zoo_core.training.loop.StandardTrainer.train
+    real = zoo_core.training.loop.StandardTrainer.run
 
-    def train(self, model, recipe, corpus, context_length, progress=None, *, resume=None, **kwargs):
-        return real(self, model, recipe, corpus, context_length, progress, resume=None, **kwargs)
+    def run(self, network, job):
+        return real(self, network, replace(job, resume_from=None))
 
-    zoo_core.training.loop.StandardTrainer.train = train
+    zoo_core.training.loop.StandardTrainer.run = run
 
 
 def _weights_not_loaded() -> None:

@@ -73,6 +73,7 @@ def test_bfloat16_evaluation_is_close_to_float32(zoo):
 def _short_training(placement: Placement, steps: int = 30):
     from zoo_core.api import build_network, catalogue, load_tokenizer
     from zoo_core.corpus.batches import Corpus
+    from zoo_core.training.job import TrainingJob
     from zoo_core.training.loop import StandardTrainer, seeded_network
 
     from .conftest import ROOT
@@ -82,7 +83,7 @@ def _short_training(placement: Placement, steps: int = 30):
     text = (ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:30_000]
     corpus = Corpus.from_text(text, load_tokenizer(variant), recipe.train_fraction)
     network = seeded_network(lambda: build_network(variant), recipe.seed)
-    result = StandardTrainer().train(network, recipe, corpus, variant.card.context_length, None, placement=placement)
+    result = StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=variant.card.context_length, placement=placement))
     return network, result
 
 

@@ -186,6 +186,7 @@ def _interrupted_state(tmp_path: Path, small_text: Path, steps: int, stop_after:
     """Train ``stop_after`` steps of a ``steps``-step run in one process and write its state, as a killed run leaves it."""
     from zoo_core.api import build_network, catalogue, load_tokenizer
     from zoo_core.corpus.datasets import read_text_file
+    from zoo_core.training.job import TrainingJob
     from zoo_core.training.loop import StandardTrainer, seeded_network
     from zoo_core.training.state import run_identity, training_state_path, write_training_state
 
@@ -204,8 +205,8 @@ def _interrupted_state(tmp_path: Path, small_text: Path, steps: int, stop_after:
         raise Stop
 
     with pytest.raises(Stop):
-        StandardTrainer().train(network, recipe, corpus, variant.card.context_length, None,
-                                checkpoint_every=stop_after, on_checkpoint=save_and_stop)
+        StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=variant.card.context_length,
+                                                   checkpoint_every=stop_after, on_checkpoint=save_and_stop))
     return path
 
 

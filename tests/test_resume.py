@@ -25,6 +25,7 @@ from zoo_core.storage.checkpoints import read_header
 from zoo_core.corpus.batches import Corpus
 from zoo_core.errors import ZooError
 from zoo_core.catalogue.registry import Variant
+from zoo_core.training.job import TrainingJob
 from zoo_core.training.loop import StandardTrainer, seeded_network
 from zoo_core.training.state import STATE_KEY, read_training_state, run_identity, training_state_path, write_training_state
 
@@ -142,13 +143,13 @@ def test_resumed_trainer_matches_uninterrupted_with_dropout(tmp_path, corpus, op
         write_training_state(saved[state.step], state, identity)
 
     whole = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
-    expected = StandardTrainer().train(whole, recipe, corpus, 8, checkpoint_every=10, on_checkpoint=keep)
+    expected = StandardTrainer().run(whole, TrainingJob(recipe=recipe, corpus=corpus, context_length=8, checkpoint_every=10, on_checkpoint=keep))
     assert sorted(saved) == [10, 20]  # never at the last step: the weights themselves are written then
 
     resumed = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
     torch.manual_seed(12345)  # whatever the global generator holds now must not matter
     state = read_training_state(saved[10], identity, resumed)
-    result = StandardTrainer().train(resumed, recipe, corpus, 8, resume=state)
+    result = StandardTrainer().run(resumed, TrainingJob(recipe=recipe, corpus=corpus, context_length=8, resume_from=state))
     assert result.history == expected.history and result.tokens_seen == expected.tokens_seen
     assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
 
@@ -158,8 +159,8 @@ def test_the_state_file_is_safetensors_with_everything_named(tmp_path, corpus):
     recipe = Recipe(steps=12, eval_every=6, eval_windows=8, batch_size=4)
     path = tmp_path / "state.safetensors"
     network = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
-    StandardTrainer().train(network, recipe, corpus, 8, checkpoint_every=6,
-                            on_checkpoint=lambda state: write_training_state(path, state, run_identity(variant.card, recipe, "t")))
+    StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=8, checkpoint_every=6,
+                          on_checkpoint=lambda state: write_training_state(path, state, run_identity(variant.card, recipe, "t"))))
     tensors = load_file(str(path))  # safetensors only: nothing here can run code
     parameters = len(list(network.parameters()))
     assert {f"model.{name}" for name in network.state_dict()} <= tensors.keys()
@@ -185,8 +186,8 @@ def interrupted(tmp_path, small_text, corpus):
     identity = run_identity(variant.card, recipe, text.read_text(encoding="utf-8"))
     state_path = training_state_path(out / f"{NAME}.safetensors")
     network = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
-    StandardTrainer().train(network, recipe, corpus, 8, checkpoint_every=20,
-                            on_checkpoint=lambda state: write_training_state(state_path, state, identity))
+    StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=8, checkpoint_every=20,
+                          on_checkpoint=lambda state: write_training_state(state_path, state, identity)))
     return out, state_path, text
 
 

@@ -19,6 +19,7 @@ from zoo_core.catalogue.cards import Recipe
 from zoo_core.plugin_api.components import PositionEncodingBase, encoding_does
 from zoo_core.corpus.batches import Corpus, fixed_windows, mean_loss
 from zoo_core.corpus.datasets import read_text_file
+from zoo_core.training.job import TrainingJob
 from zoo_core.training.loop import StandardTrainer, interim_windows, make_optimizer, seeded_network
 from plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
 from plugins.positions.rope import RotaryPositions
@@ -88,7 +89,7 @@ def test_adamw_is_fused_where_the_parameters_allow_and_training_repeats(corpus):
     runs = []
     for _ in range(2):
         network = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
-        runs.append((StandardTrainer().train(network, recipe, corpus, 8), network))
+        runs.append((StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=8)), network))
     assert runs[0][0].history == runs[1][0].history
     assert all(torch.equal(p, q) for p, q in zip(runs[0][1].parameters(), runs[1][1].parameters()))
 
@@ -98,7 +99,7 @@ def test_interim_evaluations_use_fewer_windows_the_final_one_all(corpus):
     recipe = Recipe(steps=10, eval_every=5, eval_windows=96, seed=2)
     assert interim_windows(recipe) == 64 and interim_windows(recipe, 10) == 10 and interim_windows(recipe, 500) == 96
     network = seeded_network(lambda: zoo_core.build_network(variant), recipe.seed)
-    result = StandardTrainer().train(network, recipe, corpus, 8, interim_eval_windows=10)
+    result = StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=8, interim_eval_windows=10))
     assert [(h["step"], h["windows"]) for h in result.history] == [(1, 10), (5, 10), (10, 96)]
     # The final figure is the full evaluation a card records, on every window.
     assert result.final["validation"] == mean_loss(network, *fixed_windows(corpus.validation, 8, 96))
@@ -144,8 +145,8 @@ def test_compiled_training_step_gives_the_eager_loss(corpus):
     variant = zoo_core.get_variant(VARIANT)
     recipe = Recipe(steps=3, eval_every=3, eval_windows=8, seed=7)
     eager, compiled = (seeded_network(lambda: zoo_core.build_network(variant), recipe.seed) for _ in range(2))
-    a = StandardTrainer().train(eager, recipe, corpus, 8)
-    b = StandardTrainer().train(compiled, recipe, corpus, 8, compile=True)
+    a = StandardTrainer().run(eager, TrainingJob(recipe=recipe, corpus=corpus, context_length=8))
+    b = StandardTrainer().run(compiled, TrainingJob(recipe=recipe, corpus=corpus, context_length=8, compile=True))
     for x, y in zip(a.history, b.history):
         assert x["train_batch"] == pytest.approx(y["train_batch"], rel=1e-4)
         assert x["validation"] == pytest.approx(y["validation"], rel=1e-4)

@@ -14,7 +14,9 @@ from zoo_core.corpus.batches import BatchSampler, Corpus, fixed_windows
 from zoo_core.corpus.datasets import read_text_file
 from zoo_core.errors import ZooError
 from zoo_core.plugin_api.manager import get_plugins
-from zoo_core.training.loop import StandardTrainer, learning_rate_at, seeded_network
+from zoo_core.training.job import TrainingJob
+from zoo_core.training.loop import StandardTrainer, seeded_network
+from zoo_core.training.step import learning_rate_at
 
 from .conftest import ROOT
 
@@ -47,7 +49,7 @@ def _train(corpus, seed):
     variant = zoo_core.get_variant("transformer-1b-learned-ctx8")
     recipe = Recipe(steps=30, eval_every=10, eval_windows=16, seed=seed, weight_decay=0.01)
     network = seeded_network(lambda: zoo_core.build_network(variant), seed)
-    result = StandardTrainer().train(network, recipe, corpus, 8)
+    result = StandardTrainer().run(network, TrainingJob(recipe=recipe, corpus=corpus, context_length=8))
     return network, result
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo_core.training.loop import TrainingJob, TrainingResult
+from zoo_core.training import TrainingJob, TrainingResult
 
 from .model import hand_set_state_dict
 from .report import evaluate_network

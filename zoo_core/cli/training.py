@@ -21,7 +21,50 @@ def _resume_command(argv: list[str]) -> str:
     return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
-def _launch_data_parallel(args) -> int:
+# The options of `zoo train` that make up its TrainingJob: the job's field (also
+# argparse's dest) and the option, read both ways: into the job, and back into
+# the command line each data-parallel worker is handed.
+_JOB_OPTIONS = {
+    "steps": "--steps",
+    "seed": "--seed",
+    "data": "--data",
+    "out": "--out",
+    "publish": "--publish",
+    "new_name": "--name",
+    "resume": "--resume",
+    "checkpoint_every": "--checkpoint-every",
+    "interim_eval_windows": "--interim-eval-windows",
+    "log_every": "--log-every",
+    "quiet": "--quiet",
+    "compile": "--compile",
+    "device": "--device",
+    "dtype": "--dtype",
+}
+
+
+def training_job(args, resume_command: str | None = None):
+    """The `TrainingJob` that `zoo train`'s arguments ask for (validated as it is built);
+    a data-parallel worker builds its own from the same arguments."""
+    from ..training.job import TrainingJob
+
+    options = {field: getattr(args, field) for field in _JOB_OPTIONS}
+    return TrainingJob(variant=args.name, resume_command=resume_command, **options)
+
+
+def _worker_arguments(job, args) -> list[str]:
+    """The command line each worker is handed: this one again, less the launch options."""
+    given = [(option, getattr(job, field)) for field, option in _JOB_OPTIONS.items()]
+    given += [("--registry", registry) for registry in [*args.registry, *args.sub_registry]]
+    worker = [job.variant]
+    for option, value in [*given, ("--debug", args.debug)]:
+        if value is True:  # a flag
+            worker.append(option)
+        elif value is not None and value is not False:
+            worker += [option, str(value)]
+    return worker
+
+
+def _launch_data_parallel(args, job) -> int:
     """`zoo train --nproc-per-node N`: the same run on N processes (per machine) through torchrun."""
     from ..training.distributed import launch
     from ..training.run import check_data_parallel_run
@@ -29,36 +72,9 @@ def _launch_data_parallel(args) -> int:
     nproc, nnodes = (1 if value is None else value for value in (args.nproc_per_node, args.nnodes))
     if nproc < 1 or nnodes < 1:
         raise ZooError("--nproc-per-node and --nnodes must be at least 1")
-    state_path = check_data_parallel_run(
-        args.name, nproc * nnodes, out_dir=args.out, publish=args.publish, resume=args.resume, new_name=args.new_name
-    )
-    worker = [args.name, "--device", args.device, "--dtype", args.dtype]
-    for option, value in (
-        ("--steps", args.steps),
-        ("--seed", args.seed),
-        ("--data", args.data),
-        ("--out", args.out),
-        ("--checkpoint-every", args.checkpoint_every),
-        ("--name", args.new_name),
-        ("--interim-eval-windows", args.interim_eval_windows),
-        ("--log-every", args.log_every),
-        *(("--registry", registry) for registry in [*args.registry, *args.sub_registry]),
-    ):
-        if value is not None:
-            worker += [option, str(value)]
-    worker += [
-        flag
-        for flag, on in (
-            ("--publish", args.publish),
-            ("--quiet", args.quiet),
-            ("--resume", args.resume),
-            ("--compile", args.compile),
-            ("--debug", args.debug),
-        )
-        if on
-    ]
+    state_path = check_data_parallel_run(job, nproc * nnodes)
     return launch(
-        worker,
+        _worker_arguments(job, args),
         nproc_per_node=nproc,
         nnodes=nnodes,
         node_rank=args.node_rank,
@@ -134,33 +150,12 @@ def train_arguments(commands) -> None:
 
 
 def cmd_train(args) -> int:
-    from ..seeding import check_seed
     from ..training.run import train_variant
 
-    if args.seed is not None:
-        check_seed(args.seed)
-    if args.checkpoint_every is not None and args.checkpoint_every < 0:  # named as the flag; the API names its argument
-        raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {args.checkpoint_every}")
+    job = training_job(args, resume_command=_resume_command(args.argv))
     if args.nproc_per_node is not None or args.nnodes is not None:
-        return _launch_data_parallel(args)
-    card, registry_file = train_variant(
-        args.name,
-        steps=args.steps,
-        seed=args.seed,
-        data=args.data,
-        out_dir=args.out,
-        publish=args.publish,
-        show_progress=not args.quiet,
-        resume=args.resume,
-        checkpoint_every=args.checkpoint_every,
-        new_name=args.new_name,
-        log_every=args.log_every,
-        resume_command=_resume_command(args.argv),
-        interim_eval_windows=args.interim_eval_windows,
-        compile=args.compile,
-        device=args.device,
-        dtype=args.dtype,
-    )
+        return _launch_data_parallel(args, job)
+    card, registry_file = train_variant(job)
     metrics = card.metrics
     if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
         measured = ", ".join(

@@ -89,8 +89,8 @@ def register_trainers(register):
     the standard AdamW/SGD trainer, ``hand-built`` sets the puzzle's weights).
     ``factory()`` returns an object satisfying ``zoo_core.plugin_api.protocols.Trainer``:
     ``uses_corpus`` and ``run(network, job) -> TrainingResult``, where ``job`` is
-    a ``zoo_core.training.loop.TrainingJob``. Subclass
-    ``zoo_core.training.loop.StandardTrainer`` and override ``make_optimizer`` to
+    the run's ``zoo_core.training.TrainingJob`` (frozen, everything the run needs). Subclass
+    ``zoo_core.training.StandardTrainer`` and override ``make_optimizer`` to
     train with another optimizer and keep seeding, evaluation and resumable state.
     """
 

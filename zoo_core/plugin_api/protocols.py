@@ -102,15 +102,18 @@ class Trainer(Protocol):
     """Turns a freshly built network and a card's recipe into weights and metrics.
 
     `zoo train` builds the network (seeded with the recipe's seed), hands it to
-    ``run`` with a ``zoo_core.training.loop.TrainingJob`` and writes whatever weights
-    the network holds afterwards. ``uses_corpus`` False (hand-set weights) means
-    the job carries no corpus and `zoo train` refuses --steps, --seed and --data.
+    ``run`` with the run's ``zoo_core.training.TrainingJob``, as it is, and writes
+    whatever weights the network holds afterwards. The job carries everything:
+    the card, the recipe with the command's overrides, the corpus, the progress
+    display, the state to resume from and ``on_checkpoint``, the placement.
+    ``uses_corpus`` False (hand-set weights) means the job carries no corpus and
+    `zoo train` refuses --steps, --seed and --data.
     """
 
     uses_corpus: bool
 
     def run(self, network: Any, job: Any) -> Any:
-        """Train ``network`` in place; return a ``zoo_core.training.loop.TrainingResult``."""
+        """Train ``network`` in place as ``job`` says; return a ``zoo_core.training.TrainingResult``."""
 
 
 # What each kind of registered factory must return, and the members checked.

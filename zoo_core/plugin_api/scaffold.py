@@ -281,9 +281,10 @@ def test_the_encoding_keeps_the_contracts_in_a_transformer(plugins):
 
 
 def test_the_variant_trains_through_zoo_train(plugins, tmp_path):
+    from zoo_core.training import TrainingJob
     from zoo_core.training.run import train_variant
 
-    card, registry = train_variant("$name-tiny", steps=4, out_dir=tmp_path, show_progress=False)
+    card, registry = train_variant(TrainingJob(variant="$name-tiny", steps=4, out=tmp_path, quiet=True))
     assert card.recipe.kind == "$name-trainer" and card.metrics.validation_loss is not None
     assert (tmp_path / "$name-tiny.safetensors").exists() and registry == tmp_path / "registry.toml"
 '''

@@ -204,7 +204,7 @@ def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int
     uninterrupted runs agree)."""
     from ..catalogue.cards import Recipe
     from ..corpus.batches import Corpus
-    from ..training.loop import TrainingJob
+    from ..training.job import TrainingJob
 
     network = build()
     vocab, window = _vocab_size(network), network.context_length
@@ -218,11 +218,10 @@ def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int
         torch.manual_seed(seed)
         net = build()
         job = TrainingJob(
-            card=None,
             recipe=recipe,
             corpus=corpus,
             context_length=window,
-            resume=resume,
+            resume_from=resume,
             checkpoint_every=every,
             on_checkpoint=on_checkpoint,
         )

@@ -1,27 +1,28 @@
-"""Training a variant: one step, the loop, a whole run with its lock and card,
+"""Training a variant: the job, one step, the loop, a whole run with its lock and card,
 resumable state, paired-seed studies, data-parallel workers, losses, progress."""
 
-# `from zoo_core.training import StandardTrainer` (what trainer plugins write) keeps
-# working: the loop's public names are served from here, imported on first use so
-# that importing a sibling module does not pay for the loop.
-_LOOP_NAMES = {
-    "TrainingResult",
-    "TrainingState",
-    "TrainingJob",
-    "StandardTrainer",
-    "TrainingInterrupted",
-    "learning_rate_at",
-    "make_optimizer",
-    "interim_windows",
-    "interrupts_at_step_end",
-    "compiled",
-    "seeded_network",
+# `from zoo_core.training import StandardTrainer, TrainingJob` (what trainer plugins
+# write) keeps working: these public names are served from here, each imported from
+# its module on first use so that importing a sibling module does not pay for the loop.
+_PUBLIC_NAMES = {
+    "TrainingJob": "job",
+    "training_step": "step",
+    "learning_rate_at": "step",
+    "TrainingResult": "loop",
+    "TrainingState": "loop",
+    "StandardTrainer": "loop",
+    "TrainingInterrupted": "loop",
+    "make_optimizer": "loop",
+    "interim_windows": "loop",
+    "interrupts_at_step_end": "loop",
+    "compiled": "loop",
+    "seeded_network": "loop",
 }
 
 
 def __getattr__(name: str):
-    if name in _LOOP_NAMES:
-        from . import loop
+    if name in _PUBLIC_NAMES:
+        from importlib import import_module
 
-        return getattr(loop, name)
+        return getattr(import_module(f".{_PUBLIC_NAMES[name]}", __name__), name)
     raise AttributeError(f"module 'zoo_core.training' has no attribute {name!r}")

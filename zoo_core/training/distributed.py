@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from ..devices import Placement
@@ -73,6 +74,7 @@ def worker_main(argv: list[str] | None = None) -> int:
 
     from ..catalogue.layers import set_command_line_registries
     from ..cli import build_parser
+    from ..cli.training import training_job
     from ..devices import resolve_device, resolve_dtype
     from .run import train_variant
 
@@ -90,6 +92,7 @@ def worker_main(argv: list[str] | None = None) -> int:
             )
         if args.nproc_per_node is not None or args.nnodes is not None:
             raise ZooError("a torchrun worker takes no --nproc-per-node or --nnodes: give them to torchrun")
+        job = training_job(args)
         device = resolve_device(args.device)
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -99,22 +102,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         placement = DataParallelPlacement(device, resolve_dtype(args.dtype, device), rank, world_size)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         try:
-            card, registry_file = train_variant(
-                args.name,
-                steps=args.steps,
-                seed=args.seed,
-                data=args.data,
-                out_dir=args.out,
-                publish=args.publish,
-                show_progress=not args.quiet,
-                resume=args.resume,
-                checkpoint_every=args.checkpoint_every,
-                new_name=args.new_name,
-                log_every=args.log_every,
-                interim_eval_windows=args.interim_eval_windows,
-                compile=args.compile,
-                placement=placement,
-            )
+            card, registry_file = train_variant(replace(job, placement=placement))
             # Leave together: no rank tears its Gloo connections down while
             # another still works. Once in CI, rank 1 aborted at exit ("terminate
             # called without an active exception") while rank 0 was still writing

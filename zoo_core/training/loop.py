@@ -12,7 +12,8 @@ plugin under the name ``trained``, and a third-party trainer may subclass it.
 
 A run can be stopped and continued: every ``checkpoint_every`` steps the trainer
 hands a ``TrainingState`` (weights, optimizer state, both generators, history) to
-``on_checkpoint``, and ``resume=`` that state continues as if never stopped.
+the job's ``on_checkpoint``, and a job with ``resume_from=`` that state continues
+as if never stopped.
 Ctrl-C does the same at any step: the interrupt is held until the step in
 progress is complete (an optimizer step cut in half cannot be resumed), the
 state after it goes to ``on_checkpoint``, and ``TrainingInterrupted`` is raised.
@@ -21,7 +22,6 @@ state after it goes to ``on_checkpoint``, and ``TrainingInterrupted`` is raised.
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import time
@@ -31,11 +31,10 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..catalogue.cards import Recipe
-from ..corpus.batches import BatchSampler, Corpus, fixed_windows, mean_loss
+from ..corpus.batches import BatchSampler, fixed_windows, mean_loss
 from ..devices import Placement
-from .progress import TrainingProgress
-
-Progress = TrainingProgress  # the name the training loops have always used
+from .job import TrainingJob
+from .step import training_step
 
 
 @dataclass
@@ -70,38 +69,6 @@ class TrainingState:
     history: list[dict]
     update_seconds: float
     tokens_seen: int
-
-
-@dataclass
-class TrainingJob:
-    """What `zoo train` hands a trainer's ``run(network, job)``.
-
-    ``corpus`` is None for a trainer whose ``uses_corpus`` is False. Every
-    ``checkpoint_every`` steps a resumable trainer calls ``on_checkpoint`` with a
-    ``TrainingState``; ``resume``, when given, is the state to continue from."""
-
-    card: Any  # the variant's ModelCard (its config, tokenizer, context)
-    recipe: Recipe  # the card's recipe with the command's overrides applied
-    corpus: Corpus | None
-    context_length: int
-    progress: "Progress | None" = None
-    resume: "TrainingState | None" = None
-    checkpoint_every: int = 0
-    on_checkpoint: "Callable[[TrainingState], None] | None" = None
-    interim_eval_windows: int | None = None  # windows per split before the final evaluation
-    compile: bool = False  # run forward and backward through torch.compile
-    placement: "Placement | None" = None  # device, dtype and data-parallel share (default: CPU, float32, alone)
-
-
-def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
-    """Constant, or linear warm-up then cosine decay to ``min_learning_rate``."""
-    if recipe.lr_schedule == "constant":
-        return recipe.learning_rate
-    if step <= recipe.warmup_steps:
-        return recipe.learning_rate * step / max(1, recipe.warmup_steps)
-    progress = (step - recipe.warmup_steps) / max(1, total_steps - recipe.warmup_steps)
-    cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-    return recipe.min_learning_rate + cosine * (recipe.learning_rate - recipe.min_learning_rate)
 
 
 def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
@@ -186,45 +153,17 @@ class StandardTrainer:
         return make_optimizer(model, recipe)
 
     def run(self, network: torch.nn.Module, job: TrainingJob) -> TrainingResult:
-        """The trainer protocol's entry point: `train` with the job's parts."""
-        return self.train(
-            network,
-            job.recipe,
-            job.corpus,
-            job.context_length,
-            job.progress,
-            resume=job.resume,
-            checkpoint_every=job.checkpoint_every,
-            on_checkpoint=job.on_checkpoint,
-            interim_eval_windows=job.interim_eval_windows,
-            compile=job.compile,
-            placement=job.placement,
-        )
+        """Train ``network`` in place on ``job.recipe`` (from ``job.resume_from``'s
+        step, when given), handing ``job.on_checkpoint`` the state every
+        ``job.checkpoint_interval`` steps.
 
-    def train(
-        self,
-        model: torch.nn.Module,
-        recipe: Recipe,
-        corpus: Corpus,
-        context_length: int,
-        progress: Progress | None = None,
-        *,
-        resume: TrainingState | None = None,
-        checkpoint_every: int = 0,
-        on_checkpoint: Callable[[TrainingState], None] | None = None,
-        interim_eval_windows: int | None = None,
-        compile: bool = False,
-        placement: Placement | None = None,
-    ) -> TrainingResult:
-        """Run the recipe (from ``resume``'s step, when given), calling
-        ``on_checkpoint`` with the state every ``checkpoint_every`` steps.
-
-        Evaluations before the last use ``interim_eval_windows`` windows per
-        split (see `interim_windows`); ``compile`` runs the forward and backward
-        through `torch.compile` (same weights, same state dict). ``placement``
+        Evaluations before the last use ``job.interim_eval_windows`` windows per
+        split (see `interim_windows`); ``job.compile`` runs the forward and backward
+        through `torch.compile` (same weights, same state dict). ``job.placement``
         says on which device, in which dtype and as which share of a
         data-parallel run this process trains (default: the CPU, float32, alone)."""
-        placement = placement or Placement()
+        recipe, corpus, context_length, progress = job.recipe, job.corpus, job.context_length, job.progress
+        placement = job.placement or Placement()
         steps = recipe.steps
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
         windows = {
@@ -233,34 +172,33 @@ class StandardTrainer:
             )
             for split in ("train", "validation")
         }
-        interim = interim_windows(recipe, interim_eval_windows)
-        forward = placement.prepare(model)  # before the optimizer: its state lives beside the weights
-        if compile:
+        interim = interim_windows(recipe, job.interim_eval_windows)
+        forward = placement.prepare(network)  # before the optimizer: its state lives beside the weights
+        if job.compile:
             forward = compiled(forward)
-        optimizer = self.make_optimizer(model, recipe)
+        optimizer = self.make_optimizer(network, recipe)
         result = TrainingResult(steps=steps)
-        first_step = 1 if resume is None else _restore(resume, model, optimizer, sampler, result) + 1
-        model.train()
+        on_checkpoint, checkpoint_every = job.on_checkpoint, job.checkpoint_interval
+        first_step = (
+            1 if job.resume_from is None else _restore(job.resume_from, network, optimizer, sampler, result) + 1
+        )
+        network.train()
         with interrupts_at_step_end() as interrupted:
             for step in range(first_step, steps + 1):
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate_at(step, recipe, steps)
                 started = time.perf_counter()
                 # Every process draws the whole batch (the same windows as a one-process
                 # run) and keeps its share: the generator's state stays the same everywhere.
                 inputs, targets = placement.local_batch(*sampler.next())
-                with placement.autocast():
-                    _, loss = forward(inputs, targets)
-                optimizer.zero_grad(set_to_none=True)
-                placement.backward(loss)
-                placement.step(optimizer, model.parameters(), recipe.grad_clip)
+                loss = training_step(
+                    network, optimizer, inputs, targets, step=step, recipe=recipe, placement=placement, forward=forward
+                )
                 result.update_seconds += time.perf_counter() - started
                 result.tokens_seen += targets.numel() * placement.world_size
                 losses = None
                 if step == 1 or step % recipe.eval_every == 0 or step == steps:
                     count = recipe.eval_windows if step == steps else interim
                     with placement.autocast():
-                        losses = {split: mean_loss(model, x[:count], y[:count]) for split, (x, y) in windows.items()}
+                        losses = {split: mean_loss(network, x[:count], y[:count]) for split, (x, y) in windows.items()}
                     result.history.append(
                         {"step": step, "train_batch": placement.reported_loss(loss), **losses, "windows": count}
                     )
@@ -271,10 +209,10 @@ class StandardTrainer:
                     if progress:
                         progress.close()
                     if on_checkpoint:
-                        on_checkpoint(_snapshot(step, model, optimizer, sampler, result))
+                        on_checkpoint(_snapshot(step, network, optimizer, sampler, result))
                     raise TrainingInterrupted(step, saved=on_checkpoint is not None)
                 if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:
-                    on_checkpoint(_snapshot(step, model, optimizer, sampler, result))
+                    on_checkpoint(_snapshot(step, network, optimizer, sampler, result))
         return result
 
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..api import build_network, catalogue, load_tokenizer
@@ -24,95 +25,77 @@ from ..errors import ZooError, printable
 from ..plugin_api.manager import get_plugins
 from ..storage.checkpoints import save_checkpoint, sha256_file
 from ..storage.files import atomic_copy, atomic_write_text, exclusive_lock, make_folder, remove_stale_temporaries
-from .loop import Progress, TrainingInterrupted, TrainingJob, seeded_network
+from .job import TrainingJob
+from .loop import TrainingInterrupted, seeded_network
+from .progress import TrainingProgress
 from .state import read_training_state, run_identity, training_state_path, write_training_state
 
 
-def train_variant(
-    name: str,
-    *,
-    steps: int | None = None,
-    seed: int | None = None,
-    data: Path | None = None,
-    out_dir: Path | None = None,
-    publish: bool = False,
-    show_progress: bool = True,
-    resume: bool = False,
-    checkpoint_every: int | None = None,
-    new_name: str | None = None,
-    log_every: int | None = None,
-    resume_command: str | None = None,
-    interim_eval_windows: int | None = None,
-    compile: bool = False,
-    device: str | None = None,
-    dtype: str | None = None,
-    placement=None,
-) -> tuple[ModelCard, Path]:
-    """Train ``name`` and write its checkpoint and card.
+def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
+    """Train ``job.variant`` and write its checkpoint and card.
 
-    By default the result goes to ``out_dir`` (``runs/NAME``) as a one-variant
-    registry that `--registry` can name; ``publish`` writes it into the user
+    By default the result goes to ``job.out`` (``runs/NAME``) as a one-variant
+    registry that `--registry` can name; ``job.publish`` writes it into the user
     catalogue (``$ZOO_HOME``), or into the last ``--registry`` file when one was
-    given, under ``new_name`` or the variant's own name (refused when another
-    layer already holds that name). Every ``checkpoint_every`` steps
+    given, under ``job.new_name`` or the variant's own name (refused when another
+    layer already holds that name). Every ``job.checkpoint_every`` steps
     (default: the recipe's ``eval_every``; 0: never) the run's state is saved
-    beside the checkpoint, and ``resume`` continues from it. Returns the new card
-    and the registry file that holds it. ``interim_eval_windows`` and
-    ``compile`` are passed to the trainer (see `StandardTrainer.train`).
+    beside the checkpoint, and ``job.resume`` continues from it. Returns the new
+    card and the registry file that holds it. The trainer receives ``job`` with
+    what this prepares filled in (see `TrainingJob`).
 
     Ctrl-C stops after the step in progress, saves the state (whatever
-    ``checkpoint_every`` says) and says how to continue: ``resume_command`` when
-    given (the CLI passes the command line with ``--resume``), else in words.
+    ``checkpoint_every`` says) and says how to continue: ``job.resume_command``
+    when given (the CLI passes the command line with ``--resume``), else in words.
 
-    ``device`` and ``dtype`` say where and in what precision to train (default:
-    "auto", float32); a data-parallel worker passes its ``placement`` instead,
-    and only its rank 0 writes anything.
+    ``job.device`` and ``job.dtype`` say where and in what precision to train
+    (default: "auto", float32); a data-parallel worker's job carries its
+    ``placement`` instead, and only its rank 0 writes anything.
     """
+    if job.variant is None:
+        raise ZooError("train_variant: the job names no variant to train")
+    placement = job.placement
     if placement is None:
         from ..devices import Placement, resolve_device, resolve_dtype
 
-        target = resolve_device(device)
-        placement = Placement(target, resolve_dtype(dtype, target))
+        target = resolve_device(job.device)
+        placement = Placement(target, resolve_dtype(job.dtype, target))
     writer = placement.rank == 0
     plugins = get_plugins()
+    name = job.variant
     variant = catalogue(plugins).get(name)
     card = variant.card
     trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
-    if interim_eval_windows is not None and interim_eval_windows < 1:
-        raise ZooError(f"interim_eval_windows must be at least 1, not {interim_eval_windows}")
-    if checkpoint_every is not None and checkpoint_every < 0:
-        raise ZooError(f"checkpoint_every must be a number of steps (0: never), not {checkpoint_every}")
     if not trainer.uses_corpus:
         given = [
-            option for option, value in (("--steps", steps), ("--seed", seed), ("--data", data)) if value is not None
+            option
+            for option, value in (("--steps", job.steps), ("--seed", job.seed), ("--data", job.data))
+            if value is not None
         ]
-        if given or resume:
+        if given or job.resume:
             raise ZooError(
                 f"variant '{name}' is {card.recipe.kind}: its trainer reads no text and takes no "
                 f"{', '.join(given) or '--resume'}"
             )
-    overrides = {key: value for key, value in (("steps", steps), ("seed", seed)) if value is not None}
+    overrides = {key: value for key, value in (("steps", job.steps), ("seed", job.seed)) if value is not None}
     text = None
     if trainer.uses_corpus:
-        text = variant_text(variant, data)
+        text = variant_text(variant, job.data)
         # The card records what the weights were trained on: a dataset's name, or
         # the absolute path of the file given with --data; and its sha256 either way.
         overrides.update(data=text.name, data_sha256=text.sha256)
     recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
     _check_batch_splits(recipe.batch_size, placement.world_size)
-    target_name = new_name or name
+    target_name = job.new_name or name
     if target_name != name:
         if not VARIANT_NAME.fullmatch(target_name):
             raise ZooError(
                 f"--name '{printable(target_name)}': a variant name is lower-case letters, digits, '.' and '-', starting with a letter or digit"
             )
         card = card.model_copy(update={"name": target_name})
-    registry_file, checkpoint_path = _destination(variant, target_name, publish, out_dir, plugins)
+    registry_file, checkpoint_path = _destination(variant, target_name, job.publish, job.out, plugins)
     state_path = training_state_path(checkpoint_path)
-    if resume and not state_path.exists():  # checked first: nothing is written for a run that cannot start
-        raise ZooError(
-            f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)"
-        )
+    _check_resumable(job, state_path)  # checked first: nothing is written for a run that cannot start
 
     corpus, identity = None, None
     if text is not None:
@@ -126,8 +109,8 @@ def train_variant(
     with exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext():
         for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
             remove_stale_temporaries(path)
-        state = read_training_state(state_path, identity, network) if resume else None
-        show_progress = show_progress and writer
+        state = read_training_state(state_path, identity, network) if job.resume else None
+        show_progress = writer and not job.quiet
         if show_progress and state is not None:
             print(f"{name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr)
         elif show_progress and state_path.exists():
@@ -136,34 +119,31 @@ def train_variant(
                 f"--resume continues it instead",
                 file=sys.stderr,
             )
-        every = recipe.eval_every if checkpoint_every is None else checkpoint_every
-        progress = Progress(
+        progress = TrainingProgress(
             name,
             recipe.steps,
             enabled=show_progress and trainer.uses_corpus,
             start_step=state.step if state else 0,
             eval_every=recipe.eval_every,
-            log_every=log_every,
+            log_every=job.log_every,
         )
-        job = TrainingJob(
+        prepared = replace(
+            job,
             card=card,
             recipe=recipe,
             corpus=corpus,
             context_length=card.context_length,
             progress=progress,
-            resume=state,
-            checkpoint_every=every if trainer.uses_corpus else 0,
+            resume_from=state,
             on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if writer else None,
-            interim_eval_windows=interim_eval_windows,
-            compile=compile,
             placement=placement,
         )
         try:
-            result = trainer.run(network, job)
+            result = trainer.run(network, prepared)
         except TrainingInterrupted as stop:
             if not writer:
                 raise
-            how = resume_command or "the same command with --resume (or train_variant(..., resume=True))"
+            how = job.resume_command or "the same command with --resume (or a job with resume=True)"
             print(
                 f"\n{name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
                 f"  continue with: {how}",
@@ -198,7 +178,7 @@ def train_variant(
                 )
             }
         )
-        if data is not None and registry_file.parent.resolve() not in data.parents:
+        if job.data is not None and registry_file.parent.resolve() not in job.data.parents:
             # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
             new_card = new_card.model_copy(update={"allow_external_paths": True})
 
@@ -298,6 +278,13 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
+def _check_resumable(job: TrainingJob, state_path: Path) -> None:
+    if job.resume and not state_path.exists():
+        raise ZooError(
+            f"{state_path}: nothing to resume (no training state; `zoo train {job.variant}` writes one every --checkpoint-every steps)"
+        )
+
+
 def _check_batch_splits(batch_size: int, world_size: int) -> None:
     if batch_size % world_size:
         raise ZooError(
@@ -306,22 +293,19 @@ def _check_batch_splits(batch_size: int, world_size: int) -> None:
         )
 
 
-def check_data_parallel_run(
-    name: str, world_size: int, *, out_dir=None, publish=False, resume=False, new_name: str | None = None
-) -> Path:
+def check_data_parallel_run(job: TrainingJob, world_size: int) -> Path:
     """What the launcher checks before starting any process (a mistake is one line,
     not one per process); returns where the run keeps its resumable state."""
     plugins = get_plugins()
-    variant = catalogue(plugins).get(name)
+    variant = catalogue(plugins).get(job.variant)
     card = variant.card
     if not plugins.components["trainers"].create(card.recipe.kind).uses_corpus:
         raise ZooError(
-            f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
+            f"variant '{job.variant}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
         )
     _check_batch_splits(card.recipe.batch_size, world_size)
-    state_path = training_state_path(_destination(variant, new_name or name, publish, out_dir, plugins)[1])
-    if resume and not state_path.exists():
-        raise ZooError(
-            f"{state_path}: nothing to resume (no training state; `zoo train {name}` writes one every --checkpoint-every steps)"
-        )
+    state_path = training_state_path(
+        _destination(variant, job.new_name or job.variant, job.publish, job.out, plugins)[1]
+    )
+    _check_resumable(job, state_path)
     return state_path

@@ -39,7 +39,9 @@ from ..plugin_api.manager import get_plugins
 from ..seeding import seeded_generator
 from ..storage.checkpoints import save_checkpoint
 from ..storage.files import atomic_write_text, make_folder
-from .loop import Progress, learning_rate_at, make_optimizer
+from .loop import make_optimizer
+from .progress import TrainingProgress
+from .step import training_step
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # In a checkout the studies live in experiments/; a wheel carries a copy inside
@@ -290,7 +292,9 @@ def _run_seed(
     samples = [{} for _ in arms]
     # Every arm's milestone samples: the same prompt, settings and seed.
     sampling = SamplingSettings(max_new_tokens=study.sample_tokens, seed=study.sample_seed)
-    progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every)
+    progress = TrainingProgress(
+        f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every
+    )
     started = time.perf_counter()
     for step in range(1, study.steps + 1):
         starts = torch.randint(
@@ -299,16 +303,10 @@ def _run_seed(
         inputs, outputs = windows_at(corpus.train, starts, longest)
         inputs, outputs = inputs.to(device), outputs.to(device)
         for i, (arm, network, optimizer) in enumerate(zip(arms, networks, optimizers)):
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate_at(step, recipe, study.steps)
             tick = time.perf_counter()
             # The same tokens for every arm, cut into sequences of its own context.
             x, y = inputs.reshape(-1, arm.context), outputs.reshape(-1, arm.context)
-            with placements[i].autocast():
-                _, loss = network(x, y)
-            optimizer.zero_grad(set_to_none=True)
-            placements[i].backward(loss)
-            placements[i].step(optimizer, network.parameters(), None)
+            loss = training_step(network, optimizer, x, y, step=step, recipe=recipe, placement=placements[i])
             update_seconds[i] += time.perf_counter() - tick
             if step == 1 or step % study.eval_every == 0 or step == study.steps:
                 with placements[i].autocast():
