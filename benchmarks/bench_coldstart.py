@@ -5,7 +5,7 @@ Each command is a new Python process timed from start to exit; its peak
 resident memory is what GNU time reports (`/usr/bin/time -f %M`; a child forked
 straight from this large process would inherit its high-water mark). Each zoo command
 runs once before timing, so the interpreter's bytecode caches and the zoo's card cache
-(validated cards, zoo_core/card_cache.py) are warm, as they are for anyone who has run
+(validated cards, zoo_core/catalogue/card_cache.py) are warm, as they are for anyone who has run
 it before; PYTHONDONTWRITEBYTECODE is dropped from the commands' environment, which
 would otherwise keep the bytecode cold.
 

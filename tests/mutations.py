@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def _sample_without_cache() -> None:
     """Sampling that never uses the KV cache: the same tokens, only slower."""
     import zoo_core.inference.sampling
+    from zoo_core.inference.settings import resolve_settings
 
     real = zoo_core.inference.sampling.sample_tokens
 
-    def sample_tokens(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=None):
-        return real(model, ids, max_new_tokens, temperature, top_k, generator, use_cache=False)
+    def sample_tokens(model, ids, settings=None, generator=None, **options):
+        return real(model, ids, resolve_settings(settings, **options).replace(use_cache=False), generator)
 
     zoo_core.inference.sampling.sample_tokens = sample_tokens
 

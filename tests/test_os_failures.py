@@ -167,12 +167,12 @@ def test_a_checkpoint_that_vanishes_before_loading(zoo, private_catalogue):
 
 
 def test_any_other_os_error_is_one_line(zoo, monkeypatch):
-    from zoo_core import cli
+    from zoo_core.cli import catalogue
 
     def fails(args):
         raise OSError(errno.EIO, os.strerror(errno.EIO), "/somewhere/file")
 
-    monkeypatch.setattr(cli, "cmd_list", fails)
+    monkeypatch.setattr(catalogue, "cmd_list", fails)
     result = zoo("list")
     _one_line_error(result, "/somewhere/file: Input/output error")
 

@@ -30,5 +30,5 @@ def test_every_hook_is_in_the_guide_with_its_signature_and_docstring(name):
     signature = f"{name}{inspect.signature(function)}"
     assert f"### `{signature}`" in guide, f"docs/plugins.md has no reference entry '### `{signature}`'"
     assert _words(inspect.getdoc(function)) in _words(guide), (
-        f"docs/plugins.md does not carry the current docstring of {name}; copy it from zoo_core/hookspecs.py"
+        f"docs/plugins.md does not carry the current docstring of {name}; copy it from zoo_core/plugin_api/hookspecs.py"
     )

@@ -140,7 +140,7 @@ def model():
 )
 def test_sampling_stays_in_the_vocabulary(model, temperature, top_k, seed, prompt, new_tokens):
     ids = torch.tensor([prompt])
-    out = sample_tokens(model.network, ids, new_tokens, temperature, top_k, torch.Generator().manual_seed(seed))
+    out = sample_tokens(model.network, ids, new_tokens, torch.Generator().manual_seed(seed), temperature=temperature, top_k=top_k)
     assert out.shape == (1, len(prompt) + new_tokens)
     assert torch.equal(out[0, : len(prompt)], ids[0])
     assert 0 <= int(out.min()) and int(out.max()) < model.tokenizer.vocab_size
@@ -153,4 +153,4 @@ def test_sampling_stays_in_the_vocabulary(model, temperature, top_k, seed, promp
 def test_temperatures_that_mean_nothing_are_refused(model, temperature):
     # Named as the API knows it: this is Python, not the command line.
     with pytest.raises(ZooError, match=r"^temperature must be 0 \(greedy\) or greater"):
-        sample_tokens(model.network, torch.tensor([[1]]), 1, temperature)
+        sample_tokens(model.network, torch.tensor([[1]]), 1, temperature=temperature)

@@ -49,6 +49,8 @@ def test_low_temperature_concentrates(model):
         (["--prompt", "x", "--temperature", "-1"], "--temperature must be 0 (greedy) or greater"),
         (["--prompt", "x", "--temperature", "nan"], "--temperature must be 0 (greedy) or greater"),
         (["--prompt", "x", "--top-p", "0"], "--top-p must be greater than 0 and at most 1"),
+        (["--prompt", "x", "--min-p", "-0.1"], "--min-p must be from 0 to 1"),
+        (["--prompt", "x", "--min-p", "1.5"], "--min-p must be from 0 to 1"),
         (["--prompt", "x", "--num-samples", "0"], "--num-samples must be at least 1"),
         (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--prompt", "x", "--top-k", "0"], "--top-k must be at least 1"),

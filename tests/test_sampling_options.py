@@ -12,6 +12,7 @@ import torch
 import zoo_core
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import SampleStream, filter_logits, sample_seeds, stream_text
+from zoo_core.inference.settings import SamplingSettings
 
 NAME = "gpt-char-mini"
 
@@ -57,11 +58,47 @@ def test_batched_rows_match_rows_alone_token_for_token(model):
 
 def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    kept = torch.isfinite(filter_logits(logits, 1.0, None, 0.8))
+    kept = torch.isfinite(filter_logits(logits, SamplingSettings(top_p=0.8)))
     assert kept.tolist() == [[True, True, False, False]]
-    kept = torch.isfinite(filter_logits(logits, 1.0, None, 0.81))
+    kept = torch.isfinite(filter_logits(logits, SamplingSettings(top_p=0.81)))
     assert kept.tolist() == [[True, True, True, False]]
-    assert torch.isfinite(filter_logits(logits, 1.0, None, 0.01)).sum() == 1  # the best token always stays
+    assert torch.isfinite(filter_logits(logits, SamplingSettings(top_p=0.01))).sum() == 1  # the best token always stays
+
+
+def test_min_p_keeps_the_tokens_at_least_min_p_times_as_likely_as_the_best():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+
+    def kept(**options):
+        return torch.isfinite(filter_logits(logits, SamplingSettings(**options))).tolist()
+
+    assert kept(min_p=0.5) == [[True, True, False, False]]  # at least 0.25
+    assert kept(min_p=0.29) == [[True, True, True, False]]  # at least 0.145
+    assert kept(min_p=0.09) == [[True, True, True, True]]  # at least 0.045
+    assert kept(min_p=1.0) == [[True, False, False, False]]  # only the best
+    assert kept(min_p=0.0) == kept() == [[True, True, True, True]]  # 0 is off
+    # Measured after temperature: at 2 the ratios are the square roots (0.77, 0.55, 0.32).
+    assert kept(min_p=0.5, temperature=2.0) == [[True, True, True, False]]
+    # With top-k and top-p a token must pass every filter.
+    assert kept(min_p=0.29, top_k=2) == [[True, True, False, False]]
+    assert kept(min_p=0.5, top_p=0.95) == [[True, True, False, False]]
+    # Many rows of random logits: exactly the tokens with p >= min_p * p_best stay.
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 50, generator=generator) * 3
+    for min_p in (0.01, 0.1, 0.37, 0.8):
+        ratio = torch.softmax(logits.double(), dim=-1)
+        ratio = ratio / ratio.amax(dim=-1, keepdim=True)
+        clear = (ratio - min_p).abs() > 1e-6  # leave out ties with the threshold itself
+        got = torch.isfinite(filter_logits(logits, SamplingSettings(min_p=min_p)))
+        assert torch.equal(got[clear], (ratio >= min_p)[clear])
+
+
+def test_min_p_one_is_greedy_and_min_p_changes_the_draws(model):
+    greedy = model.generate("ROMEO:", 40, temperature=0)
+    assert model.generate("ROMEO:", 40, min_p=1.0, seed=3) == greedy
+    assert model.generate("ROMEO:", 40, min_p=1.0, seed=4, temperature=5.0) == greedy
+    plain = model.generate("ROMEO:", 40, seed=3)
+    assert model.generate("ROMEO:", 40, min_p=0.0, seed=3) == plain  # 0 is off
+    assert model.generate("ROMEO:", 40, min_p=0.2, seed=3) not in (plain, greedy)
 
 
 def test_tiny_top_p_is_greedy(model):
@@ -83,7 +120,7 @@ def test_streamed_pieces_add_up_to_the_sample(model):
     assert "".join(pieces) == sample.text
     assert len(pieces) > 5  # text arrives as drawn, not at the end
     ids = model.tokenizer.encode("ROMEO:")
-    assert "".join(stream_text(model.network, model.tokenizer, ids, 9, max_new_tokens=50, stop=["the"])) == sample.text
+    assert "".join(stream_text(model.network, model.tokenizer, ids, seed=9, max_new_tokens=50, stop=["the"])) == sample.text
 
 
 @pytest.mark.parametrize(
@@ -91,6 +128,8 @@ def test_streamed_pieces_add_up_to_the_sample(model):
     [
         (dict(temperature=-1), "temperature must be 0 (greedy) or greater"),
         (dict(top_p=1.5), "top_p must be greater than 0 and at most 1"),
+        (dict(min_p=1.5), "min_p must be from 0 to 1"),
+        (dict(min_p=-0.1), "min_p must be from 0 to 1"),
         (dict(top_k=0), "top_k must be at least 1"),
         (dict(max_new_tokens=0), "max_new_tokens must be at least 1"),
         (dict(num_samples=0), "num_samples must be at least 1"),

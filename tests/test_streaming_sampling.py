@@ -7,8 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 import zoo_core
-from zoo_core.web.generation import ModelCache, stream_text
+from zoo_core.inference.sampling import stream_text
+from zoo_core.web.generation import ModelCache
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,8 @@ def char_model():
 @pytest.mark.parametrize("fixture, prompt", [("bpe_model", "ROMEO: é—"), ("char_model", "JULIET:")])
 def test_streamed_pieces_join_to_generate(request, fixture, prompt):
     model = request.getfixturevalue(fixture)
-    pieces = list(stream_text(model, prompt, 50, temperature=1.3, seed=5))
+    pieces = list(stream_text(model.network, model.tokenizer, model.encode_prompt(prompt), max_new_tokens=50,
+                              temperature=1.3, seed=5))
     full = model.generate(prompt, 50, temperature=1.3, seed=5)
     prompt_text = model.tokenizer.decode(model.tokenizer.encode(prompt))
     assert prompt_text + "".join(pieces) == full
@@ -35,7 +38,9 @@ def test_stop_event_ends_the_stream(bpe_model):
     stop = threading.Event()
     usage = {}
     pieces = []
-    for piece in stream_text(bpe_model, "ROMEO:", 10_000, seed=1, stop=stop, usage=usage):
+    ids = bpe_model.encode_prompt("ROMEO:")
+    for piece in stream_text(bpe_model.network, bpe_model.tokenizer, ids, max_new_tokens=10_000, seed=1, cancel=stop,
+                             usage=usage):
         pieces.append(piece)
         if usage["completion_tokens"] >= 5:
             stop.set()

@@ -78,6 +78,16 @@ def test_greedy_and_nucleus_sampling(server):
     assert tiny_nucleus["choices"][0]["text"] == greedy[0]["choices"][0]["text"]
 
 
+def test_min_p_is_what_zoo_sample_min_p_prints(server):
+    request = {"model": SMALL, "prompt": "ROMEO:", "max_tokens": 25, "seed": 7, "temperature": 1.5}
+    body = _post(server, {**request, "min_p": 0.2}).json()
+    assert "ROMEO:" + body["choices"][0]["text"] == zoo_sample(SMALL, "ROMEO:", 25, seed=7, temperature=1.5, min_p=0.2)
+    # min_p is not ignored: without it the same seed draws other text, and min_p 1 is greedy.
+    assert _post(server, request).json()["choices"][0]["text"] != body["choices"][0]["text"]
+    greedy = _post(server, {**request, "temperature": 0}).json()["choices"][0]["text"]
+    assert _post(server, {**request, "min_p": 1}).json()["choices"][0]["text"] == greedy
+
+
 def test_task_model_answers(server):
     body = _post(server, {"model": "puzzle-disobeys", "prompt": "Crow disobeys keep-flight swap-speech he-is?"}).json()
     assert body["choices"][0]["text"].startswith("Human")
@@ -93,6 +103,7 @@ def test_task_model_answers(server):
         ({"model": "gpt-char", "prompt": "a"}, 404, ["no published weights"]),
         ({"model": SMALL, "prompt": "a", "temperature": -1}, 400, ["temperature"]),
         ({"model": SMALL, "prompt": "a", "top_p": 0}, 400, ["top_p"]),
+        ({"model": SMALL, "prompt": "a", "min_p": 1.5}, 400, ["min_p"]),
         ({"model": SMALL, "prompt": "a", "n": 3}, 400, ["'n'"]),
         ({"model": SMALL, "prompt": "a", "bogus": 1}, 400, ["unsupported field 'bogus'"]),
         ({"model": SMALL}, 400, ["missing field 'prompt'"]),

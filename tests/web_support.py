@@ -68,12 +68,14 @@ class Server:
 
 
 def zoo_sample(name: str, prompt: str, max_new_tokens: int, seed: int, temperature: float = 1.0,
-               top_k: int | None = None) -> str:
+               top_k: int | None = None, min_p: float | None = None) -> str:
     """What a user sees from `zoo sample` (its trailing newline is print's)."""
     command = [*ZOO, "sample", name, "--prompt", prompt, "--max-new-tokens", str(max_new_tokens),
                "--seed", str(seed), "--temperature", str(temperature)]
     if top_k is not None:
         command += ["--top-k", str(top_k)]
+    if min_p is not None:
+        command += ["--min-p", str(min_p)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
                           timeout=300)
     assert done.returncode == 0, done.stderr

@@ -22,6 +22,10 @@ def __getattr__(name):
         from . import api
 
         return getattr(api, name)
+    if name == "SamplingSettings":  # torch-free too
+        from .inference.settings import SamplingSettings
+
+        return SamplingSettings
     if name in {"ZooError", "UnknownName"}:
         from . import errors
 

@@ -32,9 +32,9 @@ class FeedForward(nn.Module):
     def forward(self, x):
         # On rows (B*T, C): the same products and bits as on (B, T, C), but under
         # torch.compile a 3-D activation made the backward keep ReLU's boolean
-        # mask beside its output, and inductor's CPU code stores booleans about
-        # 25x slower than eager here: compiled training ran at 0.83x of eager,
-        # and 1.09x with rows (benchmarks/bench_compile.py).
+        # mask beside its output, and inductor's CPU code stores booleans far
+        # more slowly than eager does, enough to make compiled training slower
+        # than eager (benchmarks/bench_compile.py measures both).
         shape = x.shape
         x = self.down(self.activation(self.up(x.reshape(-1, shape[-1])))).view(shape)
         # Dropout is the identity outside training: skipping the module call is

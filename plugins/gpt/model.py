@@ -12,8 +12,8 @@ import math
 
 from torch import nn
 
-from zoo_plugins.models.config import call_with_config
-from zoo_plugins.models.transformer import TransformerLanguageModel
+from ..models.config import call_with_config
+from ..models.transformer import TransformerLanguageModel
 
 # Seed 004's settings where a card says nothing.
 GPT_DEFAULTS = {"positions": "learned", "block": "pre-norm", "dropout": 0.2}

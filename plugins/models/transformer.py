@@ -9,6 +9,7 @@ encoding or block works in any variant without touching this file.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,8 +17,8 @@ from torch import nn
 from zoo_core.errors import ZooError
 from zoo_core.plugin_api.components import encoding_does
 from zoo_core.training.losses import cross_entropy
-from zoo_plugins.blocks.attention import KVCache
 
+from ..blocks.attention import KVCache
 from .config import call_with_config
 from .decoding import can_decode, decode
 
@@ -72,7 +73,7 @@ class TransformerLanguageModel(nn.Module):
             positions, d_model=d_model, n_head=n_head, context_length=context_length
         )
         self._embeds_positions = encoding_does(self.positions, "embeds")
-        layout = {}
+        layout: dict[str, Any] = {}
         if activation != "relu":
             layout["activation"] = activation
         if layer_bias is not None:

@@ -47,6 +47,8 @@ class SinusoidalPositions(PositionEncodingBase):
     nothing to save), so any position can be computed.
     """
 
+    frequencies: torch.Tensor  # a buffer
+
     def __init__(self, d_model: int, **_: object):
         super().__init__()
         if d_model % 2:

@@ -14,6 +14,8 @@ from zoo_core.plugin_api.components import PositionEncodingBase
 
 
 class RotaryPositions(PositionEncodingBase):
+    frequencies: torch.Tensor  # a buffer
+
     def __init__(self, d_model: int, n_head: int, base: float = 10000.0, **_: object):
         super().__init__()
         head_size = d_model // n_head

@@ -136,7 +136,8 @@ def evaluate_network(network: PuzzleTransformer, tokenizer) -> dict[str, Any]:
         by_length.setdefault(len(ids), []).append((words, ids))
     if not by_length:
         raise ZooError(f"no well-formed sentence fits in {network.max_tokens} positions (the shortest has 4 words)")
-    correct, total, failures = 0, 0, []
+    correct, total = 0, 0
+    failures: list[str] = []
     for batch in by_length.values():
         outputs, _ = network(torch.tensor([ids for _, ids in batch], dtype=torch.long))
         for (words, _), output in zip(batch, outputs):

@@ -125,9 +125,11 @@ def cached_cards(path: Path, data: bytes) -> list[CachedCard] | None:
     """The cards of the registry file ``path`` whose bytes are ``data``, as last
     validated; None when they must be validated."""
     payload = _read(path, _key("registry", data))
+    if payload is None:  # a miss
+        return None
     try:
         return [CachedCard(card["table"], CardFacts.from_json(card)) for card in payload]
-    except (TypeError, KeyError):  # None (a miss), or an entry not shaped as this module writes them
+    except (TypeError, KeyError):  # an entry not shaped as this module writes them
         return None
 
 

@@ -40,11 +40,11 @@ class Facts:
         object.__setattr__(self, "_where", where)
 
     def __getattr__(self, name: str) -> Any:
-        value = self._data.get(name, _ABSENT) if not name.startswith("_") else _ABSENT
-        if value is _ABSENT:
+        if name.startswith("_") or name not in self._data:
             raise AttributeError(
                 f"card {'section ' + repr(self._where) + ' ' if self._where else ''}has no field {name!r}"
             )
+        value = self._data[name]
         path = f"{self._where}.{name}" if self._where else name
         if value is not None and path in self._sections:
             return Facts(value, self._sections, path)

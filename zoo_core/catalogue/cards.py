@@ -16,11 +16,13 @@ import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import JsonDict
 
 from .card_facts import first_difference  # noqa: F401  (pydantic-free; kept importable from here)
 from .limits import check_config_shape
 
-WEIGHTS = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
+WEIGHTS: JsonDict = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
 NAME_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
 
 
@@ -253,16 +255,20 @@ class ModelCard(_Strict):
         return data
 
 
+def defines_weights(field: FieldInfo) -> bool:
+    """Whether ``field`` is marked ``WEIGHTS`` (a callable json_schema_extra never is)."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and extra.get("defines_weights") is True
+
+
 def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
     """``dumped`` (``model`` as JSON) cut to its ``WEIGHTS`` fields; a nested card
     section with marked fields of its own is cut the same way."""
     kept = {}
     for key, field in type(model).model_fields.items():
-        if key not in dumped or not (field.json_schema_extra or {}).get("defines_weights"):
+        if key not in dumped or not defines_weights(field):
             continue
         value = getattr(model, key)
-        nested = isinstance(value, BaseModel) and any(
-            (f.json_schema_extra or {}).get("defines_weights") for f in type(value).model_fields.values()
-        )
+        nested = isinstance(value, BaseModel) and any(defines_weights(f) for f in type(value).model_fields.values())
         kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
     return kept

@@ -90,7 +90,7 @@ def search_variants(variants: Iterable[Variant], text: str) -> list[Variant]:
     words = text.lower().split()
     if not words:
         raise ZooError("the search text is empty; give a word to look for, e.g. `zoo search rope`")
-    found = []
+    found: list[tuple[bool, int, int, Variant]] = []
     for variant in variants:
         card = variant.facts
         haystack = " ".join([card.name, card.description, *card.tags, card.architecture]).lower()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeGuard
 
 from ..errors import ZooError
 
@@ -40,7 +40,7 @@ SIZE_KEYS = ("d_model", "n_layer", "n_head", "d_ff", "max_tokens", "n_kv_head", 
 FRACTION_KEYS = ("dropout",)
 
 
-def _is_whole(value: Any) -> bool:
+def _is_whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -158,7 +158,7 @@ def check_budget(
     return estimate
 
 
-def _bytes(count: int) -> str:
+def _bytes(count: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if count < 1024 or unit == "TiB":
             return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"

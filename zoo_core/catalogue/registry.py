@@ -41,6 +41,12 @@ class Variant:
     """
 
     __slots__ = ("source", "plugin", "layer", "_card", "_facts", "_table")
+    source: Path
+    plugin: str
+    layer: str
+    _card: ModelCard | None
+    _facts: CardFacts | None
+    _table: dict[str, Any] | None
 
     def __init__(
         self,
@@ -76,18 +82,22 @@ class Variant:
 
     @property
     def card(self) -> ModelCard:
-        if self._card is None:
+        card = self._card
+        if card is None:
             from .cards import ModelCard
 
             # The table validated before it was cached, so this cannot fail.
-            object.__setattr__(self, "_card", ModelCard.model_validate(self._table))
-        return self._card
+            card = ModelCard.model_validate(self._table)
+            object.__setattr__(self, "_card", card)
+        return card
 
     @property
     def facts(self) -> CardFacts:
-        if self._facts is None:
-            object.__setattr__(self, "_facts", CardFacts.of(self._card))
-        return self._facts
+        facts = self._facts
+        if facts is None:  # then the card was given (see __init__)
+            facts = CardFacts.of(self.card)
+            object.__setattr__(self, "_facts", facts)
+        return facts
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Variant) and (self.facts, self.source, self.plugin, self.layer) == (

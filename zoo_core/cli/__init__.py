@@ -231,8 +231,8 @@ def console_main() -> None:
     """The `zoo` script (and `python -m zoo_core.cli`): `main`, then exit with its status."""
     status = main()
     # Python's shutdown ends with a garbage collection over every object the
-    # imports created: about 0.5 s after `import torch` on this machine, and a
-    # sixth of `zoo list`. By now the command has closed its files and written
+    # imports created, a visible share of a command's time once torch is
+    # imported (benchmarks/bench_coldstart.py measures it). By now the command has closed its files and written
     # its caches, so those objects are frozen out of that last collection. Those
     # not in reference cycles are still released as their modules are torn down;
     # the cycles are left for the operating system to reclaim with the process.

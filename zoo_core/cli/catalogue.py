@@ -118,7 +118,9 @@ def _print_variants(args, variants, nothing: str) -> int:
 
 
 def list_arguments(commands) -> None:
-    p = commands.add_parser("list", help="list variants (reads the registry only: fast)")
+    p = commands.add_parser(
+        "list", help="list the catalogue's variants (reads registry files and cached cards only: fast)"
+    )
     p.add_argument(
         "pattern", nargs="?", help="part of the name ('rope') or a shell wildcard ('transformer-*') (default: all)"
     )

@@ -111,13 +111,12 @@ def compare_arguments(commands) -> None:
 
 def cmd_compare(args) -> int:
     from ..evaluation.compare import compare_variants
-    from ..inference.sampling import check_sampling_arguments
-    from ..seeding import check_seed
+    from .options import sampling_settings
 
-    check_sampling_arguments(args.max_new_tokens, flags=True)
-    if args.windows < 1:  # checked here to name the flag; the API names its argument
+    # Checked here to name the flags (--max-new-tokens, --seed); the API names its arguments.
+    sampling_settings(args)
+    if args.windows < 1:
         raise ZooError(f"--windows must be at least 1, not {args.windows}")
-    check_seed(args.seed)
     if args.data is not None and args.dataset is not None:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     override = args.dataset if args.dataset is not None else args.data

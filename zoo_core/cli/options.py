@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Collection, Sequence
 
 
-def format_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Collection[int] = frozenset()) -> str:
     from .tables import render_table
 
     return render_table(headers, rows, right)
@@ -51,3 +52,13 @@ def load_on_threads(args):
     model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     return model
+
+
+def sampling_settings(args, **overrides):
+    """The ``SamplingSettings`` of a command that samples: every setting it has a
+    flag for, by the flag's name (``--top-p`` is ``top_p``), errors naming the
+    flags; ``overrides`` for values the command reads differently."""
+    from ..inference.settings import OPTION_NAMES, SamplingSettings
+
+    given = {name: getattr(args, name) for name in OPTION_NAMES if hasattr(args, name)}
+    return SamplingSettings(**{**given, **overrides}, flags=True)

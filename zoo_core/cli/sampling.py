@@ -14,19 +14,10 @@ from pathlib import Path
 from ..errors import ZooError
 from .options import device_options, load_on_threads
 
-# Options of `zoo sample` that only language models use; task models (the
-# puzzle) answer the prompt instead and say which of these were ignored.
-_CONTINUATION_OPTIONS = (
-    "max_new_tokens",
-    "seed",
-    "temperature",
-    "greedy",
-    "top_k",
-    "top_p",
-    "num_samples",
-    "stop",
-    "stream",
-)
+# Options of `zoo sample` that only language models use: these, and a flag per
+# sampling setting (named by SamplingSettings). Task models (the puzzle) answer
+# the prompt instead and say which of them were given and ignored.
+_DISPLAY_OPTIONS = ("greedy", "stream")
 
 
 def _unescape(text: str) -> str:
@@ -37,6 +28,8 @@ def _unescape(text: str) -> str:
 
 
 def sample_arguments(commands) -> None:
+    from ..inference.settings import OPTION_NAMES  # no torch
+
     p = commands.add_parser(
         "sample",
         help="continue a prompt (task models such as the puzzle answer it)",
@@ -67,6 +60,13 @@ def sample_arguments(commands) -> None:
         default=None,
         help="draw only among the most likely tokens that together reach probability P (default: all)",
     )
+    p.add_argument(
+        "--min-p",
+        type=float,
+        default=None,
+        metavar="P",
+        help="draw only among tokens at least P times as likely as the most likely one, 0 to 1 (default: all)",
+    )
     p.add_argument("--num-samples", type=int, default=1, help="how many samples to draw, as one batch")
     p.add_argument(
         "--stop",
@@ -90,27 +90,28 @@ def sample_arguments(commands) -> None:
         help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
     )
     device_options(p, "sample")
-    p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in _CONTINUATION_OPTIONS})
+    continuation = (*OPTION_NAMES, *_DISPLAY_OPTIONS)
+    p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in continuation})
 
 
 def cmd_sample(args) -> int:
     from ..inference.prompts import read_prompt
-    from ..inference.sampling import check_sampling_arguments
-    from ..seeding import check_seed
+    from .options import sampling_settings
 
     if args.greedy:
         args.temperature = 0.0
     # Check what the user typed before paying for torch and the checkpoint.
-    check_sampling_arguments(
-        args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, flags=True
-    )
-    check_seed(args.seed)
+    settings = sampling_settings(args, stop=[_unescape(stop) for stop in args.stop or []])
     prompt = read_prompt(args.prompt, args.prompt_file)
     if not prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     model = load_on_threads(args)
     if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
-        ignored = [option for option in _CONTINUATION_OPTIONS if getattr(args, option) != args.option_defaults[option]]
+        ignored = [
+            option
+            for option, default in args.option_defaults.items()
+            if hasattr(args, option) and getattr(args, option) != default
+        ]
         if ignored:
             flags = ", ".join("--" + option.replace("_", "-") for option in ignored)
             print(
@@ -123,13 +124,6 @@ def cmd_sample(args) -> int:
         return 0
     if args.explain or args.png:
         raise ZooError(f"--explain and --png are for task models such as the puzzle; '{args.name}' continues text")
-    settings = dict(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        stop=[_unescape(stop) for stop in args.stop or []],
-    )
     stream = (
         args.stream if args.stream is not None else (sys.stdout.isatty() and not args.json and args.num_samples == 1)
     )
@@ -140,18 +134,18 @@ def cmd_sample(args) -> int:
         # keeps the text so far on the terminal.
         print(prompt, end="", flush=True)
         try:
-            for piece in model.stream(prompt, seed=args.seed, **settings):
+            for piece in model.stream(prompt, settings):
                 print(piece, end="", flush=True)
         finally:
             print(flush=True)
         return 0
-    samples = model.sample(prompt, seed=args.seed, num_samples=args.num_samples, **settings)
+    samples = model.sample(prompt, settings)
     if args.json:
         print(
             json.dumps(
                 {
                     "name": model.name,
-                    "settings": {**settings, "seed": args.seed, "num_samples": args.num_samples},
+                    "settings": settings.as_dict(),
                     "samples": [sample.as_dict() for sample in samples],
                 },
                 indent=2,

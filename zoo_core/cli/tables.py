@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import io
 import sys
+from typing import Collection, Sequence
 
 _NO_WRAP_WIDTH = 10_000
 
 
-def render_table(headers: list[str], rows: list[list[object]], right: set[int] = frozenset()) -> str:
+def render_table(headers: list[str], rows: Sequence[Sequence[object]], right: Collection[int] = frozenset()) -> str:
     """The table as text: a header line, a rule, one line per row."""
     from rich import box
     from rich.console import Console

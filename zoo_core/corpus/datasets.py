@@ -42,7 +42,7 @@ class ResolvedText(NamedTuple):
     path: Path
 
 
-class DatasetRegistry:
+class Datasets:
     """Registered datasets by name; a name two plugins claim is unusable, naming both."""
 
     def __init__(self) -> None:
@@ -140,7 +140,7 @@ def read_text_file(path: Path) -> ResolvedText:
 def resolve_recipe_text(
     recipe,
     registry_file: Path,
-    datasets: DatasetRegistry,
+    datasets: Datasets,
     override: Path | str | None = None,
     allow_outside: bool = False,
 ) -> ResolvedText:
@@ -169,7 +169,7 @@ def resolve_recipe_text(
     return resolved
 
 
-def resolve_named_or_path(value: Path | str, datasets: DatasetRegistry) -> ResolvedText:
+def resolve_named_or_path(value: Path | str, datasets: Datasets) -> ResolvedText:
     """A registered dataset name, else a path to a text file."""
     if isinstance(value, str) and value in datasets:
         return read_dataset(datasets.get(value))

@@ -19,6 +19,7 @@ from ..api import load
 from ..corpus.batches import Corpus, mean_loss, windows_at
 from ..corpus.datasets import ResolvedText, variant_text
 from ..errors import ZooError
+from ..inference.settings import SamplingSettings
 from ..seeding import seeded_generator
 
 
@@ -85,13 +86,15 @@ def compare_variants(
         raise ZooError("compare needs at least two variants")
     if windows < 1:
         raise ZooError(f"windows must be at least 1, not {windows}")
+    # Every model draws its sample with these same settings (temperature 1).
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
     models = [load(name, device=device, dtype=dtype) for name in names]
     for model in models:
         if hasattr(model.network, "ask"):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
     different = _shared_tokenizer(models)
     if different or bits_per_byte:
-        return compare_in_bits_per_byte(models, different, seed, prompt, max_new_tokens, data, text_chars)
+        return compare_in_bits_per_byte(models, different, sampling, prompt, data, text_chars)
     first = models[0]
     context = min(model.card.context_length for model in models)
     text = shared_text(models, data)
@@ -112,7 +115,7 @@ def compare_variants(
                 "parameters": model.parameters(),
                 "train_loss": losses["train"],
                 "validation_loss": losses["validation"],
-                "sample": model.generate(prompt, max_new_tokens=max_new_tokens, seed=seed),
+                "sample": model.generate(prompt, sampling),
             }
         )
     for result in results:
@@ -131,7 +134,7 @@ def compare_variants(
     }
 
 
-def compare_in_bits_per_byte(models, why, seed, prompt, max_new_tokens, data, text_chars) -> dict:
+def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) -> dict:
     """Every model scores the same validation text (its first ``text_chars``
     characters, or all of it) in bits per byte with its own tokenizer."""
     from .bits import METHOD, bits_per_byte, validation_text
@@ -147,7 +150,7 @@ def compare_in_bits_per_byte(models, why, seed, prompt, max_new_tokens, data, te
                 "parameters": model.parameters(),
                 "tokenizer": model.card.tokenizer.kind,
                 **score,
-                "sample": model.generate(prompt or before[:100], max_new_tokens=max_new_tokens, seed=seed),
+                "sample": model.generate(prompt or before[:100], sampling),
             }
         )
     for result in results:
@@ -157,7 +160,7 @@ def compare_in_bits_per_byte(models, why, seed, prompt, max_new_tokens, data, te
         "reason": (why + "; scored in bits per byte instead") if why else "bits per byte requested",
         "method": METHOD,
         "text": f"the first {len(text):,} characters ({len(text.encode('utf-8')):,} bytes) of the validation split",
-        "seed": seed,
+        "seed": sampling.seed,
         "prompt": prompt or before[:100],
         "baseline": first.name,
         "models": results,

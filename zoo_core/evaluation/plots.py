@@ -7,9 +7,12 @@ that draw need it. No pyplot: no GUI backend and no global state.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ZooError
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 def _figure_class():
@@ -32,7 +35,7 @@ def _save(figure, path: Path) -> None:
 
 
 def attention_grid_png(
-    panels: Sequence[Sequence[tuple[str, "object"]]],
+    panels: Sequence[Sequence[tuple[str, NDArray[Any]]]],
     labels: Sequence[str],
     title: str,
     path: Path,

@@ -11,7 +11,8 @@ from ..catalogue.registry import Variant
 from ..devices import model_device
 from ..errors import ZooError
 from ..storage.checkpoints import Verification
-from .sampling import Sample, SampleStream, check_sampling_arguments, sample_seeds, stream_text
+from .sampling import Sample, SampleStream, sample_seeds, stream_text
+from .settings import SamplingSettings, resolve_settings
 
 
 @dataclass
@@ -45,17 +46,13 @@ class ZooModel:
             raise ZooError(f"the prompt {prompt!r} encodes to no tokens")
         return ids
 
+    # Each sampling method takes ``settings`` (a SamplingSettings, or for short
+    # the number of new tokens) and/or the options as keywords, e.g.
+    # ``generate("ROMEO:", 60, seed=1, top_p=0.9)``; ``resolve_settings`` turns
+    # them into one SamplingSettings, which goes down unchanged.
+
     def generate(
-        self,
-        prompt: str | Sequence[str],
-        max_new_tokens: int = 100,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        seed: int = 0,
-        *,
-        top_p: float | None = None,
-        stop: str | Sequence[str] = (),
-        num_samples: int = 1,
+        self, prompt: str | Sequence[str], settings: SamplingSettings | int | None = None, **options
     ) -> str | list[str]:
         """Each prompt followed by up to ``max_new_tokens`` sampled tokens, as text.
 
@@ -63,37 +60,26 @@ class ZooModel:
         strings) or a list of prompts of any lengths (returns a list, prompt by
         prompt, ``num_samples`` each). Row ``r`` of that list is drawn with seed
         ``seed + r`` and equals ``generate(its_prompt, seed=seed + r)``.
-        ``temperature`` 0 is greedy decoding; ``top_k``/``top_p`` keep only the
-        most likely tokens; the text ends before the first ``stop`` string.
+        ``temperature`` 0 is greedy decoding; ``top_k``/``top_p``/``min_p`` keep
+        only the most likely tokens; the text ends before the first ``stop``
+        string (see ``SamplingSettings``).
         """
-        samples = self.sample(
-            prompt, max_new_tokens, temperature, top_k, seed, top_p=top_p, stop=stop, num_samples=num_samples
-        )
-        texts = [s.prompt + s.text for s in samples]
-        return texts[0] if isinstance(prompt, str) and num_samples == 1 else texts
+        settings = resolve_settings(settings, **options)
+        texts = [s.prompt + s.text for s in self.sample(prompt, settings)]
+        return texts[0] if isinstance(prompt, str) and settings.num_samples == 1 else texts
 
     def sample(
-        self,
-        prompt: str | Sequence[str],
-        max_new_tokens: int = 100,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        seed: int = 0,
-        *,
-        top_p: float | None = None,
-        stop: str | Sequence[str] = (),
-        num_samples: int = 1,
+        self, prompt: str | Sequence[str], settings: SamplingSettings | int | None = None, **options
     ) -> list[Sample]:
         """``generate`` with the details: one ``Sample`` per row (prompt, its
         tokens, the drawn tokens and text, the row's seed, why it stopped)."""
-        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p, num_samples)
+        settings = resolve_settings(settings, **options)
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         if not prompts:
             raise ZooError("prompt is an empty list; give at least one prompt")
-        rows = [p for p in prompts for _ in range(num_samples)]
+        rows = [p for p in prompts for _ in range(settings.num_samples)]
         encoded = [self.encode_prompt(p) for p in rows]
-        seeds = sample_seeds(seed, len(rows))
-        stops = [stop] if isinstance(stop, str) else list(stop)
+        seeds = sample_seeds(settings.seed, len(rows))
         # Rows of one prompt length run as one batch. Prompts of different
         # lengths run as separate batches rather than padded: nothing in the
         # networks masks a pad token, and positions would shift, so padding
@@ -108,41 +94,19 @@ class ZooModel:
                 self.tokenizer,
                 [encoded[r] for r in members],
                 [seeds[r] for r in members],
+                settings=settings,
                 prompts=[rows[r] for r in members],
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                stop=stops,
             )
             for r, sample in zip(members, stream.run()):
                 results[r] = sample
         return results
 
-    def stream(
-        self,
-        prompt: str,
-        max_new_tokens: int = 100,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        seed: int = 0,
-        *,
-        top_p: float | None = None,
-        stop: str | Sequence[str] = (),
-    ) -> Iterator[str]:
+    def stream(self, prompt: str, settings: SamplingSettings | int | None = None, **options) -> Iterator[str]:
         """The new text of ``generate(prompt, ...)``, piece by piece as it is drawn."""
-        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
-        return stream_text(
-            self.network,
-            self.tokenizer,
-            self.encode_prompt(prompt),
-            seed,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            stop=[stop] if isinstance(stop, str) else stop,
-        )
+        settings = resolve_settings(settings, **options)
+        if settings.num_samples != 1:
+            raise ZooError(f"stream draws one sample; num_samples must be 1, not {settings.num_samples}")
+        return stream_text(self.network, self.tokenizer, self.encode_prompt(prompt), settings=settings)
 
     @property
     def device(self) -> torch.device:

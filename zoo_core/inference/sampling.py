@@ -1,27 +1,29 @@
 """Autoregressive sampling, shared by every language model in the zoo.
 
 Three layers, each usable on its own (the CLI, the Python API and a server all
-sit on top of them):
+sit on top of them), each taking one ``SamplingSettings`` (inference.settings)
+that it passes down unchanged:
 
 - ``stream_tokens``: a generator over token ids, one (B,) tensor per step, with
-  temperature (0: greedy), top-k and top-p, through the model's KV cache.
+  temperature (0: greedy), top-k, top-p and min-p, through the model's KV cache.
 - ``SampleStream``: rows of one prompt length, each with its own seed, turned
   into text pieces as they are drawn, cut at stop strings; ``.samples`` holds
   the finished rows (prompt, tokens, text, why it stopped).
-- ``stream_text``: one prompt, one seed, text pieces as they are drawn.
+- ``stream_text``: one prompt, text pieces as they are drawn.
+
+Each also takes the options as keywords (``max_new_tokens=40, top_k=1``), which
+``resolve_settings`` turns into the settings once.
 
 Reproducibility: every row draws from its own generator, seeded with its own
 seed, and a row's draws never depend on the other rows. Row ``i`` of a batch
 sampled with seeds ``[s, s+1, ...]`` is the sample drawn alone with seed
 ``s+i`` (``sample_seeds`` names that rule; tests check it token for token).
-
-Arguments are checked in API terms (``temperature``); the CLI names its flags
-instead (``--temperature``) through ``check_sampling_arguments(..., flags=True)``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Sequence
 
@@ -29,35 +31,9 @@ import torch
 
 from ..errors import ZooError
 from ..seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
+from .settings import SamplingSettings, resolve_settings
 
 _SMALLEST_TEMPERATURE = torch.finfo(torch.float32).tiny
-
-
-def check_sampling_arguments(
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    num_samples: int = 1,
-    *,
-    flags: bool = False,
-) -> None:
-    """Refuse values that mean nothing, naming the argument as the caller knows
-    it: ``temperature`` from Python, ``--temperature`` from the command line."""
-
-    def name(argument: str) -> str:
-        return "--" + argument.replace("_", "-") if flags else argument
-
-    if max_new_tokens < 1:
-        raise ZooError(f"{name('max_new_tokens')} must be at least 1, not {max_new_tokens}")
-    if not 0 <= temperature < math.inf:  # also rejects NaN
-        raise ZooError(f"{name('temperature')} must be 0 (greedy) or greater, and finite, not {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ZooError(f"{name('top_k')} must be at least 1, not {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ZooError(f"{name('top_p')} must be greater than 0 and at most 1, not {top_p}")
-    if num_samples < 1:
-        raise ZooError(f"{name('num_samples')} must be at least 1, not {num_samples}")
 
 
 def sample_seeds(seed: int, count: int) -> list[int]:
@@ -68,12 +44,23 @@ def sample_seeds(seed: int, count: int) -> list[int]:
     return [(seed + i - SMALLEST_SEED) % span + SMALLEST_SEED for i in range(count)]
 
 
-def filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
-    """(B, V) logits, tempered and with the tokens top-k / top-p exclude at -inf."""
+def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
+    """(B, V) logits, tempered, with the tokens the settings exclude at -inf.
+
+    In order: temperature, top-k, top-p (measured over what top-k left), then
+    min-p: the tokens at least ``min_p`` times as likely as the best one. That
+    ratio does not depend on which other tokens remain, so min-p drops the same
+    tokens whatever ran before it; running last, it leaves top-p measuring what
+    it measures without min-p. It uses the tempered probabilities, so a higher
+    temperature lets more tokens through. The best token always stays. Greedy
+    decoding (temperature 0) never gets here.
+    """
     # Scale the gap to the best token, not the logits, and by no less than
     # float32's smallest normal number: nothing overflows or becomes 0/0, so a
-    # tiny temperature means greedy decoding rather than NaN.
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, _SMALLEST_TEMPERATURE)
+    # tiny temperature means greedy decoding rather than NaN. The best token's
+    # logit is then 0 and every logit is the log of its ratio to the best.
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(settings.temperature, _SMALLEST_TEMPERATURE)
+    top_k, top_p, min_p = settings.top_k, settings.top_p, settings.min_p
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -86,14 +73,18 @@ def filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None, t
         drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if min_p:
+        # p / p_best >= min_p, in logs: no softmax needed, and the best token
+        # (log ratio 0) passes even at min_p 1.
+        logits = logits.masked_fill(logits < math.log(min_p), float("-inf"))
     return logits
 
 
-def _draw(logits: torch.Tensor, temperature: float, top_k, top_p, generator) -> torch.Tensor:
+def _draw(logits: torch.Tensor, settings: SamplingSettings, generator) -> torch.Tensor:
     """One token per row: (B, V) float logits -> (B, 1) ids."""
-    if temperature == 0:  # greedy: no draw at all, so the seed does not matter
+    if settings.temperature == 0:  # greedy: no draw at all, so the seed does not matter
         return logits.argmax(dim=-1, keepdim=True)
-    probabilities = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)
+    probabilities = torch.softmax(filter_logits(logits, settings), dim=-1)
     first = generator[0] if isinstance(generator, (list, tuple)) else generator
     if first is not None and first.device != probabilities.device:
         # Draw where the generator lives (the CPU): the same seed then gives the
@@ -116,33 +107,32 @@ def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
 def stream_tokens(
     model,
     ids: torch.Tensor,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
+    settings: SamplingSettings | int | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
-    use_cache: bool | None = None,
-    *,
-    top_p: float | None = None,
+    **options,
 ) -> Iterator[torch.Tensor]:
     """Yield the next token of every row of ``ids`` (B, T), a (B,) tensor per step.
 
-    ``generator`` is one generator for the whole batch, or a list with one per
-    row (each row reproducible alone). The model only ever sees its last
+    ``settings`` (or ``options``, see ``resolve_settings``) say how to draw;
+    their seed is not used here: ``generator`` is one generator for the whole
+    batch, or a list with one per row (each row reproducible alone), or None
+    for torch's global one. The model only ever sees its last
     ``context_length`` tokens, so sampling can run past the window. Models with
     ``supports_kv_cache`` (and ``make_cache()``) are sampled with a KV cache
     unless ``use_cache=False``: the same tokens, faster. Stopping early (closing
     the generator) is fine.
     """
-    check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
+    settings = resolve_settings(settings, **options)
     if isinstance(generator, (list, tuple)) and len(generator) != ids.shape[0]:
         raise ZooError(f"{len(generator)} generators for {ids.shape[0]} rows; give one per row")
+    use_cache = settings.use_cache
     cached = getattr(model, "supports_kv_cache", False) if use_cache is None else use_cache
     window = model.context_length
     cache = None
     was_training = model.training
     model.eval()
     try:
-        for _ in range(max_new_tokens):
+        for _ in range(settings.max_new_tokens):
             if cached and cache is None:  # feed the prompt (its last window) once
                 cache = model.make_cache()
                 logits, _ = model(ids[:, -window:], cache=cache)
@@ -153,7 +143,7 @@ def stream_tokens(
                 # token, which every cached key above the first layer has seen,
                 # so the whole window is recomputed, exactly as uncached.
                 logits, _ = model(ids[:, -window:])
-            next_ids = _draw(logits[:, -1, :].float(), temperature, top_k, top_p, generator)
+            next_ids = _draw(logits[:, -1, :].float(), settings, generator)
             ids = torch.cat((ids, next_ids), dim=1)
             yield next_ids[:, 0]
     finally:
@@ -163,16 +153,12 @@ def stream_tokens(
 def sample_tokens(
     model,
     ids: torch.Tensor,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
+    settings: SamplingSettings | int | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
-    use_cache: bool | None = None,
-    *,
-    top_p: float | None = None,
+    **options,
 ) -> torch.Tensor:
     """``ids`` (B, T) extended by ``max_new_tokens`` sampled tokens (see ``stream_tokens``)."""
-    drawn = list(stream_tokens(model, ids, max_new_tokens, temperature, top_k, generator, use_cache, top_p=top_p))
+    drawn = list(stream_tokens(model, ids, resolve_settings(settings, **options), generator))
     return torch.cat((ids, torch.stack(drawn, dim=1)), dim=1)
 
 
@@ -213,27 +199,24 @@ class SampleStream:
         model,
         tokenizer,
         prompt_ids: Sequence[Sequence[int]],
-        seeds: Sequence[int],
+        seeds: Sequence[int] | None = None,
         *,
-        max_new_tokens: int = 100,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        stop: Sequence[str] = (),
+        settings: SamplingSettings | None = None,
         prompts: Sequence[str] | None = None,
-        use_cache: bool | None = None,
+        **options,
     ):
+        """``seeds``: one per row, by default ``sample_seeds(settings.seed, rows)``;
+        ``settings`` or ``options`` as in ``resolve_settings``."""
+        self.settings = resolve_settings(settings, **options)
+        if seeds is None:
+            seeds = sample_seeds(self.settings.seed, len(prompt_ids))
         if len({len(ids) for ids in prompt_ids}) != 1 or len(seeds) != len(prompt_ids):
             raise ZooError("a SampleStream needs prompts of one length and one seed per prompt")
-        check_sampling_arguments(max_new_tokens, temperature, top_k, top_p)
         self.model, self.tokenizer = model, tokenizer
         self.prompt_ids = [list(ids) for ids in prompt_ids]
         self.prompts = list(prompts) if prompts is not None else [tokenizer.decode(ids) for ids in self.prompt_ids]
         self.seeds = list(seeds)
-        self.stop = [s for s in stop if s]
-        self.settings = dict(
-            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, use_cache=use_cache
-        )
+        self.stop = self.settings.stop
         self._rows = [_Row() for _ in self.prompt_ids]
         self.samples: list[Sample] = []
 
@@ -241,7 +224,7 @@ class SampleStream:
         device = next(self.model.parameters(), torch.empty(0)).device  # the prompt goes where the weights are
         ids = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)
         generators = [seeded_generator(seed, "seed") for seed in self.seeds]
-        tokens = stream_tokens(self.model, ids, generator=generators, **self.settings)
+        tokens = stream_tokens(self.model, ids, self.settings, generators)
         try:
             for step in tokens:
                 pieces = [self._advance(row, int(token)) for row, token in zip(self._rows, step.tolist())]
@@ -297,12 +280,32 @@ class SampleStream:
         return self.samples
 
 
-def stream_text(model, tokenizer, prompt_ids: Sequence[int], seed: int = 0, **settings) -> Iterator[str]:
-    """The text of one sample, piece by piece as its tokens are drawn.
+def stream_text(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[int],
+    *,
+    settings: SamplingSettings | None = None,
+    cancel: threading.Event | None = None,
+    usage: dict | None = None,
+    **options,
+) -> Iterator[str]:
+    """The text of one sample (seed ``settings.seed``), piece by piece as its
+    tokens are drawn: the pieces join to the text ``SampleStream`` draws.
 
-    ``settings`` are ``SampleStream``'s keywords: ``max_new_tokens``,
-    ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``stop``.
+    Setting ``cancel`` ends it at the next token (a server's client went away);
+    ``usage`` (a dict) counts the tokens drawn so far under "completion_tokens".
     """
-    for pieces in SampleStream(model, tokenizer, [prompt_ids], [seed], **settings):
-        if pieces[0]:
-            yield pieces[0]
+    settings = resolve_settings(settings, **options)
+    steps = iter(SampleStream(model, tokenizer, [prompt_ids], [settings.seed], settings=settings))
+    try:
+        for drawn, pieces in enumerate(steps, 1):
+            if cancel is not None and cancel.is_set():
+                return
+            if usage is not None:
+                # The step after the last token only hands out held-back text.
+                usage["completion_tokens"] = min(drawn, settings.max_new_tokens)
+            if pieces[0]:
+                yield pieces[0]
+    finally:
+        steps.close()

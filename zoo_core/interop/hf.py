@@ -147,8 +147,8 @@ def gpt2_state(network, context_length: int, activation: str):
     return {name: tensor.to(torch.float32) for name, tensor in state.items()}, fields
 
 
-def verification_ids(model, count: int = 64) -> list[int]:
-    """The first ``count`` tokens of the validation split (cut to the context)."""
+def verification_ids(model, count: int = 64) -> tuple[list[int], str]:
+    """The first ``count`` tokens of the validation split (cut to the context), and that split's text."""
     from ..corpus.batches import split_text
     from ..corpus.datasets import variant_text
 

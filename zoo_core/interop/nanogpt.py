@@ -125,7 +125,9 @@ def nanogpt_config(model_args: dict[str, Any]) -> tuple[dict[str, Any], int]:
 
 def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
     """What nanoGPT's own config says about the run, where the zoo's recipe has a field for it."""
-    config = checkpoint.get("config") if isinstance(checkpoint.get("config"), dict) else {}
+    config = checkpoint.get("config")
+    if not isinstance(config, dict):
+        config = {}
     fields: dict[str, Any] = {}
     for theirs, ours in [
         ("learning_rate", "learning_rate"),
@@ -146,10 +148,9 @@ def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
     iterations = checkpoint.get("iter_num")
     if isinstance(iterations, int) and iterations > 0:
         fields["steps"] = iterations
-    best = checkpoint.get("best_val_loss")
     try:
-        best_text = f", best_val_loss {float(best):.4f} by nanoGPT's own estimate"
-    except (TypeError, ValueError):
+        best_text = f", best_val_loss {float(checkpoint['best_val_loss']):.4f} by nanoGPT's own estimate"
+    except (KeyError, TypeError, ValueError):
         best_text = ""
     fields["data"] = str(BUILTIN_CORPUS)
     try:

@@ -12,27 +12,29 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ZooError
+
+if TYPE_CHECKING:
+    import torch
 
 LOGIT_TOLERANCE = 1e-4
 
 
-class _LogitsOnly:
-    """forward(input_ids) -> logits, the signature an ONNX graph should have."""
+def _logits_only(network: torch.nn.Module) -> torch.nn.Module:
+    """``network`` wrapped as forward(input_ids) -> logits, the signature an ONNX graph should have."""
+    import torch  # here, not at the top: importing this module must not import torch
 
-    def __new__(cls, network):
-        import torch
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
 
-        class LogitsOnly(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
+        def forward(self, input_ids):
+            return self.inner(input_ids)[0]
 
-            def forward(self, input_ids):
-                return self.inner(input_ids)[0]
-
-        return LogitsOnly(network).eval()
+    return LogitsOnly(network).eval()
 
 
 def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
@@ -50,7 +52,7 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
     ids, _ = verification_ids(model)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "model.onnx"
-    wrapper = _LogitsOnly(model.network)
+    wrapper = _logits_only(model.network)
     example = torch.tensor([ids[: max(2, len(ids) // 2)]])
     tokens = torch.export.Dim("tokens", min=1, max=model.card.context_length)
     try:

@@ -71,7 +71,7 @@ def zoo_entry_points() -> list[ZooEntryPoint]:
 
 
 def _folder_times() -> list[tuple[str, int | None]]:
-    times = []
+    times: list[tuple[str, int | None]] = []
     for folder in sys.path:
         try:
             folder = folder or os.getcwd()  # "" is the working folder, whichever it is today
@@ -116,9 +116,11 @@ def _read(entry: Path, folders) -> list[ZooEntryPoint] | None:
     from ..storage.files import read_cache_entry
 
     stored = read_cache_entry(entry, _key(folders))
+    if stored is None:  # a miss
+        return None
     try:
         found = [ZooEntryPoint(**fields) for fields in stored]
-    except TypeError:  # a miss (None), or an entry not shaped as this module writes them
+    except TypeError:  # an entry not shaped as this module writes them
         return None
     return found if all(isinstance(value, str) for ep in found for value in ep._asdict().values()) else None
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import pluggy
 
 from .. import hookspecs
-from ..corpus.datasets import Dataset, DatasetRegistry
+from ..corpus.datasets import Dataset, Datasets
 from ..errors import UnknownName, ZooError
 from .entry_points import zoo_entry_points
 from .protocols import conformance_problem
@@ -178,7 +178,7 @@ class PluginSet:
         self.plugins: dict[str, PluginInfo] = {}
         self.components = {kind: Components(kind) for kind in COMPONENT_KINDS}
         self.variant_files: list[tuple[Path, str]] = []
-        self.datasets = DatasetRegistry()
+        self.datasets = Datasets()
         self.manager = pluggy.PluginManager("zoo")
         self.manager.add_hookspecs(hookspecs)
 

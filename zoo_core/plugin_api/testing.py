@@ -120,6 +120,7 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     past the end of the window, and the cache was really used: the cached run
     processes fewer positions, most steps a single new token."""
     from ..inference.sampling import sample_tokens
+    from ..inference.settings import SamplingSettings
 
     assert getattr(model, "supports_kv_cache", False), (
         "the model does not support a KV cache (supports_kv_cache is false; see docs/plugins.md, 'The KV-cache contract')"
@@ -127,13 +128,13 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     model.eval()
     window = model.context_length
     prompt = _random_ids(model, max(1, window // 2), seed)
-    new_tokens = new_tokens or window + 4  # runs past the window: the cache must be refilled there
+    settings = SamplingSettings(max_new_tokens=new_tokens or window + 4)  # past the window: the cache must be refilled
     runs = {}
     for cached in (False, True):
         counter = _PositionCounter(model)
         try:
             tokens = sample_tokens(
-                model, prompt, new_tokens, generator=torch.Generator().manual_seed(seed), use_cache=cached
+                model, prompt, settings.replace(use_cache=cached), torch.Generator().manual_seed(seed)
             )
         finally:
             counter.close()
@@ -149,7 +150,7 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     differ = (plain != fast).nonzero()
     assert not len(differ), f"cached sampling diverges from uncached at token {differ[0, 1].item()} (window {window})"
     single = sum(1 for n in cached.calls if n == 1)
-    assert cached.positions < uncached.positions and single >= min(new_tokens, window) // 2, (
+    assert cached.positions < uncached.positions and single >= min(settings.max_new_tokens, window) // 2, (
         f"the cache was not used: the cached run processed {cached.positions} positions "
         f"({single} single-token steps), the uncached {uncached.positions}"
     )
@@ -182,6 +183,7 @@ def assert_deterministic(build: Callable[[], Any], seed: int = 0) -> None:
     """One seed, one network and one sample: building twice from the same seed
     gives the same weights, and sampling twice with the same generator the same tokens."""
     from ..inference.sampling import sample_tokens
+    from ..inference.settings import SamplingSettings
 
     networks = []
     for _ in range(2):
@@ -191,7 +193,8 @@ def assert_deterministic(build: Callable[[], Any], seed: int = 0) -> None:
     differing = [name for name in first if not torch.equal(first[name], second[name])]
     assert not differing, f"the same seed built different weights: {', '.join(differing[:3])}"
     prompt = _random_ids(networks[0], 2, seed)
-    samples = [sample_tokens(n, prompt, 6, generator=torch.Generator().manual_seed(seed)) for n in networks]
+    settings = SamplingSettings(max_new_tokens=6)
+    samples = [sample_tokens(n, prompt, settings, torch.Generator().manual_seed(seed)) for n in networks]
     assert torch.equal(*samples), "the same seed sampled different tokens"
 
 

@@ -1,8 +1,7 @@
 """Building a network whose weights a verified checkpoint is about to replace.
 
-Drawing random initial weights is most of what building a network costs
-(gpt-char-mini: about 12 of 16 ms; it grows with the parameters), and loading
-throws them away: the checkpoint's strict load overwrites every parameter and
+Drawing random initial weights is most of what building a network costs (and
+it grows with the parameters), and loading throws them away: the checkpoint's strict load overwrites every parameter and
 persistent buffer. Inside ``random_init_skipped()`` torch.nn.init's random fills
 leave their tensor as it is. Only random fills are skipped: a value a model
 needs but does not save cannot be random (it would differ from load to load), so

@@ -81,7 +81,7 @@ def _pieces(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Itera
     text += b" " * (-len(text) % 8)
     yield struct.pack("<Q", len(text)) + text
     for _, tensor in ordered:
-        yield memoryview(tensor.reshape(-1).view(torch.uint8).numpy())  # the tensor's own memory, not a copy
+        yield tensor.reshape(-1).view(torch.uint8).numpy().data  # the tensor's own memory, not a copy
 
 
 def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:

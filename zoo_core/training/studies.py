@@ -34,7 +34,9 @@ from ..corpus.batches import Corpus, windows_at
 from ..corpus.datasets import variant_text
 from ..errors import ZooError
 from ..inference.sampling import sample_tokens
+from ..inference.settings import SamplingSettings
 from ..plugin_api.manager import get_plugins
+from ..seeding import seeded_generator
 from ..storage.checkpoints import save_checkpoint
 from ..storage.files import atomic_write_text, make_folder
 from .loop import Progress, learning_rate_at, make_optimizer
@@ -286,6 +288,8 @@ def _run_seed(
     histories = [[] for _ in arms]
     update_seconds = [0.0 for _ in arms]
     samples = [{} for _ in arms]
+    # Every arm's milestone samples: the same prompt, settings and seed.
+    sampling = SamplingSettings(max_new_tokens=study.sample_tokens, seed=study.sample_seed)
     progress = Progress(f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every)
     started = time.perf_counter()
     for step in range(1, study.steps + 1):
@@ -321,9 +325,7 @@ def _run_seed(
                     {"arm": arm.label, "seed": seed, "step": step},
                 )
                 ids = torch.tensor([prompt_ids], device=device)
-                generated = sample_tokens(
-                    network, ids, study.sample_tokens, generator=torch.Generator().manual_seed(study.sample_seed)
-                )
+                generated = sample_tokens(network, ids, sampling, seeded_generator(sampling.seed))
                 samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids) :].tolist())
         shown = (
             {"train": histories[-1][-1]["train"], "validation": histories[-1][-1]["validation"]}

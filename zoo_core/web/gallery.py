@@ -24,10 +24,15 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ZooError
+from ..inference.settings import SamplingSettings
 from ..storage.files import describe_os_error
 from . import svg
+
+if TYPE_CHECKING:
+    from ..corpus.batches import Corpus
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -38,6 +43,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLE_PROMPT = "ROMEO:"
 SAMPLE_SEEDS = (0, 1)
 SAMPLE_TOKENS = 60
+SAMPLING = SamplingSettings(max_new_tokens=SAMPLE_TOKENS)  # each sample replaces the seed
 ATTENTION_PROMPT = "ROMEO:\nBut soft, what light"
 COMPARE_WINDOWS = 128
 COMPARE_SEED = 42
@@ -103,7 +109,7 @@ def _history(variant) -> dict | None:
 
 def _loss_chart(name: str, history: dict) -> str:
     rows = history.get("history") or []
-    series = {}
+    series: dict[str, Sequence[tuple[float, float]]] = {}
     for key, label in (("train", "train"), ("validation", "validation")):
         points = [(row["step"], row[key]) for row in rows if isinstance(row.get(key), (int, float))]
         if points:
@@ -144,7 +150,7 @@ class _Baseline:
     def __init__(self, catalogue):
         self.variant = catalogue.get(BASELINE) if BASELINE in catalogue.names() else None
         self.model = None
-        self.corpora: dict[str, object] = {}
+        self.corpora: dict[str, Corpus] = {}
 
     def shares_tokenizer(self, variant) -> bool:
         if self.variant is None:
@@ -255,8 +261,7 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
         measured["task"] = _task_structure(model)
         return measured
     measured["samples"] = [
-        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, max_new_tokens=SAMPLE_TOKENS, seed=seed)}
-        for seed in SAMPLE_SEEDS
+        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed))} for seed in SAMPLE_SEEDS
     ]
     measured["attention"] = _attention(model, ATTENTION_PROMPT)
     measured["comparison"] = _compare_with_baseline(model, baseline, models)
@@ -388,7 +393,7 @@ def write_gallery(
         row = _row(variant)
         history = _history(variant)
         chart = _loss_chart(variant.name, history) if history else ""
-        page = {
+        page: dict[str, Any] = {
             "row": row,
             "card": variant.card.model_dump(mode="json", exclude_none=True),
             "loss_chart": None,

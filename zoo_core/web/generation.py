@@ -1,14 +1,13 @@
-"""Loaded models shared between requests, and text streamed as it is sampled.
+"""Loaded models shared between requests, and task models' answers.
 
-The server and the gallery both continue prompts through `stream_text`, which
-draws exactly what `ZooModel.generate` (and so `zoo sample`) draws for the same
-seed and settings: the streamed pieces join to the same text.
+The server continues prompts through `zoo_core.inference.sampling.stream_text`,
+the sampler behind `ZooModel.generate` (and so `zoo sample`): the same seed and
+settings give the same text.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Iterator
 
 from ..errors import ZooError
 
@@ -43,55 +42,6 @@ class ModelCache:
 def is_task_model(model) -> bool:
     """Task models (the puzzle) answer a question instead of continuing text."""
     return hasattr(model.network, "ask")
-
-
-def stream_text(
-    model,
-    prompt: str,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int = 0,
-    stop: threading.Event | None = None,
-    usage: dict | None = None,
-) -> Iterator[str]:
-    """Yield the continuation of ``prompt`` piece by piece.
-
-    Tokens need not end on a character boundary (a BPE token may hold half of a
-    UTF-8 character), so the text is decoded whole after every token and only
-    what follows the text already sent goes out, holding back an unfinished
-    character. Setting ``stop`` ends the generation at the next token; ``usage``
-    (a dict) counts the tokens drawn under "completion_tokens".
-    """
-    from ..inference.sampling import SampleStream
-
-    ids = model.encode_prompt(prompt)
-    # The same sampler as `zoo sample` (zoo_core.inference.sampling): the same draws for the
-    # same seed, text handed out only once it can no longer change.
-    steps = iter(
-        SampleStream(
-            model.network,
-            model.tokenizer,
-            [ids],
-            [seed],
-            prompts=[prompt],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-        )
-    )
-    try:
-        for drawn, pieces in enumerate(steps, 1):
-            if stop is not None and stop.is_set():
-                return
-            if usage is not None:
-                usage["completion_tokens"] = min(drawn, max_new_tokens)  # the last step only flushes held-back text
-            if pieces[0]:
-                yield pieces[0]
-    finally:
-        steps.close()
 
 
 def answer_text(model, prompt: str) -> str:

@@ -29,7 +29,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import ZooError
-from .generation import ModelCache, answer_text, is_task_model, stream_text
+from ..inference.settings import OPTION_NAMES, SamplingSettings
+from .generation import ModelCache, answer_text, is_task_model
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -52,9 +53,9 @@ class LimitExceeded(Exception):
 
 
 class CompletionRequest(BaseModel):
-    """The fields of OpenAI's completions request this server honours (top_k is
-    an extension). Fields OpenAI clients send at their defaults are accepted;
-    anything else is refused rather than silently ignored."""
+    """The fields of OpenAI's completions request this server honours (top_k and
+    min_p are extensions). Fields OpenAI clients send at their defaults are
+    accepted; anything else is refused rather than silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -64,6 +65,7 @@ class CompletionRequest(BaseModel):
     temperature: float = Field(1.0, ge=0, le=100, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=1)
+    min_p: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
     seed: int = Field(0, ge=0, lt=2**63)
     stream: bool = False
     n: Literal[1] = 1
@@ -73,6 +75,12 @@ class CompletionRequest(BaseModel):
     presence_penalty: Literal[0] = 0
     frequency_penalty: Literal[0] = 0
     user: str | None = None
+
+    def sampling_settings(self) -> SamplingSettings:
+        """The request as the sampler takes it: fields named like a sampling
+        option pass through by name; OpenAI's max_tokens is max_new_tokens."""
+        same_name = {name: getattr(self, name) for name in OPTION_NAMES if name in type(self).model_fields}
+        return SamplingSettings(**same_name, max_new_tokens=self.max_tokens)
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", limit: str | None = None) -> JSONResponse:
@@ -193,6 +201,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         try:
             body = await _read_body(request, limits.max_body_bytes)
             params = parse(body)
+            settings = params.sampling_settings()
         except LimitExceeded as exc:
             return _error(exc.status, exc.message, limit=exc.limit)
         except LookupError as exc:
@@ -204,7 +213,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         except ZooError as exc:
             return _error(500, f"cannot load '{params.model}': {exc}", kind="server_error")
         try:
-            prompt_tokens = len(model.encode_prompt(params.prompt))
+            prompt_ids = model.encode_prompt(params.prompt)
         except ZooError as exc:
             return _error(400, str(exc))
         try:
@@ -217,17 +226,11 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         if is_task_model(model):
             pieces = iter_answer(model, params.prompt)
         else:
-            top_p = None if params.top_p >= 1 else params.top_p
+            from ..inference.sampling import stream_text  # torch, loaded with the first model anyway
+
+            # The sampler behind `zoo sample`: the same settings and seed give the same text.
             pieces = stream_text(
-                model,
-                params.prompt,
-                params.max_tokens,
-                params.temperature,
-                params.top_k,
-                top_p,
-                params.seed,
-                stop,
-                usage,
+                model.network, model.tokenizer, prompt_ids, settings=settings, cancel=stop, usage=usage
             )
         queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
@@ -309,9 +312,9 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         completion_tokens = usage["completion_tokens"]
         body = chunk(ident, created, params.model, (params.prompt if params.echo else "") + completion, "length")
         body["usage"] = {
-            "prompt_tokens": prompt_tokens,
+            "prompt_tokens": len(prompt_ids),
             "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "total_tokens": len(prompt_ids) + completion_tokens,
         }
         return JSONResponse(body)
 
