@@ -1,5 +1,7 @@
 # Each target does its own set-up: a virtual environment in .venv with the zoo
-# installed in editable mode (torch is the CPU build pinned in pyproject.toml).
+# installed in editable mode (torch is the CPU build pinned in constraints.txt:
+# the package metadata asks only for a range, and without the pin pip would pull
+# a multi-GB CUDA build).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
@@ -10,11 +12,12 @@ PROMPT ?= ROMEO:
 # Everything the tests use: plots, the test tools, the interop extras (transformers,
 # ONNX) and the web extras (Starlette, uvicorn, Playwright's bindings; the browser
 # itself is Debian's chromium, which .ci/run installs). setuptools is upgraded first:
-# the packaging tests build wheels offline and need its bdist_wheel.
-$(BIN)/.installed: pyproject.toml
+# the packaging tests build wheels offline and need its bdist_wheel and PEP 639
+# license fields (77).
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade 'setuptools>=70.1' wheel
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[plots,test,interop,web,web-test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt --upgrade 'setuptools>=77' wheel
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,web,web-test]'
 	touch $@
 
 demo: $(BIN)/.installed

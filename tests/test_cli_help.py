@@ -70,7 +70,7 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"zoo {version('zoo')}"
+    assert capsys.readouterr().out.strip() == f"zoo {version('zoo-lm')}"
 
 
 @pytest.mark.parametrize("typed, suggested", [("lst", "'list'"), ("smaple", "'sample'"), ("trian", "'train'")])

@@ -67,7 +67,7 @@ def test_installs_and_removals_are_seen_and_the_rest_comes_from_the_cache(tmp_pa
     _settle(site)
     first = _report(site, cache)
     assert first["asked_importlib_metadata"] and first["plugins"]["alpha"] == ["alpha", "1.0", []]
-    assert "blocks" in first["plugins"] and first["plugins"]["blocks"][0] == "zoo"
+    assert "blocks" in first["plugins"] and first["plugins"]["blocks"][0] == "zoo-lm"
 
     again = _report(site, cache)
     assert not again["asked_importlib_metadata"] and again["plugins"] == first["plugins"]

@@ -302,7 +302,7 @@ def test_a_name_declared_by_two_registry_files_names_both(tmp_path):
     other = _second_registry(tmp_path, ["transformer-6b-sin"])
     plugins = PluginSet()
     for plugin, path in (("catalogue", ROOT / "registry.toml"), ("copycat", other)):
-        plugins.add_plugin(_registry_plugin(plugin, path), PluginInfo(plugin, "zoo", "1", builtin=True))
+        plugins.add_plugin(_registry_plugin(plugin, path), PluginInfo(plugin, "zoo-lm", "1", builtin=True))
     with pytest.raises(ZooError) as caught:
         catalogue(plugins)
     message = str(caught.value)
@@ -315,7 +315,7 @@ def test_a_third_party_file_with_a_clash_is_skipped_whole(tmp_path):
     fresh = zoo_core.get_variant("bigram").card.model_copy(update={"name": "fresh-name"})
     other.write_text(render_registry([fresh]) + "\n" + other.read_text())  # a new variant, then a clashing one
     plugins = PluginSet()
-    plugins.add_plugin(_registry_plugin("catalogue", ROOT / "registry.toml"), PluginInfo("catalogue", "zoo", "1", builtin=True))
+    plugins.add_plugin(_registry_plugin("catalogue", ROOT / "registry.toml"), PluginInfo("catalogue", "zoo-lm", "1", builtin=True))
     plugins.add_plugin(_registry_plugin("copycat", other), PluginInfo("copycat", "zoo-copycat", "1", builtin=False))
     names = catalogue(plugins).names()
     assert "bigram" in names and "fresh-name" not in names  # all of a file's variants, or none

@@ -2,6 +2,11 @@
 driven through its `zoo` command from a folder that has nothing to do with the
 repository, with no environment variables pointing anywhere.
 
+Every command `zoo --help` lists runs at least once (the last test checks, by
+the installed help's own list): a subpackage or data file the wheel forgot
+breaks the command that needs it, and a new command without a check here fails
+the suite by name.
+
 Offline: the wheel is built without build isolation, installed with
 ``--no-index``, and the venv reaches the local torch (and the other
 dependencies) through a ``.pth`` file naming the folder they are installed in,
@@ -12,10 +17,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import tomllib
+import urllib.error
+import urllib.request
+import zipfile
 from pathlib import Path
 
 import numpy
@@ -29,25 +40,34 @@ import torch
 from .conftest import ROOT
 
 # Not marked slow: this is the product as people install it, and it runs in CI
-# (two wheels built offline, the CLI started ~20 times: about 70 s on a quiet machine).
+# (two wheels built offline, every command of the CLI started at least once).
 
 SHIPPED_NAMES = list(tomllib.loads((ROOT / "registry.toml").read_text()))
 # What the wheel is built from: the files the repository tracks for the package.
-SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints", "data", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md"]
+SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints", "data", "pyproject.toml", "setup.py",
+           "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md", "constraints.txt"]
+DISTRIBUTION = "zoo-lm"
+SMALL = "transformer-1b-learned-ctx8"  # quick to load, and GPT-2 shaped: it exports to Hugging Face
 LEFTOVERS = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.lock", "*.state.safetensors")
+
+
+# What installing the zoo puts beside its packages: zoo_lm-0.1.0.dist-info, an
+# editable install's finder and .pth (and the same under the old name, zoo).
+OWN_ENTRIES = ("zoo_lm-", "__editable__.zoo_lm-", "__editable___zoo_lm_", "zoo-", "__editable__.zoo-", "__editable___zoo_")
 
 
 def _dependency_folders(mirrors: Path) -> list[Path]:
     """Where the running interpreter finds the zoo's dependencies (torch is reused,
     never reinstalled). A folder that also holds the zoo itself (the editable
-    install CI's venv has) is mirrored without it: symlinks to everything else."""
+    install CI's venv has, under its name or the one it had before zoo-lm) is
+    mirrored without it: symlinks to everything else."""
     folders = {Path(module.__file__).resolve().parent.parent for module in (torch, numpy, pluggy, pydantic, safetensors, tiktoken)}
     import regex
 
     folders.add(Path(regex.__file__).resolve().parent.parent)
     usable = []
     for number, folder in enumerate(sorted(folders)):
-        own = [entry for entry in folder.iterdir() if entry.name.startswith(("zoo-", "__editable__.zoo-", "__editable___zoo_"))]
+        own = [entry for entry in folder.iterdir() if entry.name.startswith(OWN_ENTRIES)]
         if not own:
             usable.append(folder)
             continue
@@ -72,9 +92,28 @@ def _build_wheel(source: Path, out: Path) -> Path:
     return wheel
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.status, response.read().decode()
+
+
+def _requirement_names(metadata: str) -> set[str]:
+    """The distributions a METADATA file's Requires-Dist lines name, outside extras."""
+    lines = [line.removeprefix("Requires-Dist:").strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    return {re.match(r"[A-Za-z0-9._-]+", line)[0].lower() for line in lines if "extra ==" not in line}
+
+
 class Installed:
     def __init__(self, venv: Path, workdir: Path, home: Path):
         self.venv, self.workdir, self.home = venv, workdir, home
+        self.ran: set[str] = set()  # the commands run so far, for the last test
+        self.unavailable: dict[str, str] = {}  # commands a test could not run here, and why
         self.site = Path(subprocess.check_output(
             [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
         self.environment = {
@@ -83,13 +122,31 @@ class Installed:
         } | {"HOME": str(home), "OMP_NUM_THREADS": "1", "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
 
     def zoo(self, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        self.ran.add(args[0])
         done = subprocess.run([str(self.venv / "bin" / "zoo"), *args], capture_output=True, text=True,
                               cwd=self.workdir, env=self.environment, timeout=600)
         assert done.returncode == expect, f"zoo {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
         return done
 
+    def start(self, *args: str, log: Path) -> subprocess.Popen:
+        """`zoo ARGS` left running (a server); the caller stops it."""
+        self.ran.add(args[0])
+        with log.open("wb") as out:
+            return subprocess.Popen([str(self.venv / "bin" / "zoo"), *args], stdout=out, stderr=subprocess.STDOUT,
+                                    cwd=self.workdir, env=self.environment | {"PYTHONUNBUFFERED": "1"})
+
+    def needs(self, module: str, commands: tuple[str, ...]) -> None:
+        """Skip unless an optional extra's module is importable, noting the commands left unrun."""
+        try:
+            pytest.importorskip(module)
+        except pytest.skip.Exception as skipped:
+            self.unavailable |= dict.fromkeys(commands, str(skipped))
+            raise
+
     def pip(self, *args: str) -> None:
-        _pip("--python", str(self.venv / "bin" / "python"), *args)
+        # The project's pins hold here too: an install that pulled dependencies would get the CPU torch.
+        pins = ["--constraint", str(ROOT / "constraints.txt")] if args[0] == "install" else []
+        _pip("--python", str(self.venv / "bin" / "python"), *args, *pins)
 
     def files(self) -> set[str]:
         return {str(p.relative_to(self.site)) for p in self.site.rglob("*") if "__pycache__" not in p.parts}
@@ -123,17 +180,42 @@ def test_the_wheel_installs_its_own_packages_and_the_catalogue(installed):
     assert not (installed.site / "plugins").exists()  # no bare top-level 'plugins' package
     top = {name.split("/")[0] for name in files}
     assert {"zoo_core", "zoo_plugins"} <= top and not any(name.startswith("pytest") for name in top if "dist-info" in name)
-    metadata = next(installed.site.glob("zoo-*.dist-info")) / "METADATA"
-    requires = [line for line in metadata.read_text().splitlines() if line.startswith("Requires-Dist:")]
+    (dist_info,) = installed.site.glob("zoo_lm-*.dist-info")
+    metadata = (dist_info / "METADATA").read_text()
+    assert f"Name: {DISTRIBUTION}\n" in metadata
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert any("numpy" in line for line in requires)
     assert all("extra ==" in line for line in requires if "pytest" in line)  # pytest only with [test]
+    # torch as a range: the exact CPU build is constraints.txt's business, not every user's.
+    (torch_requirement,) = [line for line in requires if line.startswith("Requires-Dist: torch")]
+    assert "==" not in torch_requirement and "<3" in torch_requirement
+    assert "MIT License" in (dist_info / "licenses" / "LICENSE").read_text()
+
+
+def test_the_wheel_holds_every_module_and_package_file_of_the_repository(installed):
+    """Discovered, not listed: a subpackage (or a template) added to the repository is in the wheel."""
+    files = installed.files()
+    for folder, package in (("zoo_core", "zoo_core"), ("plugins", "zoo_plugins")):
+        shipped = {str(package / path.relative_to(ROOT / folder)) for path in (ROOT / folder).rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
+        assert shipped, folder
+        assert not shipped - files, f"in {folder}/ but not in the wheel: {sorted(shipped - files)}"
+    assert {"zoo_core/py.typed", "zoo_plugins/py.typed", "zoo_core/web/templates/sample.html", "zoo_core/web/static/zoo.css",
+            "zoo_core/training/studies.toml"} <= files
 
 
 def test_the_installed_zoo_works_from_anywhere(installed):
+    assert installed.zoo("--version").stdout.strip() == "zoo 0.1.0"  # read from the zoo-lm distribution's metadata
     listed = json.loads(installed.zoo("list", "--json").stdout)
     assert [row["name"] for row in listed] == SHIPPED_NAMES
     assert {row["source"] for row in listed} == {"built-in"}
     assert "tinyshakespeare" in installed.zoo("datasets").stdout
+    found = json.loads(installed.zoo("search", "rope", "--json").stdout)
+    assert [row["name"] for row in found] == ["gpt-char-mini-rope"]
+    assert "ModelCard" in json.loads(installed.zoo("card-schema").stdout)["title"]
+    assert "positions 0.1.0 (built-in)" in installed.zoo("plugins").stdout
+    assert "complete" in installed.zoo("completion", "bash").stdout
+    assert "ROMEO" in installed.zoo("attention", SMALL, "--prompt", "ROMEO").stdout
 
     loaded = json.loads(installed.zoo("load", "transformer-6b-sin", "--json").stdout)
     assert loaded["verified"] == ["sha256", "names", "shapes", "parameters", "tokenizer sha256"]
@@ -170,10 +252,78 @@ def test_a_published_run_joins_the_zoo_and_leaves(installed):
     assert installed.files() == before
 
 
+def test_the_tokenizer_and_study_commands_write_outside_the_package(installed, tmp_path):
+    before = installed.files()
+    installed.zoo("train-tokenizer", "--kind", "char", "--out", str(tmp_path / "chars.json"))
+    assert (tmp_path / "chars.json").read_bytes() == (ROOT / "checkpoints" / "char-65.json").read_bytes()
+    installed.zoo("experiment", "--arms", SMALL, "--steps", "2", "--seeds", "1", "--quiet", "--out", str(tmp_path / "study"))
+    results = json.loads((tmp_path / "study" / "results.json").read_text())
+    assert SMALL in json.dumps(results)
+    assert installed.files() == before
+
+
+def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path):
+    installed.needs("starlette", ("gallery", "serve"))
+    installed.needs("uvicorn", ("gallery", "serve"))
+    installed.needs("jinja2", ("gallery", "serve"))
+    installed.needs("markdown", ("gallery", "serve"))
+    before = installed.files()
+    site = tmp_path / "site"
+    installed.zoo("gallery", "--variants", "bigram", "--out", str(site), "--quiet")
+    assert "bigram" in (site / "index.html").read_text() and (site / "variants").is_dir()
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    server = installed.start("serve", "--port", str(port), "--site", str(site), log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, f"zoo serve exited {server.returncode}: {log.read_text()}"
+            assert time.monotonic() < deadline, f"zoo serve did not answer within 120 s: {log.read_text()}"
+            try:
+                _get(url + "/health")
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.3)
+        status, body = _get(url + "/v1/models")
+        assert status == 200 and SHIPPED_NAMES[0] in {model["id"] for model in json.loads(body)["data"]}
+        status, body = _get(url + "/sample")  # rendered from the installed package's templates
+        assert status == 200 and SMALL in body
+        status, body = _get(url + "/")  # the gallery written above
+        assert status == 200 and body == (site / "index.html").read_text()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    assert installed.files() == before
+
+
+def test_an_export_imports_back_and_is_removed(installed, tmp_path):
+    installed.needs("transformers", ("export", "import"))
+    home = installed.home / ".local" / "share" / "zoo"
+    before = installed.files()
+    installed.zoo("export", SMALL, "--format", "hf", "--out", str(tmp_path / "hf"))
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
+    installed.zoo("import", "hf", str(tmp_path / "hf"), "--name", "round-trip")
+    assert (home / "checkpoints" / "round-trip.safetensors").is_file()
+    user = json.loads(installed.zoo("list", "--source", "user", "--json").stdout)
+    assert "round-trip" in [row["name"] for row in user]
+    installed.zoo("remove", "round-trip")
+    assert not (home / "checkpoints" / "round-trip.safetensors").exists()
+    assert installed.files() == before
+
+
 def test_a_plugin_installed_non_editable_evaluates_and_uninstalls_cleanly(installed, tmp_path):
     source = tmp_path / "zoo-alibi"
     shutil.copytree(ROOT / "examples" / "zoo-alibi", source, ignore=LEFTOVERS)
     wheel = _build_wheel(source, tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))).decode()
+    assert DISTRIBUTION in _requirement_names(metadata)  # the plugin depends on the distribution installed here
     before = installed.files()
     installed.pip("install", "--no-deps", "--no-index", str(wheel))
     with_plugin = installed.files()
@@ -185,7 +335,35 @@ def test_a_plugin_installed_non_editable_evaluates_and_uninstalls_cleanly(instal
     verified = json.loads(installed.zoo("verify", "--json").stdout)
     assert {row["name"] for row in verified} == {*SHIPPED_NAMES, "alibi-swiglu-4b"}
     assert installed.files() == with_plugin  # no lock or other litter inside the packages
+    checked = installed.zoo("check-plugin", "alibi", "--quick")
+    assert "plugin 'alibi':" in checked.stdout and "passed" in checked.stdout
 
     installed.pip("uninstall", "--yes", "zoo-alibi")
     assert installed.files() == before
     assert not (installed.site / "zoo_alibi").exists()
+
+
+def test_a_new_plugin_skeleton_depends_on_this_distribution(installed):
+    installed.zoo("new-plugin", "cope")
+    written = installed.workdir / "zoo-cope"
+    project = tomllib.loads((written / "pyproject.toml").read_text())["project"]
+    assert [re.match(r"[A-Za-z0-9._-]+", requirement)[0] for requirement in project["dependencies"]] == [DISTRIBUTION]
+    shutil.rmtree(written)
+
+
+# Keep this test last: it checks what the tests above ran.
+def test_every_command_zoo_help_lists_was_run(installed, request):
+    selected = {item.name for item in request.session.items if item.module is request.module}
+    everything = {name for name in globals() if name.startswith("test_")}
+    if selected != everything:
+        pytest.skip(f"only part of this module ran ({len(selected)} of {len(everything)} tests)")
+    help_text = installed.zoo("--help").stdout
+    listing = help_text.split("positional arguments:")[1].split("options:")[0]
+    commands = re.findall(r"^ {4}([a-z][a-z-]*)", listing, flags=re.MULTILINE)
+    assert "list" in commands and "serve" in commands, help_text
+    unavailable = {command: why for command, why in installed.unavailable.items() if command not in installed.ran}
+    if unavailable:
+        pytest.skip(f"optional extras missing: {unavailable}")
+    never = [command for command in commands if command not in installed.ran]
+    assert not never, (f"`zoo --help` lists {', '.join(never)}, which no test in {Path(__file__).name} runs: "
+                       "add a check that runs each from the installed wheel")

@@ -14,7 +14,7 @@ from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
 
 
 def test_builtins_come_through_the_zoo_entry_point_group():
-    names = {ep.name for ep in importlib.metadata.entry_points(group="zoo") if ep.dist.metadata["Name"] == "zoo"}
+    names = {ep.name for ep in importlib.metadata.entry_points(group="zoo") if ep.dist.metadata["Name"] == "zoo-lm"}
     assert {"bpe", "positions", "blocks", "models", "catalogue"} <= names
     plugins = get_plugins()
     assert {"learned", "none", "sinusoidal", "rope"} <= set(plugins.components["positions"].names())
@@ -46,7 +46,7 @@ def test_each_distribution_s_metadata_is_parsed_once(monkeypatch):
     zoo_entry_points = importlib.metadata.entry_points(group="zoo")
     assert len(zoo_entry_points) > len({ep.dist.name for ep in zoo_entry_points}), "the test needs a distribution with two plugins"
     assert during and len(during) == len({id(dist) for dist in during}), "a distribution's METADATA was parsed more than once"
-    assert plugins.plugins["positions"].distribution == "zoo" and plugins.plugins["positions"].version == "0.1.0"
+    assert plugins.plugins["positions"].distribution == "zoo-lm" and plugins.plugins["positions"].version == "0.1.0"
 
 
 def _plugin(name, **hooks):

@@ -206,7 +206,7 @@ def test_png_without_matplotlib_says_how_to_install_it(puzzle, tmp_path, monkeyp
     # None in sys.modules makes `import matplotlib.figure` fail as if it were not installed
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ZooError, match=r"^drawing needs matplotlib: pip install 'zoo\[plots\]'$"):
+    with pytest.raises(ZooError, match=r"^drawing needs matplotlib: pip install 'zoo-lm\[plots\]'$"):
         puzzle.network.ask(puzzle.tokenizer, SEED_PAIR[0], png=tmp_path / "maps.png")
 
 

@@ -431,7 +431,7 @@ def test_new_plugin_writes_zoo_name_in_the_current_folder_by_default(zoo, tmp_pa
         ("Cope!", "'Cope!' is not a plugin name"),
         ("2cope", "'2cope' is not a plugin name"),
         ("sinusoidal", "position 'sinusoidal' is already registered by plugin 'positions'"),
-        ("blocks", "a plugin named 'blocks' is already installed (zoo)"),
+        ("blocks", "a plugin named 'blocks' is already installed (zoo-lm)"),
     ],
 )
 def test_new_plugin_refuses_bad_or_taken_names_in_one_line(zoo, tmp_path, name, message):

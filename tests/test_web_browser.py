@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("starlette", reason="the browser tests need the web extra: pip install 'zoo[web]'")
+pytest.importorskip("starlette", reason="the browser tests need the web extra: pip install 'zoo-lm[web]'")
 sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need Playwright: pip install playwright")
 
 from tests.web_support import SMALL, Server, artifacts_folder, zoo_sample  # noqa: E402

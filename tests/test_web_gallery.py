@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("jinja2", reason="the gallery needs the web extra: pip install 'zoo[web]'")
-pytest.importorskip("markdown", reason="the gallery needs the web extra: pip install 'zoo[web]'")
+pytest.importorskip("jinja2", reason="the gallery needs the web extra: pip install 'zoo-lm[web]'")
+pytest.importorskip("markdown", reason="the gallery needs the web extra: pip install 'zoo-lm[web]'")
 
 PATTERN = "*1b-learned*"  # transformer-1b-learned-ctx8 and its post-norm twin: quick to sample
 VARIANTS = ["transformer-1b-learned-ctx8", "transformer-1b-learned-post-ctx8"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-httpx = pytest.importorskip("httpx", reason="the web tests need the web extra: pip install 'zoo[web]' httpx")
-pytest.importorskip("starlette", reason="the web tests need the web extra: pip install 'zoo[web]'")
+httpx = pytest.importorskip("httpx", reason="the web tests need the web extra: pip install 'zoo-lm[web]' httpx")
+pytest.importorskip("starlette", reason="the web tests need the web extra: pip install 'zoo-lm[web]'")
 
 from tests.web_support import SMALL, Server, zoo_sample  # noqa: E402
 

@@ -22,7 +22,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("zoo")
+        return version("zoo-lm")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown (not installed)"
 

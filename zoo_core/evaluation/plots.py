@@ -1,6 +1,6 @@
 """Pictures a person would rather look at than numbers: attention maps, loss curves.
 
-matplotlib is an optional extra (`pip install 'zoo[plots]'`); only the commands
+matplotlib is an optional extra (`pip install 'zoo-lm[plots]'`); only the commands
 that draw need it. No pyplot: no GUI backend and no global state.
 """
 
@@ -19,7 +19,7 @@ def _figure_class():
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ZooError("drawing needs matplotlib: pip install 'zoo[plots]'") from None
+        raise ZooError("drawing needs matplotlib: pip install 'zoo-lm[plots]'") from None
     return Figure
 
 

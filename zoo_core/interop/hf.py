@@ -35,7 +35,7 @@ def _require_transformers():
     try:
         import transformers  # noqa: F401
     except ImportError:
-        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo[interop]'") from None
+        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo-lm[interop]'") from None
 
 
 def gpt2_refusal(model) -> str | None:

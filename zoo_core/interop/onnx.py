@@ -44,7 +44,7 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
         import onnx  # noqa: F401
         import onnxruntime
     except ImportError:
-        raise ZooError("ONNX export needs onnx and onnxruntime: pip install 'zoo[interop]'") from None
+        raise ZooError("ONNX export needs onnx and onnxruntime: pip install 'zoo-lm[interop]'") from None
     if hasattr(model.network, "ask"):
         raise ZooError(f"cannot export to ONNX: '{model.name}' answers questions; it has no logits over text to export")
     from .hf import verification_ids

@@ -37,7 +37,7 @@ from ..errors import UnknownName, ZooError
 from .entry_points import zoo_entry_points
 from .protocols import conformance_problem
 
-BUILTIN_DISTRIBUTION = "zoo"
+BUILTIN_DISTRIBUTION = "zoo-lm"
 COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers")
 
 

@@ -32,7 +32,7 @@ version = "0.1.0"
 description = "A zoo plugin: the '$name' position encoding, block, tokenizer, architecture, trainer and variant"
 readme = "README.md"
 requires-python = ">=3.11"
-dependencies = ["zoo"]
+dependencies = ["zoo-lm"]
 
 # The zoo finds its plugins through this entry-point group.
 [project.entry-points.zoo]

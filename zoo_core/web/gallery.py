@@ -75,7 +75,7 @@ def _templates():
     try:
         from jinja2 import Environment, FileSystemLoader, select_autoescape
     except ImportError:
-        raise ZooError("the gallery needs the web extra: pip install 'zoo[web]'") from None
+        raise ZooError("the gallery needs the web extra: pip install 'zoo-lm[web]'") from None
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(), trim_blocks=True, lstrip_blocks=True
     )
@@ -330,7 +330,7 @@ def _studies(source: Path, variant_names: set[str]) -> tuple[str, list[dict]]:
     try:
         import markdown
     except ImportError:
-        raise ZooError("the gallery needs the web extra: pip install 'zoo[web]'") from None
+        raise ZooError("the gallery needs the web extra: pip install 'zoo-lm[web]'") from None
     text = source.read_text(encoding="utf-8")
     parts = re.split(r"^## ", text, flags=re.MULTILINE)
     introduction = markdown.markdown(parts[0], extensions=["tables", "fenced_code"])
