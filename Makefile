@@ -7,7 +7,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 PROMPT ?= ROMEO:
 
-.PHONY: demo test test-all clean-venv
+.PHONY: demo test test-all lint clean-venv
 
 # Everything the tests use: plots, the test tools, the interop extras (transformers,
 # ONNX) and the web extras (Starlette, uvicorn, Playwright's bindings; the browser
@@ -27,6 +27,13 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/pytest
+
+# What CI checks besides the tests: pyflakes and import order, formatting, and types
+# (ruff and mypy, configured in pyproject.toml), on the core and the built-in plugins.
+lint: $(BIN)/.installed
+	$(BIN)/ruff check zoo_core plugins
+	$(BIN)/ruff format --check zoo_core plugins
+	$(BIN)/mypy
 
 test-all: $(BIN)/.installed
 	$(BIN)/pytest -m ''
