@@ -22,13 +22,7 @@ def eval_arguments(commands) -> None:
         "--data", type=Path, help="evaluate on this text file's validation split (default: the recipe's corpus)"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
-    )
-    device_options(p, "evaluate")
+    device_options(p, "evaluate", threads=True)
     p.add_argument(
         "--text-chars",
         type=int,

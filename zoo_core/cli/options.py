@@ -12,7 +12,8 @@ def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Co
     return render_table(headers, rows, right)
 
 
-def device_options(parser: argparse.ArgumentParser, what: str, training: bool = False) -> None:
+def device_options(parser: argparse.ArgumentParser, what: str, training: bool = False, threads: bool = False) -> None:
+    """--device and --dtype; with ``threads``, --threads too (commands that run a loaded model)."""
     from ..devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
 
     parser.add_argument(
@@ -33,6 +34,13 @@ def device_options(parser: argparse.ArgumentParser, what: str, training: bool = 
         default="float32",
         help=f"floating-point type to {what} in: {how} (default: float32)",
     )
+    if threads:
+        parser.add_argument(
+            "--threads",
+            type=int,
+            metavar="N",
+            help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
+        )
 
 
 def load_on_threads(args):

@@ -83,13 +83,7 @@ def sample_arguments(commands) -> None:
     p.add_argument("--json", action="store_true", help="print the prompt, tokens, text and settings as JSON")
     p.add_argument("--explain", action="store_true", help="task models: show the residual stream and attention")
     p.add_argument("--png", type=Path, help="task models: write the attention maps to this PNG (default: none)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
-    )
-    device_options(p, "sample")
+    device_options(p, "sample", threads=True)
     continuation = (*OPTION_NAMES, *_DISPLAY_OPTIONS)
     p.set_defaults(run=cmd_sample, option_defaults={option: p.get_default(option) for option in continuation})
 
