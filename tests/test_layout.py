@@ -1,0 +1,51 @@
+"""The core's layout: import paths from before the redesign name the same modules,
+and every command is served by the family module the command table names."""
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from zoo_core import _moved, cli
+
+
+@pytest.mark.parametrize("old, new", sorted(_moved.OLD_TO_NEW.items()))
+def test_an_old_import_path_is_the_new_module(old, new):
+    assert importlib.import_module(f"zoo_core.{old}") is importlib.import_module(f"zoo_core.{new}")
+
+
+def test_old_paths_work_in_every_import_form_plugins_use():
+    # A fresh process: nothing imported by other tests can make these pass.
+    code = """
+from zoo_core.hookspecs import register_blocks
+from zoo_core.components import PositionEncodingBase
+from zoo_core import testing, protocols
+import zoo_core.plugin_manager as manager
+from zoo_core.training import StandardTrainer, TrainingJob
+from zoo_core.evaluation import evaluate_language_model
+import zoo_core.plugin_api.testing, zoo_core.plugin_api.protocols, zoo_core.plugin_api.manager
+assert testing is zoo_core.plugin_api.testing and protocols is zoo_core.plugin_api.protocols
+assert manager is zoo_core.plugin_api.manager
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_an_unknown_old_path_is_still_an_import_error():
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("zoo_core.no_such_module")
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_each_command_is_defined_in_its_family_module(command):
+    family = importlib.import_module(f"zoo_core.cli.{cli.COMMANDS[command]}")
+    assert callable(getattr(family, command.replace("-", "_") + "_arguments"))
+    parser = cli.build_parser(command)
+    assert command in parser._subparsers._group_actions[0].choices
+
+
+def test_python_dash_m_zoo_core_runs_the_command():
+    done = subprocess.run([sys.executable, "-m", "zoo_core", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("zoo ")
