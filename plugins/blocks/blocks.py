@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
+import torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -14,7 +17,11 @@ def gelu_tanh(x):
 
 
 # "gelu" is the exact (erf) form, as in nanoGPT; seed 000 uses ReLU.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu-tanh": gelu_tanh}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu-tanh": gelu_tanh,
+}
 
 
 class FeedForward(nn.Module):

@@ -23,8 +23,9 @@ from torch.nn import functional as F
 from torch.nn.modules import module as torch_module
 
 from zoo_core.plugin_api.components import encoding_does
-from zoo_plugins.blocks.attention import CausalSelfAttention, KVCache
-from zoo_plugins.blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
+
+from ..blocks.attention import CausalSelfAttention, KVCache
+from ..blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
 
 _BLOCKS = (PreNormBlock, PostNormBlock)
 

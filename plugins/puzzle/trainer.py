@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from zoo_core.errors import ZooError
 from zoo_core.training import TrainingJob, TrainingResult
 
-from .model import hand_set_state_dict
+from .model import PuzzleTransformer, hand_set_state_dict
 from .report import evaluate_network
 from .tokenizer import PuzzleTokenizer
 
@@ -22,6 +23,10 @@ class HandBuiltTrainer:
     uses_corpus = False  # no text, steps or seed: the weights come from the slot layout
 
     def run(self, network: torch.nn.Module, job: TrainingJob) -> TrainingResult:
+        if not isinstance(network, PuzzleTransformer):  # the slot layout is this architecture's alone
+            raise ZooError(
+                f"the hand-built trainer sets a PuzzleTransformer's weights, not a {type(network).__name__}'s"
+            )
         config = job.card.config
         weights = hand_set_state_dict(config.get("positions", True), config.get("max_tokens", 6))
         with torch.no_grad():

@@ -87,7 +87,7 @@ class ZooModel:
         by_length: dict[int, list[int]] = {}
         for row, ids in enumerate(encoded):
             by_length.setdefault(len(ids), []).append(row)
-        results: list[Sample | None] = [None] * len(rows)
+        results: dict[int, Sample] = {}
         for members in by_length.values():
             stream = SampleStream(
                 self.network,
@@ -99,7 +99,7 @@ class ZooModel:
             )
             for r, sample in zip(members, stream.run()):
                 results[r] = sample
-        return results
+        return [results[r] for r in range(len(rows))]
 
     def stream(self, prompt: str, settings: SamplingSettings | int | None = None, **options) -> Iterator[str]:
         """The new text of ``generate(prompt, ...)``, piece by piece as it is drawn."""

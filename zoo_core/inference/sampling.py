@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Sequence
+from typing import Generator, Iterator, Sequence
 
 import torch
 
@@ -110,7 +110,7 @@ def stream_tokens(
     settings: SamplingSettings | int | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     **options,
-) -> Iterator[torch.Tensor]:
+) -> Generator[torch.Tensor, None, None]:
     """Yield the next token of every row of ``ids`` (B, T), a (B,) tensor per step.
 
     ``settings`` (or ``options``, see ``resolve_settings``) say how to draw;
@@ -136,7 +136,7 @@ def stream_tokens(
             if cached and cache is None:  # feed the prompt (its last window) once
                 cache = model.make_cache()
                 logits, _ = model(ids[:, -window:], cache=cache)
-            elif cached and cache.length < window:
+            elif cache is not None and cache.length < window:  # only a cached run has one
                 logits, _ = model(ids[:, -1:], cache=cache)
             else:
                 # No cache, or the window is full: cropping drops the oldest
@@ -220,7 +220,7 @@ class SampleStream:
         self._rows = [_Row() for _ in self.prompt_ids]
         self.samples: list[Sample] = []
 
-    def __iter__(self) -> Iterator[list[str]]:
+    def __iter__(self) -> Generator[list[str], None, None]:
         device = next(self.model.parameters(), torch.empty(0)).device  # the prompt goes where the weights are
         ids = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)
         generators = [seeded_generator(seed, "seed") for seed in self.seeds]

@@ -39,9 +39,11 @@ def use_threads_before_loading(parameters: int | None, requested: int | None = N
     (the weights are checked and copied), and on a busy machine loading
     gpt-char-mini took 0.5 s longer on two threads than on one. A card that
     records no count leaves torch's default until ``use_threads``."""
-    check_threads(requested)
-    if requested is not None or parameters is not None:
-        torch.set_num_threads(requested or default_threads(parameters))
+    check_threads(requested)  # so a given count is at least 1
+    if requested is not None:
+        torch.set_num_threads(requested)
+    elif parameters is not None:
+        torch.set_num_threads(default_threads(parameters))
 
 
 def use_threads(network: torch.nn.Module, requested: int | None = None) -> int:

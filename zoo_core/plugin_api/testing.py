@@ -91,7 +91,7 @@ class _PositionCounter:
     """Counts the token positions a network is run on (its forward's first
     argument) and keeps the last position's logits of every call."""
 
-    def __init__(self, model):
+    def __init__(self, model) -> None:
         self.calls: list[int] = []
         self.logits: list[torch.Tensor] = []
         self._handles = [
@@ -129,16 +129,16 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     window = model.context_length
     prompt = _random_ids(model, max(1, window // 2), seed)
     settings = SamplingSettings(max_new_tokens=new_tokens or window + 4)  # past the window: the cache must be refilled
-    runs = {}
-    for cached in (False, True):
+    runs: dict[bool, tuple[torch.Tensor, _PositionCounter]] = {}
+    for use_cache in (False, True):
         counter = _PositionCounter(model)
         try:
             tokens = sample_tokens(
-                model, prompt, settings.replace(use_cache=cached), torch.Generator().manual_seed(seed)
+                model, prompt, settings.replace(use_cache=use_cache), torch.Generator().manual_seed(seed)
             )
         finally:
             counter.close()
-        runs[cached] = (tokens, counter)
+        runs[use_cache] = (tokens, counter)
     (plain, uncached), (fast, cached) = runs[False], runs[True]
     # Logits, not just tokens: a tiny untrained network's near-uniform draws would
     # often pick the same token from wrong logits.
@@ -255,7 +255,8 @@ def tiny_transformer_builder(plugins: PluginSet | None = None, **config: Any) ->
     return lambda: plugins.components["models"].create("transformer", dict(full), plugins.components)
 
 
-def _outcome(subject: str, check: str, action: Callable[[], None]) -> CheckResult:
+def _outcome(subject: str, check: str, action: Callable[[], object]) -> CheckResult:
+    # ``action`` runs here and now, so a lambda may use a loop's variables as they are.
     try:
         action()
     except AssertionError as exc:
@@ -308,10 +309,10 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
             _outcome(
                 subject,
                 "satisfies the protocol",
-                lambda p=position: assert_conforms(
+                lambda: assert_conforms(
                     "positions",
                     plugins.components["positions"].create(
-                        p, d_model=TINY["d_model"], n_head=TINY["n_head"], context_length=TINY["context_length"]
+                        position, d_model=TINY["d_model"], n_head=TINY["n_head"], context_length=TINY["context_length"]
                     ),
                 ),
             )
@@ -324,10 +325,10 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
             _outcome(
                 subject,
                 "satisfies the protocol",
-                lambda b=block: assert_conforms(
+                lambda: assert_conforms(
                     "blocks",
                     plugins.components["blocks"].create(
-                        b, d_model=TINY["d_model"], n_head=TINY["n_head"], d_ff=32, dropout=0.0, norm="layernorm"
+                        block, d_model=TINY["d_model"], n_head=TINY["n_head"], d_ff=32, dropout=0.0, norm="layernorm"
                     ),
                 ),
             )
@@ -337,7 +338,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
     for trainer_name in registered.get("trainers", []):
         subject = f"trainer '{trainer_name}'"
         outcome = _outcome(
-            subject, "satisfies the protocol", lambda t=trainer_name: plugins.components["trainers"].create(t)
+            subject, "satisfies the protocol", lambda: plugins.components["trainers"].create(trainer_name)
         )
         results.append(outcome)
         if deep and outcome.passed:
@@ -347,7 +348,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
                     _outcome(
                         subject,
                         "deterministic, and resumes exactly",
-                        lambda t=trainer: assert_trainer_resumes_exactly(t, tiny_transformer_builder(plugins)),
+                        lambda: assert_trainer_resumes_exactly(trainer, tiny_transformer_builder(plugins)),
                     )
                 )
             else:
@@ -403,16 +404,16 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
         if deep and outcome.passed and "model" in loaded:
             network = loaded["model"].network
             if hasattr(network, "context_length") and network.context_length >= 2 and not hasattr(network, "ask"):
-                results.append(_outcome(subject, "causality", lambda n=network: assert_causal(n)))
+                results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
                 if getattr(network, "supports_kv_cache", False):
                     results.append(
                         _outcome(
                             subject,
                             "KV cache equals uncached past the window, and is used",
-                            lambda n=network: assert_kv_cache_matches_uncached(n),
+                            lambda: assert_kv_cache_matches_uncached(network),
                         )
                     )
-            results.append(_outcome(subject, "samples deterministically", lambda m=loaded["model"]: _assert_samples(m)))
+            results.append(_outcome(subject, "samples deterministically", lambda: _assert_samples(loaded["model"])))
     return results
 
 

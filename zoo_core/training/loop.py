@@ -26,13 +26,14 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from ..catalogue.cards import Recipe
-from ..corpus.batches import BatchSampler, fixed_windows, mean_loss
+from ..corpus.batches import BatchSampler, Corpus, fixed_windows, mean_loss
 from ..devices import Placement
+from ..errors import ZooError
 from .job import TrainingJob
 from .step import training_step
 
@@ -84,14 +85,17 @@ def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimi
     """
     if recipe.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    settings = dict(lr=recipe.learning_rate, betas=(recipe.beta1, recipe.beta2), weight_decay=recipe.weight_decay)
     parameters = list(model.parameters())
-    if _fusable(parameters):
-        return torch.optim.AdamW(parameters, fused=True, **settings)
-    return torch.optim.AdamW(parameters, **settings)
+    return torch.optim.AdamW(
+        parameters,
+        lr=recipe.learning_rate,
+        betas=(recipe.beta1, recipe.beta2),
+        weight_decay=recipe.weight_decay,
+        fused=True if _fusable(parameters) else None,  # None: torch's own default
+    )
 
 
-def _fusable(parameters: list[torch.Tensor]) -> bool:
+def _fusable(parameters: Sequence[torch.Tensor]) -> bool:
     return all(
         p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)
         for p in parameters
@@ -162,7 +166,8 @@ class StandardTrainer:
         through `torch.compile` (same weights, same state dict). ``job.placement``
         says on which device, in which dtype and as which share of a
         data-parallel run this process trains (default: the CPU, float32, alone)."""
-        recipe, corpus, context_length, progress = job.recipe, job.corpus, job.context_length, job.progress
+        recipe, corpus, context_length = _corpus_inputs(job)
+        progress = job.progress
         placement = job.placement or Placement()
         steps = recipe.steps
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
@@ -216,13 +221,20 @@ class StandardTrainer:
         return result
 
 
+def _corpus_inputs(job: TrainingJob) -> tuple[Recipe, Corpus, int]:
+    """The job's recipe, corpus and context length, which a trainer that reads the
+    corpus cannot do without (`train_variant` fills them in; a direct caller must)."""
+    if job.recipe is None or job.corpus is None or job.context_length is None:
+        missing = [name for name in ("recipe", "corpus", "context_length") if getattr(job, name) is None]
+        raise ZooError(f"the standard trainer needs a job with {', '.join(missing)} (train_variant fills them in)")
+    return job.recipe, job.corpus, job.context_length
+
+
 def compiled(model: torch.nn.Module):
     """``model`` through `torch.compile`, or a clear error where it cannot run.
 
     The compiled module shares the model's parameters: the optimizer, state dict
     and checkpoints are the eager model's, unchanged."""
-    from ..errors import ZooError
-
     try:
         return torch.compile(model, fullgraph=True)
     except Exception as exc:  # noqa: BLE001 - any backend failure means "no compiling here"

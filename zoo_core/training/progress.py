@@ -17,7 +17,10 @@ from __future__ import annotations
 import atexit
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 _SMOOTHING = 0.9  # weight of the past in the running loss and the step time
 
@@ -71,8 +74,8 @@ class TrainingProgress:
         self._last_wall = time.monotonic()
         self._last_update_seconds: float | None = None
         self._steps_seen = 0
-        self._bar = None
-        self._task = None
+        self._bar: Progress | None = None  # the live display and its task, started together by _start_bar
+        self._task: TaskID | None = None
 
     # -- the numbers ---------------------------------------------------------------------------
 
@@ -132,24 +135,25 @@ class TrainingProgress:
     # -- the terminal ---------------------------------------------------------------------------
 
     def _draw(self, step: int, rate: float, losses: dict | None) -> None:
-        if self._bar is None:
-            self._start_bar()
+        bar, task = self._bar, self._task
+        if bar is None or task is None:
+            bar, task = self._start_bar()
         running = self.loss.get()
         eta = self.eta_seconds(step)
-        self._bar.update(
-            self._task,
+        bar.update(
+            task,
             completed=step,
             loss=f"loss {running:.4f}" if running is not None else "loss …",
             rate=f"{rate:,.0f} tok/s",
             eta=f"ETA {format_duration(eta)}" if eta is not None else "ETA …",
         )
         if losses:
-            self._bar.console.print(
+            bar.console.print(
                 f"{self.name}: step {step}/{self.total}  train {losses['train']:.4f}  val {losses['validation']:.4f}",
                 highlight=False,
             )
 
-    def _start_bar(self) -> None:
+    def _start_bar(self) -> tuple[Progress, TaskID]:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -171,6 +175,7 @@ class TrainingProgress:
         # However the loop ends (an exception, Ctrl-C), the bar is stopped before
         # exit: a live display left running keeps the terminal's cursor hidden.
         atexit.register(self.close)
+        return self._bar, self._task
 
     def close(self) -> None:
         """Stop the bar (idempotent); the terminal is left as it was."""

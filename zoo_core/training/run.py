@@ -52,8 +52,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     (default: "auto", float32); a data-parallel worker's job carries its
     ``placement`` instead, and only its rank 0 writes anything.
     """
-    if job.variant is None:
-        raise ZooError("train_variant: the job names no variant to train")
+    name = _variant_name(job, "train_variant")
     placement = job.placement
     if placement is None:
         from ..devices import Placement, resolve_device, resolve_dtype
@@ -62,7 +61,6 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         placement = Placement(target, resolve_dtype(job.dtype, target))
     writer = placement.rank == 0
     plugins = get_plugins()
-    name = job.variant
     variant = catalogue(plugins).get(name)
     card = variant.card
     trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
@@ -77,7 +75,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 f"variant '{name}' is {card.recipe.kind}: its trainer reads no text and takes no "
                 f"{', '.join(given) or '--resume'}"
             )
-    overrides = {key: value for key, value in (("steps", job.steps), ("seed", job.seed)) if value is not None}
+    overrides: dict[str, int | str] = {
+        key: value for key, value in (("steps", job.steps), ("seed", job.seed)) if value is not None
+    }
     text = None
     if trainer.uses_corpus:
         text = variant_text(variant, job.data)
@@ -109,7 +109,10 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     with exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext():
         for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
             remove_stale_temporaries(path)
-        state = read_training_state(state_path, identity, network) if job.resume else None
+        state = None
+        if job.resume:
+            assert identity is not None, "resuming is refused above for a trainer that reads no corpus"
+            state = read_training_state(state_path, identity, network)
         show_progress = writer and not job.quiet
         if show_progress and state is not None:
             print(f"{name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr)
@@ -278,6 +281,12 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
+def _variant_name(job: TrainingJob, caller: str) -> str:
+    if job.variant is None:
+        raise ZooError(f"{caller}: the job names no variant to train")
+    return job.variant
+
+
 def _check_resumable(job: TrainingJob, state_path: Path) -> None:
     if job.resume and not state_path.exists():
         raise ZooError(
@@ -296,16 +305,15 @@ def _check_batch_splits(batch_size: int, world_size: int) -> None:
 def check_data_parallel_run(job: TrainingJob, world_size: int) -> Path:
     """What the launcher checks before starting any process (a mistake is one line,
     not one per process); returns where the run keeps its resumable state."""
+    name = _variant_name(job, "check_data_parallel_run")
     plugins = get_plugins()
-    variant = catalogue(plugins).get(job.variant)
+    variant = catalogue(plugins).get(name)
     card = variant.card
     if not plugins.components["trainers"].create(card.recipe.kind).uses_corpus:
         raise ZooError(
-            f"variant '{job.variant}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
+            f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
         )
     _check_batch_splits(card.recipe.batch_size, world_size)
-    state_path = training_state_path(
-        _destination(variant, job.new_name or job.variant, job.publish, job.out, plugins)[1]
-    )
+    state_path = training_state_path(_destination(variant, job.new_name or name, job.publish, job.out, plugins)[1])
     _check_resumable(job, state_path)
     return state_path

@@ -55,7 +55,9 @@ def run_identity(card: ModelCard, recipe: Recipe, corpus_text: str) -> dict[str,
     }
 
 
-def write_training_state(path: Path, state: TrainingState, identity: dict[str, Any]) -> None:
+def write_training_state(path: Path, state: TrainingState, identity: dict[str, Any] | None) -> None:
+    """Write ``state`` to ``path`` with the `run_identity` it may be continued by
+    (None from a trainer that reads no corpus: `zoo train` never resumes those)."""
     from ..storage.tensor_files import write_safetensors
 
     tensors = {f"model.{name}": tensor for name, tensor in state.model.items()}
@@ -152,7 +154,8 @@ def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple]:
 def _flatten_optimizer(state_dict: dict) -> tuple[dict[str, torch.Tensor], dict]:
     """Optimizer.state_dict() as named tensors plus JSON for everything else
     (the parameter groups' settings, and values such as SGD's empty momentum)."""
-    tensors, other = {}, {}
+    tensors: dict[str, torch.Tensor] = {}
+    other: dict[str, dict[str, Any]] = {}
     for index, entry in state_dict["state"].items():
         for key, value in entry.items():
             if isinstance(value, torch.Tensor):

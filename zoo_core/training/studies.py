@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from ..api import build_network, catalogue, load_tokenizer
 from ..catalogue.cards import Recipe
+from ..catalogue.registry import Variant
 from ..corpus.batches import Corpus, windows_at
 from ..corpus.datasets import variant_text
 from ..errors import ZooError
@@ -88,7 +89,7 @@ def load_study(name: str, path: Path = STUDIES_FILE) -> StudyConfig:
 @dataclass
 class Arm:
     label: str
-    variant: object
+    variant: Variant
     context: int
 
 

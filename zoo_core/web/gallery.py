@@ -33,6 +33,7 @@ from . import svg
 
 if TYPE_CHECKING:
     from ..corpus.batches import Corpus
+    from ..inference.model import ZooModel
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -147,9 +148,9 @@ def _row(variant) -> dict:
 class _Baseline:
     """The bigram's model and tokenised corpus, loaded once for every comparison."""
 
-    def __init__(self, catalogue):
+    def __init__(self, catalogue) -> None:
         self.variant = catalogue.get(BASELINE) if BASELINE in catalogue.names() else None
-        self.model = None
+        self.model: ZooModel | None = None
         self.corpora: dict[str, Corpus] = {}
 
     def shares_tokenizer(self, variant) -> bool:

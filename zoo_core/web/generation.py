@@ -16,7 +16,7 @@ class ModelCache:
     """Each variant loaded once and shared; a lock per name so that two first
     requests for one variant load it once, while other variants load meanwhile."""
 
-    def __init__(self, plugins=None):
+    def __init__(self, plugins=None) -> None:
         self._plugins = plugins
         self._models: dict[str, object] = {}
         self._locks: dict[str, threading.Lock] = {}

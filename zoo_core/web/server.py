@@ -155,7 +155,8 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         ]
         return JSONResponse({"object": "list", "data": data})
 
-    def parse(body: bytes) -> CompletionRequest:
+    def parse(body: bytes) -> tuple[CompletionRequest, str]:
+        """The request, and its one prompt (a list of one string is accepted for OpenAI's clients)."""
         try:
             raw = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -166,17 +167,18 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             request = CompletionRequest.model_validate(raw)
         except ValidationError as exc:
             raise ZooError(_describe(exc)) from None
-        if isinstance(request.prompt, list):
-            if len(request.prompt) != 1:
+        prompt = request.prompt
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
                 raise ZooError("field 'prompt': give one prompt (a string or a list of one string)")
-            request.prompt = request.prompt[0]
-        if not request.prompt:
+            prompt = prompt[0]
+        if not prompt:
             raise ZooError("field 'prompt': the prompt is empty")
-        if len(request.prompt) > limits.max_prompt_chars:
+        if len(prompt) > limits.max_prompt_chars:
             raise LimitExceeded(
                 400,
                 "max_prompt_chars",
-                f"the prompt has {len(request.prompt)} characters; the limit max_prompt_chars={limits.max_prompt_chars}",
+                f"the prompt has {len(prompt)} characters; the limit max_prompt_chars={limits.max_prompt_chars}",
             )
         if request.max_tokens > limits.max_tokens:
             raise LimitExceeded(
@@ -186,7 +188,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             raise LookupError(f"unknown model '{request.model}'; GET /v1/models lists them")
         if request.model not in servable:
             raise LookupError(f"model '{request.model}' has no published weights")
-        return request
+        return request, prompt
 
     def chunk(ident: str, created: int, model: str, text: str, finish: str | None) -> dict:
         return {
@@ -200,7 +202,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
     async def completions(request: Request) -> Response:
         try:
             body = await _read_body(request, limits.max_body_bytes)
-            params = parse(body)
+            params, prompt = parse(body)
             settings = params.sampling_settings()
         except LimitExceeded as exc:
             return _error(exc.status, exc.message, limit=exc.limit)
@@ -213,7 +215,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         except ZooError as exc:
             return _error(500, f"cannot load '{params.model}': {exc}", kind="server_error")
         try:
-            prompt_ids = model.encode_prompt(params.prompt)
+            prompt_ids = model.encode_prompt(prompt)
         except ZooError as exc:
             return _error(400, str(exc))
         try:
@@ -224,7 +226,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         stop = threading.Event()
         usage = {"completion_tokens": 0}
         if is_task_model(model):
-            pieces = iter_answer(model, params.prompt)
+            pieces = iter_answer(model, prompt)
         else:
             from ..inference.sampling import stream_text  # torch, loaded with the first model anyway
 
@@ -272,7 +274,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             async def events():
                 try:
                     if params.echo:
-                        yield f"data: {json.dumps(chunk(ident, created, params.model, params.prompt, None))}\n\n"
+                        yield f"data: {json.dumps(chunk(ident, created, params.model, prompt, None))}\n\n"
                     async for piece in pieces_out():
                         yield f"data: {json.dumps(chunk(ident, created, params.model, piece, None))}\n\n"
                     final = chunk(ident, created, params.model, "", "length")
@@ -310,13 +312,13 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         await worker
         completion = "".join(text)
         completion_tokens = usage["completion_tokens"]
-        body = chunk(ident, created, params.model, (params.prompt if params.echo else "") + completion, "length")
-        body["usage"] = {
+        reply = chunk(ident, created, params.model, (prompt if params.echo else "") + completion, "length")
+        reply["usage"] = {
             "prompt_tokens": len(prompt_ids),
             "completion_tokens": completion_tokens,
             "total_tokens": len(prompt_ids) + completion_tokens,
         }
-        return JSONResponse(body)
+        return JSONResponse(reply)
 
     def iter_answer(model, prompt):
         yield answer_text(model, prompt)
@@ -334,7 +336,9 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "loaded": cache.loaded(), "generations": generations["running"]})
 
-    async def http_error(request: Request, exc: HTTPException) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette types every handler as taking any Exception; this one is registered for HTTPException.
+        assert isinstance(exc, HTTPException)
         return _error(
             exc.status_code,
             exc.detail if isinstance(exc.detail, str) else "error",
