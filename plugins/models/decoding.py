@@ -1,10 +1,10 @@
 """One new token through the transformer and its KV cache, in as few operator calls as the arithmetic needs.
 
 Decoding a small model is bound by the cost of each call, not by arithmetic:
-through the blocks' own forward, a cached token of gpt-char-mini is about 500
-aten calls and 45 module calls (reshapes of (B, T, C) activations, the cache's
-bookkeeping, nn.Module dispatch), and reading its weights once is an eighth of
-that time. For the blocks this package builds (pre-norm and post-norm, with the
+through the blocks' own forward, a cached token of gpt-char-mini is hundreds
+of aten calls and dozens of module calls (reshapes of (B, T, C) activations, the
+cache's bookkeeping, nn.Module dispatch), and reading its weights once is a small
+part of that time. For the blocks this package builds (pre-norm and post-norm, with the
 zoo's attention and feed-forward) the same arithmetic is written out here on
 (B, C) rows. Each norm, linear layer and activation is still that submodule's
 own `forward`, and the logits are the blocks' own bit for bit

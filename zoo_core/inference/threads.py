@@ -2,9 +2,10 @@
 
 Small models gain nothing from splitting their matrix products across threads:
 each product is a few microseconds of work, and on a busy machine a second
-thread mostly waits for a core (sampling transformer-6b-sin took 15-24 s with
-torch's default of two threads under load and 2.4 s with one). Large models do
-gain, so the default depends on the model's size.
+thread mostly waits for a core, so on a loaded machine a small model samples
+several times faster on one thread than on torch's default count
+(benchmarks/run_all.py measures both). Large models do gain, so the default
+depends on the model's size.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def check_threads(requested: int | None) -> None:
 def use_threads_before_loading(parameters: int | None, requested: int | None = None) -> None:
     """Set, before the network exists, the count ``use_threads`` will set once it
     does, from the parameter count its card records: loading is torch work too
-    (the weights are checked and copied), and on a busy machine loading
-    gpt-char-mini took 0.5 s longer on two threads than on one. A card that
+    (the weights are checked and copied), and on a busy machine a small model
+    loads more slowly on two threads than on one. A card that
     records no count leaves torch's default until ``use_threads``."""
     check_threads(requested)  # so a given count is at least 1
     if requested is not None:

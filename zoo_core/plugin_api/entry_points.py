@@ -1,8 +1,8 @@
 """The `zoo` entry points of the installed distributions, remembered between runs.
 
 Asking `importlib.metadata` for them means importing it (with the e-mail
-package its metadata parsing needs) and reading every installed distribution:
-about 50 ms, a sixth of `zoo list`. The answer changes only when a distribution
+package its metadata parsing needs) and reading every installed distribution,
+a large share of what `zoo list` would otherwise cost. The answer changes only when a distribution
 is installed, upgraded or removed, and each of those adds or removes a
 ``*.dist-info`` (or ``*.egg-info``) folder inside a folder on `sys.path`, which
 changes that folder's modification time: the test Python's own import system
