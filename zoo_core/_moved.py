@@ -9,10 +9,17 @@ code should use the new paths (the right-hand column).
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+
+# The finder and loader follow the import protocols by shape rather than by
+# subclassing importlib.abc, whose import (it pulls in importlib.resources) would
+# cost every command, `zoo list` included, more than the rest of this package.
 
 # ``zoo_core.training`` and ``zoo_core.evaluation`` are packages now; each re-exports
 # what its old module offered (see their __init__), so they need no alias here.
@@ -62,7 +69,7 @@ OLD_TO_NEW = {
 }
 
 
-class _Alias(importlib.abc.Loader):
+class _Alias:
     def __init__(self, target: str):
         self.target = target
 
@@ -75,14 +82,15 @@ class _Alias(importlib.abc.Loader):
         pass  # already executed under its new name
 
 
-class _MovedModuleFinder(importlib.abc.MetaPathFinder):
+class _MovedModuleFinder:
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
         package, _, old = fullname.rpartition(".")
         if package != "zoo_core" or old not in OLD_TO_NEW:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(f"zoo_core.{OLD_TO_NEW[old]}"))
+        loader = cast("Loader", _Alias(f"zoo_core.{OLD_TO_NEW[old]}"))  # a Loader by shape (see above)
+        return importlib.machinery.ModuleSpec(fullname, loader)
 
 
 def install() -> None:
