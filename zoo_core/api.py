@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
-    """Every variant of every layer (see ``zoo_core.catalogue``)."""
+    """Every variant of every registry file, layer by layer (see ``zoo_core.catalogue.layers``)."""
     from .catalogue.layers import build_catalogue
 
     return build_catalogue(plugins)
