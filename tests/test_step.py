@@ -115,3 +115,31 @@ def test_a_job_refuses_bad_options_in_one_line():
         TrainingJob()
     with pytest.raises(AttributeError):  # frozen: what the CLI built is what the trainer reads
         TrainingJob(variant=NAME).steps = 3  # type: ignore[misc]
+
+
+class _UnsizedWrapper(torch.nn.Module):
+    """Calls the model it wraps, and, like torch.compile's wrapper, refuses len() (hence truth tests)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.calls = model, 0
+
+    def forward(self, inputs, targets):
+        self.calls += 1
+        return self.model(inputs, targets)
+
+    def __len__(self):
+        raise TypeError("no len()")
+
+
+def test_the_step_runs_through_a_wrapper_that_refuses_truth_tests(corpus):
+    from zoo_core.devices import Placement
+
+    network = loop.seeded_network(lambda: zoo_core.build_network(zoo_core.get_variant(NAME)), SEED)
+    wrapper = _UnsizedWrapper(network)
+    recipe = Recipe(steps=1, batch_size=BATCH, seed=SEED)
+    optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
+    inputs = corpus.train[: BATCH * CONTEXT].view(BATCH, CONTEXT)
+    targets = corpus.train[1 : BATCH * CONTEXT + 1].view(BATCH, CONTEXT)
+    loss = step.training_step(network, optimizer, inputs, targets, step=1, recipe=recipe, placement=Placement(), forward=wrapper)
+    assert wrapper.calls == 1 and torch.isfinite(loss)

@@ -52,7 +52,8 @@ def training_step(
     for group in optimizer.param_groups:
         group["lr"] = learning_rate_at(step, recipe, recipe.steps)
     with placement.autocast():
-        _, loss = (forward or model)(inputs, targets)
+        # `is None`, not `or`: a compiled wrapper has a __len__ that refuses truth tests.
+        _, loss = (model if forward is None else forward)(inputs, targets)
     optimizer.zero_grad(set_to_none=True)
     placement.backward(loss)
     placement.step(optimizer, model.parameters(), recipe.grad_clip)
