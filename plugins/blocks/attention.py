@@ -98,9 +98,8 @@ class CausalSelfAttention(nn.Module):
         k_positions = positions
         if cache is not None:
             k, v, k_positions = cache.append(k, v, positions)
-        bias = (
-            encoding.bias(positions, k_positions) if encoding_does(encoding, "biases") else None
-        )  # (H, Tq, Tk) or None
+        # (H, Tq, Tk) or None.
+        bias = encoding.bias(positions, k_positions) if encoding_does(encoding, "biases") else None
         dropout = self.dropout if self.training else 0.0
         # Without a bias the common cases need no mask tensor at all: queries and
         # keys are the same tokens (training, or filling an empty cache), or a

@@ -93,9 +93,8 @@ def estimate_cost(config: dict[str, Any], estimate_parameters: Callable[[dict], 
         # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
         learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
         parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
-        activations = (
-            L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C + T * C
-        )  # per layer, scores, logits, KV cache, positions
+        # Per layer, scores, logits, KV cache, positions.
+        activations = L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C + T * C
     else:
         # Not transformer-shaped: bound by the largest size the config holds.
         sizes = [v for v in config.values() if _is_whole(v)] + [

@@ -339,9 +339,8 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
         ]:
             try:
                 weight = tensors[f"{h}.{theirs}.weight"]
-                renamed[f"{b}.{ours}.weight"] = (
-                    weight.T.contiguous() if transpose else weight
-                )  # Conv1D stores (in, out)
+                # Conv1D stores (in, out).
+                renamed[f"{b}.{ours}.weight"] = weight.T.contiguous() if transpose else weight
                 renamed[f"{b}.{ours}.bias"] = tensors[f"{h}.{theirs}.bias"]
             except KeyError as exc:
                 raise ZooError(f"{weights}: missing tensor {exc}; not GPT-2's layout") from None

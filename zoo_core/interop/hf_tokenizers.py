@@ -63,9 +63,8 @@ def char_tokenizer(characters: list[str]):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(characters)}, unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(
-        Regex(r"[\s\S]"), behavior="isolated"
-    )  # every character, newlines too
+    # Every character, newlines too.
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
     return tokenizer
 

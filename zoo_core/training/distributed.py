@@ -80,9 +80,8 @@ def worker_main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(["train", *argv])
-    set_command_line_registries(
-        [*args.registry, *args.sub_registry]
-    )  # as `zoo train` does: --registry adds and redirects --publish
+    # As `zoo train` does: --registry adds and redirects --publish.
+    set_command_line_registries([*args.registry, *args.sub_registry])
     rank, world_size = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
     try:
         if rank < 0 or world_size < 1:
