@@ -3,6 +3,10 @@
 Errors a user can cause end in one line on stderr and exit status 1 (2 for bad
 usage); `--debug` shows the traceback instead. Heavy imports (torch) happen inside
 the commands that need them, so `zoo list` stays fast.
+
+Each command family is a module of this package (``COMMANDS`` names it), with
+each command's arguments (``NAME_arguments``) beside its handler (``cmd_NAME``);
+a family is imported only when one of its commands runs, or help lists them all.
 """
 
 from __future__ import annotations
@@ -51,9 +55,9 @@ COMMANDS = {
     "train-tokenizer": "training",
     "card-schema": "catalogue",
     "check-plugin": "plugins",
+    "completion": "shell",
     "export": "interop",
     "import": "interop",
-    "completion": "shell",
 }
 
 

@@ -1,8 +1,4 @@
-"""Finding and checking variants: list, search, show, load, verify, datasets, remove, card-schema.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""Finding and checking variants: list, search, show, load, verify, datasets, remove, card-schema."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Scoring and looking inside variants: eval, compare, attention.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""Scoring and looking inside variants: eval, compare, attention."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Other tools' formats: export, import.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""Other tools' formats: export, import."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Plugins: plugins, new-plugin, check-plugin.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""Plugins: plugins, new-plugin, check-plugin."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Drawing text from a variant: sample.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""Drawing text from a variant: sample."""
 
 from __future__ import annotations
 

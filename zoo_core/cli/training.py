@@ -1,8 +1,4 @@
-"""Making variants: train (one process or data-parallel), experiment, train-tokenizer.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""Making variants: train (one process or data-parallel), experiment, train-tokenizer."""
 
 from __future__ import annotations
 

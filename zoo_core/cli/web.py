@@ -1,8 +1,4 @@
-"""The zoo in a browser: gallery, serve.
-
-Each command's arguments are defined beside its handler; `zoo_core.cli` imports
-this module only when one of these commands runs (or help lists them all).
-"""
+"""The zoo in a browser: gallery, serve."""
 
 from __future__ import annotations
 
