@@ -162,9 +162,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             raise
         finally:
             progress.close()
-        if not writer:
-            return _trained_card(card, recipe, result, network, placement), registry_file
         new_card = _trained_card(card, recipe, result, network, placement)
+        if not writer:
+            return new_card, registry_file
         if variant.tokenizer_path is not None:
             copied, copied_sha = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
             new_card = new_card.model_copy(
