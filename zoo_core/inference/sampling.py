@@ -68,7 +68,8 @@ def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Ten
         # Nucleus: the most likely tokens whose probabilities first reach top_p
         # together; the best token always stays.
         ordered, order = torch.sort(logits, dim=-1, descending=True)
-        before = torch.softmax(ordered, dim=-1).cumsum(dim=-1) - torch.softmax(ordered, dim=-1)
+        probabilities = torch.softmax(ordered, dim=-1)
+        before = probabilities.cumsum(dim=-1) - probabilities
         drop_sorted = before >= top_p
         drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
