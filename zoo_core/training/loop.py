@@ -77,7 +77,7 @@ def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimi
 
     AdamW is torch's fused implementation where the parameters allow it (CPU and
     CUDA, floating point): one kernel over all tensors instead of a loop of small
-    operations per tensor, which on the zoo's small models is a tenth of a step.
+    operations per tensor, which on the zoo's small models is a visible share of a step.
     It computes the same update; the last bits of float32 may differ from the
     per-tensor loop, so runs are bit-for-bit reproducible against each other,
     not against checkpoints trained before (their cards' metrics stand: they
@@ -107,8 +107,8 @@ def interim_windows(recipe: Recipe, requested: int | None = None) -> int:
 
     They only draw the loss curve, so by default they use a quarter of the
     recipe's windows (the first ones of the same fixed set, never fewer than 64):
-    on a 2,000-step run, scoring every window at every evaluation was a fifth of
-    the time. The final evaluation, the one a card records, always uses all.
+    scoring every window at every evaluation was a large share of a long run.
+    The final evaluation, the one a card records, always uses all.
     """
     count = requested if requested is not None else max(64, recipe.eval_windows // 4)
     return max(1, min(count, recipe.eval_windows))
