@@ -225,6 +225,18 @@ def test_the_installed_zoo_works_from_anywhere(installed):
     assert round(report["validation_loss"], 4) == 1.7909 and report["dataset"] == "tinyshakespeare"
 
 
+def test_the_installed_zoo_list_imports_no_torch(installed):
+    # `zoo list` reads registry files and cached cards: installed, it must stay as
+    # free of torch as in a checkout (run twice: the first run fills the caches).
+    command = [str(installed.venv / "bin" / "python"), "-X", "importtime", "-m", "zoo_core", "list"]
+    for _ in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=installed.workdir,
+                              env=installed.environment, timeout=600)
+        assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "zoo_core.catalogue.registry" in imported and "torch" not in imported
+
+
 def test_a_published_run_joins_the_zoo_and_leaves(installed):
     before = installed.files()
     installed.zoo("train", "transformer-1b-learned-ctx8", "--steps", "30", "--publish", "--name", "my-1b", "--quiet")
