@@ -141,5 +141,5 @@ def test_the_step_runs_through_a_wrapper_that_refuses_truth_tests(corpus):
     optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
     inputs = corpus.train[: BATCH * CONTEXT].view(BATCH, CONTEXT)
     targets = corpus.train[1 : BATCH * CONTEXT + 1].view(BATCH, CONTEXT)
-    loss = step.training_step(network, optimizer, inputs, targets, step=1, recipe=recipe, placement=Placement(), forward=wrapper)
+    loss = step.training_step(network, optimizer, inputs, targets, step=1, recipe=recipe, placement=Placement(), forward=wrapper).loss
     assert wrapper.calls == 1 and torch.isfinite(loss)

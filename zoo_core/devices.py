@@ -168,14 +168,20 @@ class Placement:
     def backward(self, loss) -> None:
         self.scaler.scale(loss).backward()
 
-    def step(self, optimizer, parameters, grad_clip: float | None) -> None:
+    def step(self, optimizer, parameters, grad_clip: float | None):
+        """Take the optimizer step; return the gradients' total norm before clipping
+        (a tensor: logged, never read here)."""
         import torch
 
+        self.scaler.unscale_(optimizer)  # measure and clip the true gradients, not the scaled ones
         if grad_clip is not None:
-            self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+        else:
+            grads = [p.grad for p in parameters if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) if grads else torch.zeros(())
         self.scaler.step(optimizer)
         self.scaler.update()
+        return norm
 
     def reported_loss(self, loss) -> float:
         """The batch's loss as the history records it (the whole batch's, over every process)."""

@@ -43,6 +43,10 @@ class CharTokenizer:
     def save(self, path: Path) -> None:
         path.write_text(json.dumps({"characters": self.characters}, ensure_ascii=False) + "\n", encoding="utf-8")
 
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of ``text`` outside the vocabulary, sorted."""
+        return sorted(set(text).difference(self.index))
+
     def encode(self, text: str, errors: str = "strict", replacement: str = "?") -> list[int]:
         """Ids of ``text``. Unknown characters are an error naming them, or with
         ``errors="replace"`` become ``replacement``."""

@@ -103,6 +103,33 @@ class Recipe(_Strict):
         description="the corpus's leading share trained on; the rest is validation",
         json_schema_extra=WEIGHTS,
     )
+    base: str | None = Field(
+        None,
+        pattern=NAME_PATTERN,
+        description="fine-tuned: the variant whose weights the run started from (none: fresh weights)",
+        json_schema_extra=WEIGHTS,
+    )
+    base_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="the base's checkpoint sha256", json_schema_extra=WEIGHTS
+    )
+    skip_unknown: bool | None = Field(
+        None,
+        description="characters of the text that the tokenizer has no token for were dropped before training "
+        "(and are dropped when it is scored)",
+        json_schema_extra=WEIGHTS,
+    )
+    keep: Literal["last", "best"] | None = Field(
+        None,
+        description="which weights a run ends with: the last step's (the default) or those of the evaluation "
+        "with the lowest validation loss",
+        json_schema_extra=WEIGHTS,
+    )
+    patience: int | None = Field(
+        None,
+        gt=0,
+        description="stop early after this many evaluations without a lower validation loss",
+        json_schema_extra=WEIGHTS,
+    )
     notes: str = Field("", description="free text about how the weights were made")
 
     @model_serializer(mode="wrap")
@@ -141,6 +168,12 @@ class Metrics(_Strict):
     )
     tokens_per_second: float | None = Field(
         None, description="training throughput over the updates", json_schema_extra=WEIGHTS
+    )
+    stopped_at: int | None = Field(
+        None, description="the step an early stop (recipe.patience) ended the run at", json_schema_extra=WEIGHTS
+    )
+    kept_step: int | None = Field(
+        None, description="with recipe.keep = 'best': the step whose weights were kept", json_schema_extra=WEIGHTS
     )
     accuracy: float | None = Field(
         None, description="task models (the puzzle): share of answers right", json_schema_extra=WEIGHTS

@@ -35,7 +35,28 @@ _JOB_OPTIONS = {
     "compile": "--compile",
     "device": "--device",
     "dtype": "--dtype",
+    "skip_unknown": "--skip-unknown",
+    "grad_accum": "--grad-accum",
 }
+
+# Options that set one recipe field for this run: the option's dest and the field.
+_RECIPE_SHORTCUTS = {"learning_rate": "learning_rate", "keep": "keep", "patience": "patience", "trainer": "kind"}
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--set``: the value read as a TOML value (``3e-4``,
+    ``64``, ``true``, ``"cosine"``), else taken as the text it is (``cosine``);
+    the recipe's schema then validates it."""
+    import tomllib
+
+    key, separator, value = text.partition("=")
+    key = key.strip()
+    if not separator or not key:
+        raise ZooError(f"--set {text!r}: expected KEY=VALUE, e.g. --set learning_rate=3e-4 (see `zoo card-schema`)")
+    try:
+        return key, tomllib.loads(f"value = {value}")["value"]
+    except tomllib.TOMLDecodeError:
+        return key, value
 
 
 def training_job(args, resume_command: str | None = None):
@@ -44,17 +65,42 @@ def training_job(args, resume_command: str | None = None):
     from ..training.job import TrainingJob
 
     options = {field: getattr(args, field) for field in _JOB_OPTIONS}
-    return TrainingJob(variant=args.name, resume_command=resume_command, **options)
+    overrides = dict(parse_setting(text) for text in args.set or ())
+    overrides.update(
+        {field: getattr(args, dest) for dest, field in _RECIPE_SHORTCUTS.items() if getattr(args, dest) is not None}
+    )
+    variant = args.name
+    if args.from_variant is not None:  # zoo train NEW --from BASE: fine-tune BASE into NEW
+        if args.new_name is not None:
+            raise ZooError("--name: with --from the new variant's name is the first argument (zoo train NEW --from BASE)")
+        variant, options["new_name"] = args.from_variant, args.name
+        options["publish"] = options["publish"] or args.out is None  # a fine-tune is published unless sent to --out
+    return TrainingJob(
+        variant=variant,
+        from_weights=args.from_variant is not None,
+        recipe_overrides=overrides or None,
+        resume_command=resume_command,
+        **options,
+    )
 
 
 def _worker_arguments(job, args) -> list[str]:
     """The command line each worker is handed: this one again, less the launch options."""
+    import json
+
     given = [(option, getattr(job, field)) for field, option in _JOB_OPTIONS.items()]
     given += [("--registry", registry) for registry in [*args.registry, *args.sub_registry]]
     worker = [job.variant]
+    if job.from_weights:
+        worker = [job.new_name, "--from", job.variant]
+        given = [(option, value) for option, value in given if option != "--name"]
+    for key, value in (job.recipe_overrides or {}).items():
+        worker += ["--set", f"{key}={json.dumps(value)}"]
     for option, value in [*given, ("--debug", args.debug)]:
         if value is True:  # a flag
             worker.append(option)
+        elif option == "--grad-accum" and value == 1:
+            continue
         elif value is not None and value is not False:
             worker += [option, str(value)]
     return worker
@@ -81,11 +127,60 @@ def _launch_data_parallel(args, job) -> int:
 
 
 def train_arguments(commands) -> None:
-    p = commands.add_parser("train", help="train a variant from its card's recipe")
-    p.add_argument("name", help="the variant to train (see `zoo list`)")
+    p = commands.add_parser(
+        "train",
+        help="train a variant from its card's recipe, or fine-tune one on your text (zoo train NEW --from VARIANT)",
+    )
+    p.add_argument("name", help="the variant to train (see `zoo list`); with --from, the new variant's name")
+    p.add_argument(
+        "--from",
+        dest="from_variant",
+        metavar="VARIANT",
+        help="fine-tune: start from VARIANT's verified weights, architecture and tokenizer, and publish the "
+        "result as NAME in your catalogue (or in --out)",
+    )
+    p.add_argument(
+        "--data",
+        metavar="NAME|PATH",
+        help="train on this registered dataset (`zoo datasets`) or text file (default: the recipe's corpus)",
+    )
     p.add_argument("--steps", type=int, help="number of updates (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed of weights, batches and dropout (default: the recipe's)")
-    p.add_argument("--data", type=Path, help="train on this text file (default: the recipe's corpus)")
+    p.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate (default: the recipe's)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set one recipe field for this run, e.g. --set batch_size=64 (repeatable; validated like a card, "
+        "recorded in the trained card; `zoo card-schema` lists the fields)",
+    )
+    p.add_argument(
+        "--trainer", metavar="KIND", help="train with this registered trainer, e.g. lora (default: the recipe's kind)"
+    )
+    p.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split each batch into N micro-batches whose gradients add up to one update: the same result "
+        "in less memory (default 1)",
+    )
+    p.add_argument(
+        "--keep",
+        choices=["last", "best"],
+        help="end with the last step's weights (default) or those of the evaluation with the lowest validation loss",
+    )
+    p.add_argument(
+        "--patience",
+        type=int,
+        metavar="N",
+        help="stop early after N evaluations without a lower validation loss (recorded in the card)",
+    )
+    p.add_argument(
+        "--skip-unknown",
+        action="store_true",
+        help="drop characters the variant's vocabulary has no token for (counted and reported) instead of refusing",
+    )
     p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
     p.add_argument(
         "--publish",
@@ -164,7 +259,7 @@ def cmd_train(args) -> int:
             f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)"
         )
     print(f"  card in {registry_file}")
-    if not args.publish:
+    if not job.publish:
         print(
             f"  use it: zoo --registry {registry_file} sample {card.name} --prompt ...  "
             f"(beside a variant of the same name: train with --name NEW)"

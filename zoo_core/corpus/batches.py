@@ -20,13 +20,35 @@ def split_text(text: str, train_fraction: float) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
+def unknown_characters(text: str, tokenizer) -> dict[str, int]:
+    """The characters of ``text`` that ``tokenizer`` has no token for, with how
+    often each occurs; empty for a tokenizer that encodes any text (byte-level BPE)
+    or cannot tell (it has no ``unknown_characters`` method)."""
+    find = getattr(tokenizer, "unknown_characters", None)
+    return {c: text.count(c) for c in find(text)} if find is not None else {}
+
+
+def drop_characters(text: str, characters) -> str:
+    return text.translate(str.maketrans("", "", "".join(characters)))
+
+
+def describe_characters(counts: dict[str, int], shown: int = 8) -> str:
+    """``'é' ×12, 'ü' ×3 …`` for an error line."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{c!r} ×{n:,}" for c, n in ordered[:shown]) + (" …" if len(ordered) > shown else "")
+
+
 @dataclass
 class Corpus:
     train: torch.Tensor  # (N,) int64 token ids
     validation: torch.Tensor
 
     @classmethod
-    def from_text(cls, text: str, tokenizer, train_fraction: float) -> "Corpus":
+    def from_text(cls, text: str, tokenizer, train_fraction: float, skip_unknown: bool = False) -> "Corpus":
+        """``skip_unknown`` drops the characters the tokenizer has no token for
+        before splitting (a recipe trained so records it, and is scored so)."""
+        if skip_unknown:
+            text = drop_characters(text, unknown_characters(text, tokenizer))
         train_text, validation_text = split_text(text, train_fraction)
         return cls(
             torch.tensor(tokenizer.encode(train_text), dtype=torch.long),

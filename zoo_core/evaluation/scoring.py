@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..corpus.batches import Corpus, fixed_windows, mean_loss
+from ..corpus.batches import Corpus, drop_characters, fixed_windows, mean_loss, unknown_characters
 from ..corpus.datasets import variant_text
 
 
@@ -21,14 +21,17 @@ def evaluate_language_model(
     card = model.card
     recipe = card.recipe
     text = variant_text(model.variant, data)
-    corpus = Corpus.from_text(text.text, model.tokenizer, recipe.train_fraction)
+    source = text.text
+    if recipe.skip_unknown:  # trained without the characters its vocabulary lacks: scored so too
+        source = drop_characters(source, unknown_characters(source, model.tokenizer))
+    corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
     losses = {
         split: mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
         for split in ("train", "validation")
     }
     uniform = math.log(card.tokenizer.vocab_size)
-    scored, before = validation_text(text.text, recipe.train_fraction, text_chars)  # the text read once, above
+    scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
     bits = bits_per_byte(model, scored, before)
     return {
         "train_loss": losses["train"],

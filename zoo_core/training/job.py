@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ZooError
 
@@ -34,7 +34,12 @@ class TrainingJob:
     variant: str | None = None  # the variant to train, by name (`train_variant` needs it)
     steps: int | None = None  # override of the recipe's steps
     seed: int | None = None  # override of the recipe's seed
-    data: Path | None = None  # train on this text file instead of the recipe's corpus
+    data: Path | str | None = None  # train on this registered dataset (by name) or text file instead
+    from_weights: bool = False  # fine-tune: start from the variant's verified weights, not fresh ones
+    recipe_overrides: Mapping[str, Any] | None = None  # recipe fields set for this run (`--set KEY=VALUE`)
+    skip_unknown: bool = False  # drop characters the tokenizer cannot encode (counted) instead of refusing
+    grad_accum: int = 1  # micro-batches per update (gradient accumulation); the update is the same
+    log_to: tuple[str, ...] = ()  # run logs besides the default jsonl: "tensorboard", "mlflow", "csv", KIND=WHERE
     out: Path | None = None  # the output folder (default runs/NAME)
     publish: bool = False  # into the user catalogue (or the last --registry file) instead
     new_name: str | None = None  # the trained variant's name (default: the variant's own)
@@ -57,6 +62,7 @@ class TrainingJob:
     progress: TrainingProgress | None = None
     resume_from: TrainingState | None = None  # the state to continue from
     on_checkpoint: Callable[[TrainingState], None] | None = None  # receives the state every checkpoint_every steps
+    run_log: Any = None  # receives each step's and evaluation's metrics (log_step, log_evaluation) as the run goes
 
     def __post_init__(self):
         # Checked here, so `zoo train`, a data-parallel worker and the Python API
@@ -69,6 +75,8 @@ class TrainingJob:
             check_seed(self.seed)
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {self.checkpoint_every}")
+        if self.grad_accum < 1:
+            raise ZooError(f"--grad-accum must be at least 1, not {self.grad_accum}")
         if self.interim_eval_windows is not None and self.interim_eval_windows < 1:
             raise ZooError(f"--interim-eval-windows must be at least 1, not {self.interim_eval_windows}")
 

@@ -22,6 +22,7 @@ state after it goes to ``on_checkpoint``, and ``TrainingInterrupted`` is raised.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import time
@@ -44,12 +45,17 @@ class TrainingResult:
     history: list[dict] = field(default_factory=list)
     update_seconds: float = 0.0
     tokens_seen: int = 0
+    stopped_at: int | None = None  # the step an early stop ended the run at (None: it ran every step)
+    kept_step: int | None = None  # with keep="best": the step whose weights were kept
     # Metrics a trainer measured itself (the card's `metrics` fields, e.g. a hand-built
     # network's accuracy); None: `zoo train` derives losses from the last history entry.
     metrics: dict[str, Any] | None = None
 
     @property
     def final(self) -> dict:
+        """The evaluation of the weights the run ends with: the kept step's, or the last."""
+        if self.kept_step is not None:
+            return next(entry for entry in self.history if entry["step"] == self.kept_step)
         return self.history[-1]
 
     @property
@@ -70,6 +76,7 @@ class TrainingState:
     history: list[dict]
     update_seconds: float
     tokens_seen: int
+    best: BestSoFar | None = None  # the best evaluation so far (keep="best", patience)
 
 
 def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
@@ -167,9 +174,11 @@ class StandardTrainer:
         says on which device, in which dtype and as which share of a
         data-parallel run this process trains (default: the CPU, float32, alone)."""
         recipe, corpus, context_length = _corpus_inputs(job)
-        progress = job.progress
+        progress, run_log = job.progress, job.run_log
         placement = job.placement or Placement()
         steps = recipe.steps
+        micro_batches = job.grad_accum
+        check_batch_splits(recipe.batch_size, placement.world_size, micro_batches)
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
         windows = {
             split: tuple(
@@ -177,16 +186,20 @@ class StandardTrainer:
             )
             for split in ("train", "validation")
         }
-        interim = interim_windows(recipe, job.interim_eval_windows)
+        # Keeping the best or stopping early compares evaluations: they all score every window.
+        compares = recipe.keep == "best" or recipe.patience is not None
+        interim = recipe.eval_windows if compares else interim_windows(recipe, job.interim_eval_windows)
         forward = placement.prepare(network)  # before the optimizer: its state lives beside the weights
         if job.compile:
             forward = compiled(forward)
         optimizer = self.make_optimizer(network, recipe)
         result = TrainingResult(steps=steps)
+        best = BestSoFar(keep_weights=recipe.keep == "best")
         on_checkpoint, checkpoint_every = job.on_checkpoint, job.checkpoint_interval
-        first_step = (
-            1 if job.resume_from is None else _restore(job.resume_from, network, optimizer, sampler, result) + 1
-        )
+        first_step = 1
+        if job.resume_from is not None:
+            first_step = _restore(job.resume_from, network, optimizer, sampler, result) + 1
+            best = job.resume_from.best or best
         network.train()
         with interrupts_at_step_end() as interrupted:
             for step in range(first_step, steps + 1):
@@ -194,31 +207,105 @@ class StandardTrainer:
                 # Every process draws the whole batch (the same windows as a one-process
                 # run) and keeps its share: the generator's state stays the same everywhere.
                 inputs, targets = placement.local_batch(*sampler.next())
-                loss = training_step(
-                    network, optimizer, inputs, targets, step=step, recipe=recipe, placement=placement, forward=forward
+                update = training_step(
+                    network,
+                    optimizer,
+                    inputs,
+                    targets,
+                    step=step,
+                    recipe=recipe,
+                    placement=placement,
+                    forward=forward,
+                    micro_batches=micro_batches,
                 )
-                result.update_seconds += time.perf_counter() - started
-                result.tokens_seen += targets.numel() * placement.world_size
+                seconds = time.perf_counter() - started
+                result.update_seconds += seconds
+                tokens = targets.numel() * placement.world_size
+                result.tokens_seen += tokens
+                if run_log is not None:
+                    # Tensors, not floats: the log reads them in batches (no host sync per step on a GPU).
+                    run_log.log_step(
+                        step,
+                        {
+                            "loss": update.loss,
+                            "learning_rate": update.learning_rate,
+                            "tokens_per_second": tokens / seconds if seconds else 0.0,
+                            "grad_norm": update.grad_norm,
+                        },
+                    )
                 losses = None
+                stop_early = False
                 if step == 1 or step % recipe.eval_every == 0 or step == steps:
                     count = recipe.eval_windows if step == steps else interim
                     with placement.autocast():
                         losses = {split: mean_loss(network, x[:count], y[:count]) for split, (x, y) in windows.items()}
                     result.history.append(
-                        {"step": step, "train_batch": placement.reported_loss(loss), **losses, "windows": count}
+                        {"step": step, "train_batch": placement.reported_loss(update.loss), **losses, "windows": count}
                     )
+                    if run_log is not None:
+                        run_log.log_evaluation(step, {**losses, "windows": count})
+                    best.observe(step, losses["validation"], network)
+                    stop_early = recipe.patience is not None and best.evaluations_since >= recipe.patience
                 if progress:
                     # The tensor, not .item(): no host sync per step on a GPU (read when drawn).
-                    progress.update(step, result.update_seconds, result.tokens_seen, losses, batch_loss=loss.detach())
+                    progress.update(
+                        step, result.update_seconds, result.tokens_seen, losses, batch_loss=update.loss.detach()
+                    )
+                if stop_early and step < steps:
+                    result.stopped_at = step
+                    if progress:
+                        progress.message(
+                            f"stopping early at step {step}: no better validation loss in {recipe.patience} "
+                            f"evaluations (best {best.loss:.4f} at step {best.step})"
+                        )
+                    break
                 if interrupted() and step < steps:
                     if progress:
                         progress.close()
                     if on_checkpoint:
-                        on_checkpoint(_snapshot(step, network, optimizer, sampler, result))
+                        on_checkpoint(_snapshot(step, network, optimizer, sampler, result, best))
                     raise TrainingInterrupted(step, saved=on_checkpoint is not None)
                 if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:
-                    on_checkpoint(_snapshot(step, network, optimizer, sampler, result))
+                    on_checkpoint(_snapshot(step, network, optimizer, sampler, result, best))
+        if best.weights is not None and best.step != result.history[-1]["step"]:
+            with torch.no_grad():
+                network.load_state_dict(best.weights)
+            result.kept_step = best.step
+        elif recipe.keep == "best":
+            result.kept_step = result.history[-1]["step"]
         return result
+
+
+class BestSoFar:
+    """The evaluation with the lowest validation loss so far, how many have
+    passed since, and (to keep the best) a copy of its weights."""
+
+    def __init__(self, keep_weights: bool, step: int = 0, loss: float = math.inf, evaluations_since: int = 0):
+        self.keep_weights = keep_weights
+        self.step, self.loss, self.evaluations_since = step, loss, evaluations_since
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def observe(self, step: int, loss: float, network: torch.nn.Module) -> None:
+        if loss < self.loss:
+            self.step, self.loss, self.evaluations_since = step, loss, 0
+            if self.keep_weights:
+                self.weights = {name: t.detach().clone() for name, t in network.state_dict().items()}
+        else:
+            self.evaluations_since += 1
+
+
+def check_batch_splits(batch_size: int, world_size: int, micro_batches: int = 1) -> None:
+    """Refuse a batch that does not share out evenly over processes and micro-batches."""
+    if batch_size % world_size:
+        raise ZooError(
+            f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
+            f"use a number of processes that divides it"
+        )
+    if (batch_size // world_size) % micro_batches:
+        raise ZooError(
+            f"--grad-accum {micro_batches}: the batch of {batch_size // world_size} windows per process does not "
+            f"split into {micro_batches} equal micro-batches; use a number that divides it"
+        )
 
 
 def _corpus_inputs(job: TrainingJob) -> tuple[Recipe, Corpus, int]:
@@ -241,7 +328,9 @@ def compiled(model: torch.nn.Module):
         raise ZooError(f"--compile: torch.compile is not available here: {exc}") from exc
 
 
-def _snapshot(step: int, model, optimizer, sampler: BatchSampler, result: TrainingResult) -> TrainingState:
+def _snapshot(
+    step: int, model, optimizer, sampler: BatchSampler, result: TrainingResult, best: BestSoFar | None = None
+) -> TrainingState:
     return TrainingState(
         step=step,
         model=model.state_dict(),
@@ -251,6 +340,7 @@ def _snapshot(step: int, model, optimizer, sampler: BatchSampler, result: Traini
         history=list(result.history),
         update_seconds=result.update_seconds,
         tokens_seen=result.tokens_seen,
+        best=best,
     )
 
 

@@ -15,18 +15,19 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..api import build_network, catalogue, load_tokenizer
-from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, TrainedWith
+from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, Recipe, TrainedWith
 from ..catalogue.registry import Variant, upsert_registry_entry
-from ..corpus.batches import Corpus
+from ..corpus.batches import Corpus, describe_characters, unknown_characters
 from ..corpus.datasets import variant_text
 from ..errors import ZooError, printable
 from ..plugin_api.manager import get_plugins
-from ..storage.checkpoints import save_checkpoint, sha256_file
+from ..storage.checkpoints import load_verified, save_checkpoint, sha256_file
 from ..storage.files import atomic_copy, atomic_write_text, exclusive_lock, make_folder, remove_stale_temporaries
 from .job import TrainingJob
-from .loop import TrainingInterrupted, seeded_network
+from .loop import TrainingInterrupted, check_batch_splits, seeded_network
 from .progress import TrainingProgress
 from .state import read_training_state, run_identity, training_state_path, write_training_state
 
@@ -63,36 +64,54 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
-    trainer = plugins.components["trainers"].create(card.recipe.kind)  # the recipe names its trainer
+    overrides = recipe_overrides(job)
+    kind = overrides.get("kind", card.recipe.kind)
+    trainer = plugins.components["trainers"].create(kind)  # the recipe names its trainer
     if not trainer.uses_corpus:
         given = [
             option
-            for option, value in (("--steps", job.steps), ("--seed", job.seed), ("--data", job.data))
+            for option, value in (
+                ("--steps", job.steps),
+                ("--seed", job.seed),
+                ("--data", job.data),
+                ("--from", job.from_weights or None),
+                ("--set", job.recipe_overrides or None),
+            )
             if value is not None
         ]
         if given or job.resume:
             raise ZooError(
-                f"variant '{name}' is {card.recipe.kind}: its trainer reads no text and takes no "
+                f"variant '{name}' is {kind}: its trainer reads no text and takes no "
                 f"{', '.join(given) or '--resume'}"
             )
-    overrides: dict[str, int | str] = {
-        key: value for key, value in (("steps", job.steps), ("seed", job.seed)) if value is not None
-    }
+    if job.from_weights:
+        base = verified_base(variant)
+        overrides.update(base=name, base_sha256=base)
     text = None
     if trainer.uses_corpus:
         text = variant_text(variant, job.data)
         # The card records what the weights were trained on: a dataset's name, or
         # the absolute path of the file given with --data; and its sha256 either way.
         overrides.update(data=text.name, data_sha256=text.sha256)
-    recipe = card.recipe.model_validate({**card.recipe.model_dump(), **overrides})
-    _check_batch_splits(recipe.batch_size, placement.world_size)
+    recipe = override_recipe(card.recipe, overrides)
+    check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
     target_name = job.new_name or name
+    if job.from_weights and target_name == name:
+        raise ZooError(f"fine-tuning '{name}' makes a new variant: give it a name of its own (zoo train NEW --from {name})")
     if target_name != name:
         if not VARIANT_NAME.fullmatch(target_name):
             raise ZooError(
                 f"--name '{printable(target_name)}': a variant name is lower-case letters, digits, '.' and '-', starting with a letter or digit"
             )
         card = card.model_copy(update={"name": target_name})
+    if job.from_weights:
+        card = card.model_copy(
+            update={
+                "description": f"'{name}' fine-tuned on {Path(text.name).name if text else 'its corpus'} "
+                f"for {recipe.steps} steps.",
+                "tags": [*card.tags, "fine-tuned"],
+            }
+        )
     registry_file, checkpoint_path = _destination(variant, target_name, job.publish, job.out, plugins)
     state_path = training_state_path(checkpoint_path)
     _check_resumable(job, state_path)  # checked first: nothing is written for a run that cannot start
@@ -100,9 +119,28 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     corpus, identity = None, None
     if text is not None:
         tokenizer = load_tokenizer(variant, plugins)
-        corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction)
+        unknown = unknown_characters(text.text, tokenizer)
+        if unknown and not job.skip_unknown:
+            raise ZooError(
+                f"{text.name}: {len(unknown)} character(s) of the text are not in the vocabulary of '{name}' "
+                f"({card.tokenizer.kind}, {card.tokenizer.vocab_size} tokens): {describe_characters(unknown)}; "
+                f"pass --skip-unknown to drop them, or start from a variant whose tokenizer encodes any text (bpe)"
+            )
+        if unknown:
+            recipe = override_recipe(recipe, {"skip_unknown": True})
+            if writer and not job.quiet:
+                print(
+                    f"{target_name}: dropped {sum(unknown.values()):,} occurrences of {len(unknown)} character(s) "
+                    f"not in the vocabulary: {describe_characters(unknown)}",
+                    file=sys.stderr,
+                )
+        corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction, bool(recipe.skip_unknown))
         identity = run_identity(card, recipe, text.text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
+    if job.from_weights:
+        load_verified(
+            variant.checkpoint_path, variant.facts.checkpoint.sha256, network, variant.facts.parameters, card=variant.facts
+        )
 
     # One run per destination, for the whole run; in a data-parallel run the
     # writer (rank 0) holds it for all its processes.
@@ -181,7 +219,8 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 )
             }
         )
-        if job.data is not None and registry_file.parent.resolve() not in job.data.parents:
+        named_file = job.data is not None and text is not None and text.name == str(text.path)
+        if named_file and registry_file.parent.resolve() not in text.path.parents:
             # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
             new_card = new_card.model_copy(update={"allow_external_paths": True})
 
@@ -200,6 +239,40 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             )
         state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
     return new_card, registry_file
+
+
+def recipe_overrides(job: TrainingJob) -> dict[str, Any]:
+    """The recipe fields this run sets: ``--set KEY=VALUE``, then ``--steps`` and ``--seed``."""
+    overrides = dict(job.recipe_overrides or {})
+    overrides.update({key: value for key, value in (("steps", job.steps), ("seed", job.seed)) if value is not None})
+    for key in ("data", "data_sha256", "base", "base_sha256", "skip_unknown"):
+        if key in overrides:  # what the run records about itself, from the text and weights it was given
+            raise ZooError(f"--set {key}: the run records {key} itself; use --data, --from or --skip-unknown")
+    return overrides
+
+
+def override_recipe(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
+    """``recipe`` with ``overrides`` applied, validated as a card's recipe is."""
+    from pydantic import ValidationError
+
+    from ..catalogue.registry import describe_validation_error
+
+    try:
+        return type(recipe).model_validate({**recipe.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise ZooError(f"recipe override: {describe_validation_error(exc)}") from None
+
+
+def verified_base(variant: Variant) -> str:
+    """The checkpoint sha256 of the variant a fine-tune starts from; refused
+    when it has no published weights to start from."""
+    sha = variant.facts.checkpoint.sha256
+    if sha is None:
+        raise ZooError(
+            f"--from {variant.name}: the variant has no published weights yet (its card records no sha256); "
+            f"train it first, or fine-tune a variant `zoo list` shows with weights"
+        )
+    return sha
 
 
 def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
@@ -263,6 +336,8 @@ def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelC
         uniform_loss=round(math.log(card.tokenizer.vocab_size), 4),
         training_seconds=round(result.update_seconds, 1),
         tokens_per_second=round(result.tokens_per_second),
+        stopped_at=result.stopped_at,
+        kept_step=result.kept_step,
     )
     return card.model_copy(
         update={
@@ -294,14 +369,6 @@ def _check_resumable(job: TrainingJob, state_path: Path) -> None:
         )
 
 
-def _check_batch_splits(batch_size: int, world_size: int) -> None:
-    if batch_size % world_size:
-        raise ZooError(
-            f"the recipe's batch of {batch_size} windows does not split evenly over {world_size} processes; "
-            f"use a number of processes that divides it"
-        )
-
-
 def check_data_parallel_run(job: TrainingJob, world_size: int) -> Path:
     """What the launcher checks before starting any process (a mistake is one line,
     not one per process); returns where the run keeps its resumable state."""
@@ -313,7 +380,7 @@ def check_data_parallel_run(job: TrainingJob, world_size: int) -> Path:
         raise ZooError(
             f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
         )
-    _check_batch_splits(card.recipe.batch_size, world_size)
+    check_batch_splits(card.recipe.batch_size, world_size, job.grad_accum)
     state_path = training_state_path(_destination(variant, job.new_name or name, job.publish, job.out, plugins)[1])
     _check_resumable(job, state_path)
     return state_path

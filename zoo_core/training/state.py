@@ -10,11 +10,13 @@ exactly the weights an uninterrupted run would have. The file holds
                                        moments and step count, SGD's momentum)
               rng.torch                torch's global generator (dropout)
               rng.sampler              the training batches' generator
+              best.<name>              the best evaluation's weights (keep = "best")
     metadata  zoo.training_state       JSON: what the run is (variant, card,
                                        recipe, corpus checksum), the step, the loss
                                        history, update time, tokens seen, the
                                        optimizer's parameter groups and any
-                                       non-tensor optimizer state
+                                       non-tensor optimizer state, the best
+                                       evaluation so far (keep, patience)
 
 and resuming refuses a state written by a different run, naming what differs.
 """
@@ -31,7 +33,7 @@ import torch
 from ..catalogue.cards import ModelCard, Recipe, first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import one_line, read_header, shape_report
-from .loop import TrainingState
+from .loop import BestSoFar, TrainingState
 
 STATE_KEY = "zoo.training_state"
 FORMAT = 1
@@ -65,6 +67,9 @@ def write_training_state(path: Path, state: TrainingState, identity: dict[str, A
     tensors.update(optimizer_tensors)
     tensors["rng.torch"] = state.torch_rng
     tensors["rng.sampler"] = state.sampler_rng
+    best = state.best
+    if best is not None and best.weights is not None:
+        tensors.update({f"best.{name}": tensor for name, tensor in best.weights.items()})
     document = {
         "format": FORMAT,
         "identity": identity,
@@ -73,6 +78,9 @@ def write_training_state(path: Path, state: TrainingState, identity: dict[str, A
         "update_seconds": state.update_seconds,
         "tokens_seen": state.tokens_seen,
         "optimizer": optimizer_json,
+        "best": None
+        if best is None
+        else {"step": best.step, "loss": best.loss, "evaluations_since": best.evaluations_since, "keep": best.keep_weights},
     }
     metadata = {STATE_KEY: json.dumps(document)}
     write_safetensors(path, tensors, metadata)
@@ -187,6 +195,12 @@ def _state_from(document: dict, tensors: dict[str, torch.Tensor]) -> TrainingSta
     generators = tensors["rng.torch"], tensors["rng.sampler"]
     for state in generators:  # a damaged generator state must fail here, not mid-run
         torch.Generator().set_state(state)
+    best = None
+    if document.get("best") is not None:
+        found = document["best"]
+        best = BestSoFar(bool(found["keep"]), int(found["step"]), float(found["loss"]), int(found["evaluations_since"]))
+        if best.keep_weights and best.step:
+            best.weights = {name.removeprefix("best."): t for name, t in tensors.items() if name.startswith("best.")}
     return TrainingState(
         step=int(document["step"]),
         model={name.removeprefix("model."): t for name, t in tensors.items() if name.startswith("model.")},
@@ -196,4 +210,5 @@ def _state_from(document: dict, tensors: dict[str, torch.Tensor]) -> TrainingSta
         history=list(document["history"]),
         update_seconds=float(document["update_seconds"]),
         tokens_seen=int(document["tokens_seen"]),
+        best=best,
     )

@@ -9,12 +9,13 @@ loop at once and their numbers stay comparable.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+import torch
 
 if TYPE_CHECKING:
-    import torch
-
     from ..catalogue.cards import Recipe
     from ..devices import Placement
 
@@ -30,6 +31,15 @@ def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
     return recipe.min_learning_rate + cosine * (recipe.learning_rate - recipe.min_learning_rate)
 
 
+class StepResult(NamedTuple):
+    """What one update measured; tensors, so reading them is the caller's choice
+    (each read is a host synchronisation on a GPU)."""
+
+    loss: torch.Tensor  # the batch's mean loss
+    grad_norm: torch.Tensor  # the gradients' total norm before clipping
+    learning_rate: float
+
+
 def training_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -40,21 +50,36 @@ def training_step(
     recipe: Recipe,
     placement: Placement,
     forward: Callable | None = None,
-) -> torch.Tensor:
-    """Update ``model`` once on ``inputs``/``targets``, as step ``step`` of ``recipe``; return the loss.
+    micro_batches: int = 1,
+) -> StepResult:
+    """Update ``model`` once on ``inputs``/``targets``, as step ``step`` of ``recipe``.
 
     The learning rate is the recipe's schedule at ``step``; the forward runs under
     the placement's autocast, the backward through its gradient scaler (float16),
     and the gradient norm is clipped where the recipe says so. ``forward`` is what
     to call instead of ``model`` (a compiled or DistributedDataParallel wrapper of
     it); the optimizer and the clipping act on ``model``'s own parameters.
+
+    ``micro_batches`` > 1 accumulates gradients over that many equal slices of
+    the batch before the one update (gradient accumulation): the slices' mean
+    losses, each weighted by its share, sum to the whole batch's mean, so the
+    update equals the whole batch's to float rounding, in less memory.
     """
+    learning_rate = learning_rate_at(step, recipe, recipe.steps)
     for group in optimizer.param_groups:
-        group["lr"] = learning_rate_at(step, recipe, recipe.steps)
-    with placement.autocast():
-        # `is None`, not `or`: a compiled wrapper has a __len__ that refuses truth tests.
-        _, loss = (model if forward is None else forward)(inputs, targets)
+        group["lr"] = learning_rate
+    call = model if forward is None else forward  # `is None`: a compiled wrapper refuses truth tests
     optimizer.zero_grad(set_to_none=True)
-    placement.backward(loss)
-    placement.step(optimizer, model.parameters(), recipe.grad_clip)
-    return loss
+    slices = list(zip(inputs.chunk(micro_batches), targets.chunk(micro_batches)))
+    total = None
+    for index, (x, y) in enumerate(slices):
+        # Data-parallel: all-reduce the gradients once, after the last slice.
+        last = index == len(slices) - 1
+        no_sync = getattr(call, "no_sync", None)
+        with contextlib.nullcontext() if last or no_sync is None else no_sync():
+            with placement.autocast():
+                _, loss = call(x, y)
+            placement.backward(loss / len(slices))
+        total = loss.detach() if total is None else total + loss.detach()
+    grad_norm = placement.step(optimizer, list(model.parameters()), recipe.grad_clip)
+    return StepResult(total / len(slices), grad_norm, learning_rate)

@@ -307,7 +307,7 @@ def _run_seed(
             tick = time.perf_counter()
             # The same tokens for every arm, cut into sequences of its own context.
             x, y = inputs.reshape(-1, arm.context), outputs.reshape(-1, arm.context)
-            loss = training_step(network, optimizer, x, y, step=step, recipe=recipe, placement=placements[i])
+            loss = training_step(network, optimizer, x, y, step=step, recipe=recipe, placement=placements[i]).loss
             update_seconds[i] += time.perf_counter() - tick
             if step == 1 or step % study.eval_every == 0 or step == study.steps:
                 with placements[i].autocast():
