@@ -15,7 +15,9 @@ def eval_arguments(commands) -> None:
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
     p.add_argument(
-        "--data", type=Path, help="evaluate on this text file's validation split (default: the recipe's corpus)"
+        "--data",
+        metavar="NAME|PATH",
+        help="evaluate on this registered dataset's or text file's validation split (default: the recipe's corpus)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     device_options(p, "evaluate", threads=True)

@@ -286,7 +286,11 @@ def experiment_arguments(commands) -> None:
         "--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study"
     )
     p.add_argument("--prompt", help="prompt of the same-seed samples (default: the study's)")
-    p.add_argument("--data", type=Path, help="train and score on this text file (default: the recipe's corpus)")
+    p.add_argument(
+        "--data",
+        metavar="NAME|PATH",
+        help="train and score on this registered dataset or text file (default: the recipe's corpus)",
+    )
     p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     device_options(p, "train", training=True)

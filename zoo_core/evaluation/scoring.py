@@ -10,7 +10,7 @@ from ..corpus.datasets import variant_text
 
 
 def evaluate_language_model(
-    model, windows: int | None = None, data: Path | None = None, text_chars: int | None = None
+    model, windows: int | None = None, data: Path | str | None = None, text_chars: int | None = None
 ) -> dict:
     """Train and validation loss (nats per token) and perplexity, next to the
     uniform baseline ln(V) that a model which learned nothing would score; and

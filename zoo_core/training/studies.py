@@ -172,7 +172,7 @@ def curve_eval_every(steps: int, eval_every: int) -> int:
 def run_study(
     study: StudyConfig,
     out: Path,
-    data: Path | None = None,
+    data: Path | str | None = None,
     show_progress: bool = True,
     device: str | None = None,
     dtype: str | None = None,
