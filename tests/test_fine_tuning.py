@@ -90,6 +90,9 @@ def test_characters_outside_the_vocabulary_are_named_or_dropped_and_counted(zoo,
     assert "dropped 3 occurrences of 2 character(s)" in dropped.err
     assert zoo_core.get_variant("my-accents").card.recipe.skip_unknown is True
     assert zoo("eval", "my-accents", "--windows", "8").code == 0  # scored without them, as trained
+    # Compared with its base on the same text, the same way: both see it without them.
+    compared = zoo("compare", BASE, "my-accents", "--data", str(path), "--windows", "8", "--max-new-tokens", "4")
+    assert compared.code == 0, compared.err
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,10 @@ def compare_variants(
     first = models[0]
     context = min(model.card.context_length for model in models)
     text = shared_text(models, data)
-    corpus = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction)
+    # A fine-tune that dropped the characters its vocabulary lacks is compared on the
+    # text without them, as it was trained: every model sees the same tokens.
+    skip_unknown = any(model.card.recipe.skip_unknown for model in models)
+    corpus = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction, skip_unknown)
     # A generator of its own: comparing never moves any other random stream.
     generator = seeded_generator(seed)
     batches = {
