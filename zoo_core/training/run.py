@@ -219,8 +219,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 )
             }
         )
-        named_file = job.data is not None and text is not None and text.name == str(text.path)
-        if named_file and registry_file.parent.resolve() not in text.path.parents:
+        # A file named with --data (not a registered dataset): recorded by its absolute path.
+        user_file = text.path if text is not None and job.data is not None and text.name == str(text.path) else None
+        if user_file is not None and registry_file.parent.resolve() not in user_file.parents:
             # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
             new_card = new_card.model_copy(update={"allow_external_paths": True})
 

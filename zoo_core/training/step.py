@@ -71,7 +71,7 @@ def training_step(
     call = model if forward is None else forward  # `is None`: a compiled wrapper refuses truth tests
     optimizer.zero_grad(set_to_none=True)
     slices = list(zip(inputs.chunk(micro_batches), targets.chunk(micro_batches)))
-    total = None
+    losses = []
     for index, (x, y) in enumerate(slices):
         # Data-parallel: all-reduce the gradients once, after the last slice.
         last = index == len(slices) - 1
@@ -80,6 +80,6 @@ def training_step(
             with placement.autocast():
                 _, loss = call(x, y)
             placement.backward(loss / len(slices))
-        total = loss.detach() if total is None else total + loss.detach()
+        losses.append(loss.detach())
     grad_norm = placement.step(optimizer, list(model.parameters()), recipe.grad_clip)
-    return StepResult(total / len(slices), grad_norm, learning_rate)
+    return StepResult(losses[0] if len(losses) == 1 else torch.stack(losses).mean(), grad_norm, learning_rate)
