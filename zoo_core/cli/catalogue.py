@@ -1,4 +1,4 @@
-"""Finding and checking variants: list, search, show, load, verify, datasets, remove, card-schema."""
+"""Finding and checking variants: list, search, show, load, verify, datasets (list, add, remove), remove, card-schema."""
 
 from __future__ import annotations
 
@@ -267,26 +267,114 @@ def cmd_verify(args) -> int:
 
 
 def datasets_arguments(commands) -> None:
-    p = commands.add_parser("datasets", help="list the registered datasets: name, plugin, split rule, sha256, file")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    import argparse
+
+    from .help import DefaultsHelpFormatter
+
+    p = commands.add_parser(
+        "datasets",
+        help="list, add or remove datasets: the built-in one, plugins' and your own",
+        description="Datasets by name: `zoo train NAME --data DATASET`, `zoo eval NAME --dataset DATASET` "
+        'and recipes (data = "DATASET") read them, checking their sha256. Bare `zoo datasets` lists them.',
+    )
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(run=cmd_datasets)
+    actions = p.add_subparsers(dest="datasets_action", metavar="ACTION", help="list (the default), add or remove")
+
+    def action(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return actions.add_parser(name, help=help, description=description, formatter_class=DefaultsHelpFormatter)
+
+    listing = action(
+        "list",
+        "list every dataset: source (built-in, a plugin or user), size, split, sha256, files",
+        "List every dataset: its source (built-in, the plugin that registered it, or user), size, "
+        "split rule, sha256 and files (a path, or a glob pattern).",
+    )
+    # SUPPRESS: `zoo datasets --json list` keeps the --json given before the action.
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON (default: off)")
+
+    add = action(
+        "add",
+        "register a text file, a folder of text files or a glob pattern as a dataset of your own",
+        "Register a text file, a folder of text files (every file under it, hidden ones skipped, in the order "
+        "of their relative paths) or a quoted glob pattern ('notes/*.md') as a dataset of your own, in "
+        "$ZOO_HOME/datasets.toml. Its size and sha256 are recorded; the files are found again and checked "
+        "whenever the dataset is read, so an edited, added or removed file is refused until --replace.",
+    )
+    add.add_argument("name", help="the dataset's name: lower-case letters, digits, '.' and '-'")
+    add.add_argument("path", help="a text file, a folder, or a glob pattern in quotes ('notes/**/*.md')")
+    add.add_argument("--description", help="one line for `zoo datasets` (default: none, or the replaced entry's)")
+    add.add_argument(
+        "--train-fraction",
+        type=float,
+        metavar="F",
+        help="the split rule recorded and listed with the dataset: this share of the characters trains; "
+        "a run still splits by its recipe's train_fraction (default: 0.9, or the replaced entry's)",
+    )
+    add.add_argument(
+        "--replace", action="store_true", help="replace your dataset of this name, e.g. to accept its changed files"
+    )
+    add.set_defaults(run=cmd_datasets_add)
+
+    remove = action(
+        "remove",
+        "forget one of your own datasets (its files are never touched)",
+        "Remove one of your own datasets from $ZOO_HOME/datasets.toml. Only the entry goes: "
+        "the files it names are never touched. Built-in and plugin datasets cannot be removed.",
+    )
+    name = remove.add_argument("name", help="one of your datasets (zoo datasets: source user)")
+    name.completer = _user_dataset_names  # type: ignore[attr-defined]
+    remove.set_defaults(run=cmd_datasets_remove)
 
 
-def cmd_datasets(args) -> int:
+def _user_dataset_names(prefix: str, **_) -> list[str]:
+    from ..corpus.user_datasets import read_user_datasets
+
+    try:
+        return [name for name in read_user_datasets() if name.startswith(prefix)]
+    except Exception:  # a damaged file must not break the user's shell
+        return []
+
+
+def _dataset_rows() -> list[dict]:
+    """Every dataset, usable ones by name, then the user's that plugins shadow."""
+    import os
+
+    from ..corpus.datasets import USER
     from ..plugin_api.manager import get_plugins
 
-    datasets = list(get_plugins().datasets)
-    rows = [
-        {
+    plugins = get_plugins()
+
+    def row(d, shadowed_by: list[str] | None = None) -> dict:
+        size = d.size
+        if size is None:
+            try:
+                size = os.stat(d.path).st_size
+            except OSError:
+                size = None
+        info = plugins.plugins.get(d.plugin)
+        return {
             "name": d.name,
+            "source": USER if d.plugin == USER else "built-in" if info is not None and info.builtin else d.plugin,
             "plugin": d.plugin,
+            "kind": d.kind,
             "file": str(d.path),
+            "size": size,
             "sha256": d.sha256,
             "train_fraction": d.train_fraction,
             "description": d.description,
+            "added": d.added or None,
+            "shadowed_by": shadowed_by,
         }
-        for d in datasets
-    ]
+
+    datasets = plugins.datasets
+    rows = [row(d) for d in datasets]
+    rows += [row(d, datasets.plugin_owners(d.name)) for d in datasets.shadowed()]
+    return rows
+
+
+def cmd_datasets(args) -> int:
+    rows = _dataset_rows()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -294,13 +382,52 @@ def cmd_datasets(args) -> int:
         raise ZooError("no datasets registered")
     print(
         format_table(
-            ["name", "plugin", "split", "sha256", "file"],
+            ["name", "source", "size", "split", "sha256", "files"],
             [
-                [r["name"], r["plugin"], f"{r['train_fraction']:.0%} train", r["sha256"][:16] + "…", r["file"]]
+                [
+                    r["name"],
+                    r["source"] + (" (shadowed)" if r["shadowed_by"] else ""),
+                    f"{r['size']:,}" if r["size"] is not None else "-",
+                    f"{r['train_fraction']:.0%} train",
+                    r["sha256"][:16] + "…",
+                    r["file"] + ("/" if r["kind"] == "folder" else ""),
+                ]
                 for r in rows
             ],
+            right={2},
         )
     )
+    shadowed = [r for r in rows if r["shadowed_by"]]
+    if shadowed:
+        print()
+        for r in shadowed:
+            owners = " and ".join(f"'{p}'" for p in r["shadowed_by"])
+            print(
+                f"your dataset '{r['name']}' is unused: plugin {owners} registers that name too, and wins; "
+                f"`zoo datasets remove {r['name']}`, then add it under another name"
+            )
+    return 0
+
+
+def cmd_datasets_add(args) -> int:
+    from ..corpus.user_datasets import add_user_dataset
+
+    dataset, text, replaced = add_user_dataset(
+        args.name, args.path, args.description, args.train_fraction, replace=args.replace
+    )
+    count = len(text.files)
+    print(
+        f"{'replaced' if replaced else 'added'} dataset '{dataset.name}': {count} file{'s' if count != 1 else ''}, "
+        f"{dataset.size:,} bytes, sha256 {dataset.sha256[:16]}…"
+    )
+    return 0
+
+
+def cmd_datasets_remove(args) -> int:
+    from ..corpus.user_datasets import remove_user_dataset
+
+    removed = remove_user_dataset(args.name)
+    print(f"removed dataset '{removed.name}' from your datasets; its files ({removed.path}) are untouched")
     return 0
 
 

@@ -19,6 +19,11 @@ def eval_arguments(commands) -> None:
         metavar="NAME|PATH",
         help="evaluate on this registered dataset's or text file's validation split (default: the recipe's corpus)",
     )
+    p.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help="evaluate on this registered dataset's validation split (`zoo datasets`) (default: the recipe's corpus)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     device_options(p, "evaluate", threads=True)
     p.add_argument(
@@ -39,16 +44,19 @@ def eval_arguments(commands) -> None:
 def cmd_eval(args) -> int:
     from ..evaluation.scoring import evaluate_language_model
 
+    if args.data is not None and args.dataset is not None:
+        raise ZooError("give --data PATH or --dataset NAME, not both")
+    data = args.dataset if args.dataset is not None else args.data
     model = load_on_threads(args)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
-        report = evaluate_language_model(model, windows=args.windows, data=args.data, text_chars=args.text_chars)
+        report = evaluate_language_model(model, windows=args.windows, data=data, text_chars=args.text_chars)
         if args.record:
             from ..evaluation.scoring import record_bits_per_byte
 
-            if args.data is not None or args.text_chars is not None:
-                raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
+            if data is not None or args.text_chars is not None:
+                raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
             print(f"recorded bits per byte in {record_bits_per_byte(model, report)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"name": model.name, **report}, indent=2))

@@ -1,11 +1,14 @@
 """Datasets by name: a text file, its sha256 and the rule that splits it.
 
 Plugins contribute datasets through the ``register_datasets`` hook; the zoo's own
-corpus, ``tinyshakespeare``, is registered by the built-in catalogue plugin. A
-recipe names its dataset (``data = "tinyshakespeare"``), so a card keeps working
-wherever the package that ships the file is installed. A recipe may instead
-hold a path (``zoo train --data PATH`` records the file's absolute path and its
-sha256): a path is read relative to the registry file that declares the card.
+corpus, ``tinyshakespeare``, is registered by the built-in catalogue plugin. The
+user adds datasets of their own (a file, a folder of files or a glob pattern)
+with `zoo datasets add`; they live in ``$ZOO_HOME/datasets.toml``
+(`zoo_core.corpus.user_datasets`). A recipe names its dataset
+(``data = "tinyshakespeare"``), so a card keeps working wherever the package that
+ships the file is installed. A recipe may instead hold a path
+(``zoo train --data PATH`` records the file's absolute path and its sha256): a
+path is read relative to the registry file that declares the card.
 
 Every command that reads text resolves it here and checks its sha256 first: a
 loss measured on other text than the card says is not the card's loss.
@@ -14,10 +17,15 @@ loss measured on other text than the card says is not the card's loss.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import UnknownName, ZooError
+
+USER = "user"  # the plugin name, and `zoo datasets`' source, of the user's own datasets
+# As a variant's name (zoo_core.catalogue.cards.VARIANT_NAME, which imports pydantic).
+DATASET_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
 # A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
@@ -25,11 +33,14 @@ class Dataset(NamedTuple):
     """One registered dataset."""
 
     name: str
-    path: Path
-    sha256: str
+    path: Path  # the file; for a user dataset of several files, the folder or the glob pattern
+    sha256: str  # of the text's bytes: the file's, or the combined files' (zoo_core.corpus.user_datasets)
     train_fraction: float  # the split rule: this share of the characters trains, the rest validates
     description: str
-    plugin: str
+    plugin: str  # the plugin that registered it, or USER
+    kind: str = "file"  # "file"; a user dataset may also be a "folder" or a "glob"
+    size: int | None = None  # bytes of text, recorded when a user dataset was added
+    added: str = ""  # when a user dataset was added (ISO 8601, UTC)
 
 
 # A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
@@ -43,7 +54,16 @@ class ResolvedText(NamedTuple):
 
 
 class Datasets:
-    """Registered datasets by name; a name two plugins claim is unusable, naming both."""
+    """Registered datasets by name: the plugins' and the user's own.
+
+    A name two plugins claim is unusable, naming both. The user's datasets are
+    read from ``$ZOO_HOME/datasets.toml`` each time a name is looked up (never
+    when the plugins load, so a damaged file stops only the commands that read
+    text). A plugin's dataset wins over a user dataset of the same name, which is
+    then shadowed (`zoo datasets` says so): a card that names a plugin's dataset
+    keeps meaning the text that plugin ships. `zoo datasets add` refuses a taken
+    name, so a user dataset is shadowed only by a plugin installed after it.
+    """
 
     def __init__(self) -> None:
         self._datasets: dict[str, Dataset] = {}
@@ -73,14 +93,42 @@ class Datasets:
             return
         self._datasets[name] = dataset
 
+    def _user_datasets(self) -> dict[str, Dataset]:
+        from .user_datasets import read_user_datasets
+
+        return read_user_datasets()
+
+    def _usable_user_datasets(self) -> dict[str, Dataset]:
+        return {name: d for name, d in self._user_datasets().items() if name not in self.plugin_names()}
+
     def __iter__(self):
-        return iter(sorted(self._datasets.values(), key=lambda d: d.name))
+        usable = {**self._usable_user_datasets(), **self._datasets}
+        return iter(sorted(usable.values(), key=lambda d: d.name))
 
     def __contains__(self, name: str) -> bool:
-        return name in self._datasets or name in self._conflicts
+        if name in self._datasets or name in self._conflicts:
+            return True
+        # A path ('data/x.txt') is never a name: no need to read the user's file for it.
+        return isinstance(name, str) and DATASET_NAME.fullmatch(name) is not None and name in self._user_datasets()
 
     def conflicts(self) -> dict[str, list[str]]:
+        """Names two or more plugins registered, with those plugins."""
         return dict(self._conflicts)
+
+    def plugin_names(self) -> set[str]:
+        """The names plugins hold, conflicting ones included."""
+        return {*self._datasets, *self._conflicts}
+
+    def plugin_owners(self, name: str) -> list[str]:
+        """The plugins that registered ``name`` (none for a user dataset or an unknown name)."""
+        if name in self._conflicts:
+            return list(self._conflicts[name])
+        return [self._datasets[name].plugin] if name in self._datasets else []
+
+    def shadowed(self) -> list[Dataset]:
+        """The user's datasets whose names a plugin holds, and which are therefore unused."""
+        held = self.plugin_names()
+        return [d for name, d in sorted(self._user_datasets().items()) if name in held]
 
     def get(self, name: str) -> Dataset:
         if name in self._conflicts:
@@ -88,11 +136,13 @@ class Datasets:
             raise ZooError(
                 f"dataset '{name}' is registered by more than one plugin ({owners}); uninstall or disable one"
             )
-        try:
+        if name in self._datasets:
             return self._datasets[name]
-        except KeyError:
-            known = ", ".join(sorted(self._datasets)) or "none"
-            raise UnknownName(f"no dataset named '{name}' is registered (known: {known}; see `zoo datasets`)") from None
+        mine = self._usable_user_datasets()
+        if name in mine:
+            return mine[name]
+        known = ", ".join(sorted({*self._datasets, *mine})) or "none"
+        raise UnknownName(f"no dataset named '{name}' is registered (known: {known}; see `zoo datasets`)")
 
 
 def sha256_bytes(raw: bytes) -> str:
@@ -102,32 +152,52 @@ def sha256_bytes(raw: bytes) -> str:
 MAX_TEXT_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
 
 
-def _read_text(path: Path, what: str) -> tuple[str, str]:
+def read_text_bytes(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, str]:
+    """The bytes of the text file ``path`` and their text, refused in one line
+    naming ``path`` when it is missing, no regular file, too large or not UTF-8."""
     from ..storage.files import describe_os_error, read_limited
 
     try:
-        raw = read_limited(path, MAX_TEXT_BYTES, what)  # regular files only, never blocking on a FIFO
+        raw = read_limited(path, limit, what)  # regular files only, never blocking on a FIFO
     except FileNotFoundError:
         raise ZooError(f"{path}: {what} not found") from None
     except OSError as exc:
         raise ZooError(f"{path}: cannot read {what}: {describe_os_error(exc)}") from None
     try:
-        text = raw.decode("utf-8")
+        return raw, raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ZooError(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
+
+
+def check_enough_text(text: str, path: Path, what: str) -> None:
     if len(text) < 100:
         raise ZooError(f"{path}: {what} has only {len(text)} characters; training needs real text")
+
+
+def _read_text(path: Path, what: str) -> tuple[str, str]:
+    raw, text = read_text_bytes(path, what)
+    check_enough_text(text, path, what)
     return text, sha256_bytes(raw)
 
 
 def read_dataset(dataset: Dataset) -> ResolvedText:
-    text, actual = _read_text(dataset.path, f"dataset '{dataset.name}'")
-    if actual != dataset.sha256:
-        raise ZooError(
-            f"{dataset.path}: sha256 {actual[:16]}… does not match dataset '{dataset.name}' as registered by "
-            f"plugin '{dataset.plugin}' ({dataset.sha256[:16]}…): the file was changed or replaced"
-        )
-    return ResolvedText(text, dataset.name, actual, dataset.path)
+    """The dataset's text, checked against its sha256. A user dataset's files are
+    found again first (a folder's or a glob's may have changed since it was added)."""
+    if dataset.plugin != USER:
+        text, actual = _read_text(dataset.path, f"dataset '{dataset.name}'")
+        if actual != dataset.sha256:
+            raise ZooError(
+                f"{dataset.path}: sha256 {actual[:16]}… does not match dataset '{dataset.name}' as registered by "
+                f"plugin '{dataset.plugin}' ({dataset.sha256[:16]}…): the file was changed or replaced"
+            )
+        return ResolvedText(text, dataset.name, actual, dataset.path)
+    from .user_datasets import changed_message, read_source
+
+    source = read_source(dataset.kind, str(dataset.path), f"dataset '{dataset.name}'")
+    if source.sha256 != dataset.sha256:
+        raise ZooError(changed_message(dataset, source.sha256))
+    check_enough_text(source.text, dataset.path, f"dataset '{dataset.name}'")
+    return ResolvedText(source.text, dataset.name, source.sha256, dataset.path)
 
 
 def read_text_file(path: Path) -> ResolvedText:
@@ -170,10 +240,23 @@ def resolve_recipe_text(
 
 
 def resolve_named_or_path(value: Path | str, datasets: Datasets) -> ResolvedText:
-    """A registered dataset name, else a path to a text file."""
+    """A registered dataset name, else a path to a text file.
+
+    ``--data`` hands a path: an existing file is read, as it always was; a bare
+    word that names no file is looked up as a dataset (``--data notes``, also
+    where ``notes`` is the folder the dataset was added from).
+    """
     if isinstance(value, str) and value in datasets:
         return read_dataset(datasets.get(value))
-    return read_text_file(Path(value))
+    path = Path(value)
+    if len(path.parts) == 1 and not path.is_file():
+        if str(path) in datasets:
+            return read_dataset(datasets.get(str(path)))
+        if not path.exists():
+            raise ZooError(
+                f"{path.resolve()}: corpus not found, and no dataset named '{path}' is registered (see `zoo datasets`)"
+            )
+    return read_text_file(path)
 
 
 def variant_text(variant, override: Path | str | None = None) -> ResolvedText:

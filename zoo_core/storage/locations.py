@@ -1,7 +1,8 @@
 """Where the zoo keeps the user's things: never inside an installed package.
 
-- the user catalogue (`zoo train --publish` writes it): ``$ZOO_HOME``, else
-  ``$XDG_DATA_HOME/zoo``, else ``~/.local/share/zoo``;
+- the user catalogue (`zoo train --publish` writes it) and the user's own
+  datasets (`zoo datasets add`): ``$ZOO_HOME``, else ``$XDG_DATA_HOME/zoo``,
+  else ``~/.local/share/zoo``;
 - locks and other throwaway state: ``$ZOO_CACHE``, else ``$XDG_CACHE_HOME/zoo``,
   else ``~/.cache/zoo``.
 
@@ -29,6 +30,10 @@ def zoo_home() -> Path:
 
 def user_registry_path() -> Path:
     return zoo_home() / "registry.toml"
+
+
+def user_datasets_path() -> Path:
+    return zoo_home() / "datasets.toml"
 
 
 def cache_dir() -> Path:
