@@ -42,7 +42,9 @@ def _validation_loss(zoo, name: str, data) -> float:
 
 
 def test_fine_tuning_lowers_the_loss_on_ones_own_text_and_records_its_lineage(zoo, text_file, private_home):
-    result = zoo("train", "my-cats", "--from", BASE, "--data", str(text_file), "--steps", "40",
+    added = zoo("datasets", "add", "cats", str(text_file), "--description", "cats and dogs")
+    assert added.code == 0, added.err
+    result = zoo("train", "my-cats", "--from", BASE, "--data", "cats", "--steps", "40",
                  "--learning-rate", "3e-3", "--set", "warmup_steps=0", "--set", "eval_windows=64", "--quiet")
     assert result.code == 0, result.err
     assert "my-cats" in result.out and str(private_home / "registry.toml") in result.out
@@ -50,14 +52,13 @@ def test_fine_tuning_lowers_the_loss_on_ones_own_text_and_records_its_lineage(zo
     card = zoo_core.get_variant("my-cats").card  # published in the user catalogue by default
     base = zoo_core.get_variant(BASE).card
     assert card.recipe.base == BASE and card.recipe.base_sha256 == base.checkpoint.sha256
-    assert card.recipe.data == str(text_file.resolve())
-    assert card.recipe.data_sha256 == read_text_file(text_file).sha256
+    assert card.recipe.data == "cats" and card.recipe.data_sha256 == read_text_file(text_file).sha256
     assert card.recipe.learning_rate == 3e-3 and card.recipe.warmup_steps == 0 and card.recipe.steps == 40
     assert card.architecture == base.architecture and card.config == base.config
     assert card.tokenizer.sha256 == base.tokenizer.sha256
     assert "fine-tuned" in card.tags and BASE in card.description
 
-    assert _validation_loss(zoo, "my-cats", text_file) < _validation_loss(zoo, BASE, text_file) - 0.5
+    assert _validation_loss(zoo, "my-cats", "cats") < _validation_loss(zoo, BASE, "cats") - 0.5
     sampled = zoo("sample", "my-cats", "--prompt", "The ", "--max-new-tokens", "20", "--seed", "1")
     assert sampled.code == 0, sampled.err
 
@@ -65,8 +66,11 @@ def test_fine_tuning_lowers_the_loss_on_ones_own_text_and_records_its_lineage(zo
     raw = bytearray(text_file.read_bytes())
     raw[10] = ord("X") if raw[10] != ord("X") else ord("Y")
     text_file.write_bytes(bytes(raw))
-    refused = zoo("eval", "my-cats", "--windows", "8")
-    assert refused.code != 0 and "sha256" in refused.err and len(refused.err.strip().splitlines()) == 1
+    for refused in (
+        zoo("eval", "my-cats", "--windows", "8"),
+        zoo("train", "my-cats-2", "--from", BASE, "--data", "cats", "--steps", "1", "--quiet"),
+    ):
+        assert refused.code != 0 and "sha256" in refused.err and len(refused.err.strip().splitlines()) == 1
 
 
 def test_fine_tuning_needs_a_new_name_and_published_weights(zoo, text_file):
