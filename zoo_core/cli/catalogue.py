@@ -23,6 +23,7 @@ def _summary(card) -> dict:
     return {
         "name": card.name,
         "architecture": card.architecture,
+        "adapter": f"{card.adapter.kind} on {card.adapter.base}" if card.adapter is not None else None,
         "layers": config.get("n_layer", "-"),
         "positions": positions,
         "norm": norm_label,
@@ -87,7 +88,7 @@ def _print_variants(args, variants, nothing: str) -> int:
     table = [
         [
             r["name"],
-            r["architecture"],
+            r["architecture"] + (f" + {r['adapter'].split()[0]}" if r["adapter"] else ""),  # parameters: the adapter's
             r["layers"],
             r["positions"],
             r["norm"],
@@ -192,6 +193,11 @@ def load_arguments(commands) -> None:
     p = commands.add_parser("load", help="build a variant, verify and load its weights")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="an adapter variant: fold the adapter into its base's weights instead of applying it on the fly",
+    )
     p.set_defaults(run=cmd_load)
 
 
@@ -205,7 +211,7 @@ def cmd_load(args) -> int:
 
     torch_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    model = load(args.name)
+    model = load(args.name, merge_adapter=args.merge)
     total = time.perf_counter() - started
     verification = model.verification
     summary = {
