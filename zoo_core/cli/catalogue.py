@@ -23,7 +23,6 @@ def _summary(card) -> dict:
     return {
         "name": card.name,
         "architecture": card.architecture,
-        "adapter": f"{card.adapter.kind} on {card.adapter.base}" if card.adapter is not None else None,
         "layers": config.get("n_layer", "-"),
         "positions": positions,
         "norm": norm_label,
@@ -33,6 +32,11 @@ def _summary(card) -> dict:
         "tokenizer": card.tokenizer.kind,
         "weights": card.checkpoint.sha256 is not None,
     }
+
+
+def _architecture_label(card) -> str:
+    """The architecture, marked when the variant is an adapter (its parameters are then the adapter's)."""
+    return card.architecture if card.adapter is None else f"{card.architecture} + {card.adapter.kind}"
 
 
 def _warn_catalogue_problems(found) -> None:
@@ -88,7 +92,7 @@ def _print_variants(args, variants, nothing: str) -> int:
     table = [
         [
             r["name"],
-            r["architecture"] + (f" + {r['adapter'].split()[0]}" if r["adapter"] else ""),  # parameters: the adapter's
+            _architecture_label(variant.facts),
             r["layers"],
             r["positions"],
             r["norm"],
@@ -103,7 +107,7 @@ def _print_variants(args, variants, nothing: str) -> int:
             else "no weights",
             r["source"],
         ]
-        for r in rows
+        for variant, r in zip(variants, rows)
     ]
     print(format_table(headers, table, right={2, 5, 6, 7}))
     blocked = [r for r in rows if r["unbuildable"]]
