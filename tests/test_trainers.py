@@ -58,7 +58,7 @@ def test_a_recipe_naming_an_unknown_trainer_is_one_line(zoo, private_catalogue):
     get_plugins(reload=True)
     done = zoo("train", "transformer-1b-learned-ctx8", "--steps", "2", "--quiet")
     assert done.code == 1
-    assert done.err.startswith("zoo: error: no trainer named 'muon' is registered (known: hand-built, trained")
+    assert done.err.startswith("zoo: error: no trainer named 'muon' is registered (known: hand-built, lora, trained")
     assert done.err.count("\n") == 1
 
 

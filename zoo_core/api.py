@@ -45,6 +45,8 @@ def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> st
         for kind, key in (("positions", "positions"), ("blocks", "block"))
         if isinstance(config.get(key), str)
     ]
+    if facts.adapter is not None:
+        needed.append(("adapters", facts.adapter.kind))
     for kind, name in needed:
         problem = plugins.components[kind].problem(name)
         if problem:
@@ -121,12 +123,24 @@ def build_network(variant: Variant, plugins: PluginSet | None = None):
         raise ZooError(f"variant '{facts.name}': cannot build architecture '{facts.architecture}': {exc}") from exc
 
 
-def load(name: str, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None):
+def load(
+    name: str,
+    plugins: PluginSet | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    merge_adapter: bool = False,
+):
     """Build the variant's network and load its verified weights, then move it to
     ``device`` (default: the CPU; "auto" picks a GPU if there is one) and cast it
-    to ``dtype`` ("float32", "bfloat16" or "float16")."""
+    to ``dtype`` ("float32", "bfloat16" or "float16").
+
+    An adapter variant (a card with an ``adapter`` section, e.g. from
+    `zoo train NEW --from BASE --trainer lora`) loads its base's verified weights
+    and applies the adapter: on the fly, or with ``merge_adapter=True`` folded
+    into the base's weights (the plain base network, same logits)."""
     plugins = plugins or get_plugins()
-    return load_variant(catalogue(plugins).get(name), plugins, device=device, dtype=dtype)
+    return load_variant(catalogue(plugins).get(name), plugins, device=device, dtype=dtype, merge_adapter=merge_adapter)
 
 
 def has_published_weights(variant: Variant) -> bool:
@@ -135,7 +149,12 @@ def has_published_weights(variant: Variant) -> bool:
 
 
 def load_variant(
-    variant: Variant, plugins: PluginSet | None = None, *, device: str | None = None, dtype: str | None = None
+    variant: Variant,
+    plugins: PluginSet | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    merge_adapter: bool = False,
 ):
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
     from .devices import place, resolve_device, resolve_dtype
@@ -154,14 +173,19 @@ def load_variant(
             f"(its card records no sha256): `zoo train {name} --publish` makes them"
         )
     tokenizer = load_tokenizer(variant, plugins)
-    with random_init_skipped():  # the verified load below replaces every weight
-        network = build_network(variant, plugins)
     facts = variant.facts
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
-    verification = load_verified(
-        variant.checkpoint_path, facts.checkpoint.sha256, network, facts.parameters, card=facts
-    )
+    if facts.adapter is not None:
+        from .storage.adapters import load_adapted
+
+        network, verification = load_adapted(variant, plugins, merge=merge_adapter)
+    else:
+        with random_init_skipped():  # the verified load below replaces every weight
+            network = build_network(variant, plugins)
+        verification = load_verified(
+            variant.checkpoint_path, facts.checkpoint.sha256, network, facts.parameters, card=facts
+        )
     network.eval()
     place(network, target, target_dtype)
     if facts.tokenizer.sha256 is not None and variant.tokenizer_path is not None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .cards import CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec, defines_weights
+from .cards import AdapterSpec, CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec, defines_weights
 
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("the variant's table, `[NAME]`", ModelCard),
@@ -22,6 +22,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`[NAME.recipe]`", Recipe),
     ("`[NAME.checkpoint]`", CheckpointRef),
     ("`[NAME.metrics]`", Metrics),
+    ("`[NAME.adapter]`", AdapterSpec),
 ]
 
 
@@ -32,7 +33,7 @@ def card_schema() -> dict[str, Any]:
 
 def _type_name(info: FieldInfo) -> str:
     text = repr(info.annotation).replace("typing.", "")
-    for model in (TokenizerSpec, Recipe, CheckpointRef, Metrics):
+    for model in (TokenizerSpec, Recipe, CheckpointRef, Metrics, AdapterSpec):
         text = text.replace(f"<class 'zoo_core.catalogue.cards.{model.__name__}'>", "table")
     text = text.replace("<class '", "").replace("'>", "").replace("NoneType", "None")
     return text.replace(" | ", " or ")  # a bare | would split the Markdown table's cell

@@ -130,6 +130,12 @@ class Recipe(_Strict):
         description="stop early after this many evaluations without a lower validation loss",
         json_schema_extra=WEIGHTS,
     )
+    options: dict[str, Any] | None = Field(
+        None,
+        description="the trainer's own settings (for 'lora': rank, alpha, targets, dropout), checked by the trainer; "
+        "`--set options.KEY=VALUE` sets one",
+        json_schema_extra=WEIGHTS,
+    )
     notes: str = Field("", description="free text about how the weights were made")
 
     @model_serializer(mode="wrap")
@@ -140,6 +146,31 @@ class Recipe(_Strict):
         if self.kind == "hand-built":
             return {key: data[key] for key in ("kind", "notes")}
         return data
+
+
+class AdapterSpec(_Strict):
+    """An adapter variant: its checkpoint holds only the adapter, applied to a base variant's verified weights."""
+
+    kind: str = Field(
+        pattern=NAME_PATTERN,
+        description="the registered adapter that applies the file, e.g. 'lora' (`zoo plugins` lists them)",
+        json_schema_extra=WEIGHTS,
+    )
+    base: str = Field(
+        pattern=NAME_PATTERN,
+        description="the variant whose weights the adapter applies to, looked up in the catalogue by name",
+        json_schema_extra=WEIGHTS,
+    )
+    base_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="the base's checkpoint sha256 the adapter was trained on; loading refuses any other",
+        json_schema_extra=WEIGHTS,
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the adapter's settings, read by the registered adapter (for 'lora': rank, alpha, targets)",
+        json_schema_extra=WEIGHTS,
+    )
 
 
 class Metrics(_Strict):
@@ -222,11 +253,21 @@ class ModelCard(_Strict):
     recipe: Recipe = Field(default_factory=Recipe, description="how the weights were made", json_schema_extra=WEIGHTS)
     checkpoint: CheckpointRef = Field(description="the weights file")
     parameters: int | None = Field(
-        None, ge=0, description="trainable parameters, counted by `zoo train`", json_schema_extra=WEIGHTS
+        None,
+        ge=0,
+        description="trainable parameters, counted by `zoo train`; for an adapter variant, the adapter's own "
+        "(those its file holds; the base's card counts the base's)",
+        json_schema_extra=WEIGHTS,
     )
     metrics: Metrics = Field(
         default_factory=Metrics,
         description="measured by `zoo train` (never claimed by hand)",
+        json_schema_extra=WEIGHTS,
+    )
+    adapter: AdapterSpec | None = Field(
+        None,
+        description="set for an adapter variant (e.g. `zoo train NEW --from BASE --trainer lora`): the checkpoint "
+        "holds only the adapter, which loading applies to the base's verified weights",
         json_schema_extra=WEIGHTS,
     )
     trained_with: TrainedWith | None = Field(None, description="device, dtype and number of processes `zoo train` used")
@@ -260,6 +301,19 @@ class ModelCard(_Strict):
         declared = self.config.get("context_length")
         if declared is not None and declared != self.context_length:
             raise ValueError(f"config.context_length={declared} disagrees with context_length={self.context_length}")
+        return self
+
+    @model_validator(mode="after")
+    def _adapter_agrees_with_recipe(self) -> "ModelCard":
+        # One base, stated once per section: a recipe naming another would make the card say two things.
+        adapter, recipe = self.adapter, self.recipe
+        if adapter is None:
+            return self
+        if adapter.base == self.name:
+            raise ValueError(f"adapter.base: an adapter cannot apply to its own variant '{self.name}'")
+        for key in ("base", "base_sha256"):
+            if getattr(recipe, key) is not None and getattr(recipe, key) != getattr(adapter, key):
+                raise ValueError(f"adapter.{key} disagrees with recipe.{key}")
         return self
 
     def architecture_config(self) -> dict[str, Any]:

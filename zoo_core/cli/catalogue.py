@@ -34,6 +34,11 @@ def _summary(card) -> dict:
     }
 
 
+def _architecture_label(card) -> str:
+    """The architecture, marked when the variant is an adapter (its parameters are then the adapter's)."""
+    return card.architecture if card.adapter is None else f"{card.architecture} + {card.adapter.kind}"
+
+
 def _warn_catalogue_problems(found) -> None:
     for problem in found.problems:
         print(f"zoo: warning: {problem}", file=sys.stderr)
@@ -87,7 +92,7 @@ def _print_variants(args, variants, nothing: str) -> int:
     table = [
         [
             r["name"],
-            r["architecture"],
+            _architecture_label(variant.facts),
             r["layers"],
             r["positions"],
             r["norm"],
@@ -102,7 +107,7 @@ def _print_variants(args, variants, nothing: str) -> int:
             else "no weights",
             r["source"],
         ]
-        for r in rows
+        for variant, r in zip(variants, rows)
     ]
     print(format_table(headers, table, right={2, 5, 6, 7}))
     blocked = [r for r in rows if r["unbuildable"]]
@@ -192,6 +197,11 @@ def load_arguments(commands) -> None:
     p = commands.add_parser("load", help="build a variant, verify and load its weights")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="an adapter variant: fold the adapter into its base's weights instead of applying it on the fly",
+    )
     p.set_defaults(run=cmd_load)
 
 
@@ -205,7 +215,7 @@ def cmd_load(args) -> int:
 
     torch_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    model = load(args.name)
+    model = load(args.name, merge_adapter=args.merge)
     total = time.perf_counter() - started
     verification = model.verification
     summary = {

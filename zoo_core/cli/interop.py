@@ -21,7 +21,7 @@ def export_arguments(commands) -> None:
 def cmd_export(args) -> int:
     from ..api import load
 
-    model = load(args.name)
+    model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
     if args.format == "hf":
         from ..interop.hf import export_hf
 

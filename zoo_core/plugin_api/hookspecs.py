@@ -92,6 +92,32 @@ def register_trainers(register):
     the run's ``zoo_core.training.TrainingJob`` (frozen, everything the run needs). Subclass
     ``zoo_core.training.StandardTrainer`` and override ``make_optimizer`` to
     train with another optimizer and keep seeding, evaluation and resumable state.
+
+    Two optional methods let a trainer change what is trained and written (the
+    built-in ``lora`` trainer uses both): ``prepare_network(network, job)``,
+    called once the network is built and loaded and before a saved state is read
+    into it, returns the network to train (e.g. with adapters added and the rest
+    frozen); ``saved_weights(network, card)`` returns the tensors to write and
+    the card that describes them (default: the whole state dict, the card as is).
+    Settings of a trainer's own go in ``recipe.options``; a trainer subclassing
+    the standard one checks them in ``check_options(recipe)``.
+    """
+
+
+@hookspec
+def register_adapters(register):
+    """Register adapters: ``register(name, factory)``.
+
+    A card with an ``adapter`` section (an adapter variant: its checkpoint holds
+    only the adapter's tensors) names the adapter in ``adapter.kind``; loading
+    builds the base variant's network, loads and verifies the base's weights, and
+    hands them to the adapter. ``factory(config)`` receives the card's
+    ``adapter.config`` (refuse a bad one with a one-line ``ZooError``) and returns
+    an object satisfying ``zoo_core.plugin_api.protocols.Adapter``:
+    ``tensor_shapes(network)``, the names and shapes of the tensors the adapter
+    file must hold for that network, and ``apply(network, tensors, merge=False)``,
+    which changes the network in place (on the fly, or folded into its weights
+    with ``merge=True``). The built-in ``lora`` plugin registers ``lora``.
     """
 
 

@@ -38,7 +38,7 @@ from .entry_points import zoo_entry_points
 from .protocols import conformance_problem
 
 BUILTIN_DISTRIBUTION = "zoo-lm"
-COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers")
+COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers", "adapters")
 
 
 @dataclass

@@ -116,6 +116,23 @@ class Trainer(Protocol):
         """Train ``network`` in place as ``job`` says; return a ``zoo_core.training.TrainingResult``."""
 
 
+@runtime_checkable
+class Adapter(Protocol):
+    """Applies an adapter variant's tensors to its base's network (see ``register_adapters``).
+
+    Made by ``factory(config)`` from the card's ``adapter.config``. Loading never
+    runs code from the adapter file: the file only holds tensors, checked by name
+    and shape against ``tensor_shapes`` before ``apply`` sees them.
+    """
+
+    def tensor_shapes(self, network: Any) -> dict[str, tuple[int, ...]]:
+        """The names and shapes of the tensors this adapter needs for ``network`` (the base's)."""
+
+    def apply(self, network: Any, tensors: dict[str, "Tensor"], merge: bool = False) -> None:
+        """Change ``network`` in place to compute the adapted model: on the fly, or
+        (``merge=True``) with the adapter folded into the base's weights."""
+
+
 # What each kind of registered factory must return, and the members checked.
 PROTOCOLS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
     # kind: (protocol, methods, attributes)
@@ -124,6 +141,7 @@ PROTOCOLS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
     "blocks": (Block, ("__call__",), ()),
     "models": (LanguageModel, ("__call__", "attention_maps"), ("context_length",)),
     "trainers": (Trainer, ("run",), ("uses_corpus",)),
+    "adapters": (Adapter, ("tensor_shapes", "apply"), ()),
 }
 
 

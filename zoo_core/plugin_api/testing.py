@@ -50,7 +50,7 @@ class CheckResult:
 
 
 def assert_conforms(kind: str, made: Any) -> None:
-    """``made`` satisfies the protocol of ``kind`` ('tokenizers', 'positions', 'blocks', 'models', 'trainers')."""
+    """``made`` satisfies the protocol of ``kind`` ('tokenizers', 'positions', 'blocks', 'models', 'trainers', 'adapters')."""
     problem = conformance_problem(kind, made)
     assert problem is None, f"{kind[:-1]}: {problem}"
 

@@ -129,25 +129,10 @@ def load_verified(
     recipe or for another configuration are refused even when their shapes fit.
     """
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load
 
     started = time.perf_counter()
-    checks = []
     target = model.state_dict()
-    raw = _read_checkpoint_bytes(path, target)
-    actual = hashlib.sha256(raw).hexdigest()
-    if expected_sha256 is not None:
-        if actual != expected_sha256:
-            raise ZooError(
-                f"{path}: sha256 mismatch: registry has {expected_sha256[:16]}…, file has {actual[:16]}… (corrupted or replaced)"
-            )
-        checks.append("sha256")
-    header = read_header_from_bytes(path, raw)
-    try:
-        tensors = load(raw)
-    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
-        raise ZooError(f"{path}: not a valid safetensors file: {one_line(exc)}") from None
+    tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
     problem = shape_report(
         path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()}
     )
@@ -159,9 +144,7 @@ def load_verified(
         wanted = target[name].dtype
         if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
             raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
-        if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
-            # A diverged run's NaNs would only surface later, as a sampling crash.
-            raise ZooError(f"{path}: tensor {name} holds NaN or infinite values")
+        _check_finite(path, name, tensor)
     card_checked = card is not None and check_header_card(path, header, card)
     with torch.no_grad():
         model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
@@ -175,11 +158,84 @@ def load_verified(
     return Verification(path, actual, len(tensors), parameters, checks, time.perf_counter() - started, card_checked)
 
 
-def _read_checkpoint_bytes(path: Path, target: dict) -> bytes:
-    """The whole file, refused unread if it is larger than any checkpoint of this
-    model could be (the widest dtype, 8 bytes, for every element, and the largest
-    header): a hostile file cannot make loading allocate without bound."""
-    limit = 8 + MAX_HEADER_BYTES + 8 * sum(t.numel() for t in target.values())
+def load_verified_tensors(
+    path: Path,
+    expected_sha256: str | None,
+    expected_shapes: dict[str, tuple[int, ...]],
+    expected_parameters: int | None,
+    card: ModelCard | CardFacts | None = None,
+) -> tuple[dict[str, Any], Verification]:
+    """The tensors of a file that is not a whole network (an adapter's), checked as
+    `load_verified` checks a network's: sha256, a safetensors file, exactly
+    ``expected_shapes``' names and shapes, floating point and finite, the card in
+    the header, and their total size against ``expected_parameters``."""
+    started = time.perf_counter()
+    limit = _size_limit(expected_shapes.values())
+    tensors, actual, header, checks = _read_verified(path, expected_sha256, limit)
+    problem = shape_report(path, expected_shapes, {n: tuple(t.shape) for n, t in tensors.items()})
+    if problem:
+        raise ZooError(problem)
+    checks += ["names", "shapes"]
+    for name, tensor in tensors.items():
+        if not tensor.dtype.is_floating_point:
+            raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, not floating point")
+        _check_finite(path, name, tensor)
+    card_checked = card is not None and check_header_card(path, header, card)
+    parameters = sum(t.numel() for t in tensors.values())
+    if expected_parameters is not None:
+        if parameters != expected_parameters:
+            raise ZooError(f"{path}: the card says {expected_parameters:,} parameters, the file holds {parameters:,}")
+        checks.append("parameters")
+    elapsed = time.perf_counter() - started
+    return tensors, Verification(path, actual, len(tensors), parameters, checks, elapsed, card_checked)
+
+
+def _read_verified(path: Path, expected_sha256: str | None, limit: int) -> tuple[dict[str, Any], str, dict, list[str]]:
+    """The file's tensors, its sha256 (checked against ``expected_sha256`` when
+    given), its header, and the checks done so far."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    checks = []
+    raw = _read_checkpoint_bytes(path, limit)
+    actual = hashlib.sha256(raw).hexdigest()
+    if expected_sha256 is not None:
+        if actual != expected_sha256:
+            raise ZooError(
+                f"{path}: sha256 mismatch: registry has {expected_sha256[:16]}…, file has {actual[:16]}… (corrupted or replaced)"
+            )
+        checks.append("sha256")
+    header = read_header_from_bytes(path, raw)
+    try:
+        tensors = load(raw)
+    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
+        raise ZooError(f"{path}: not a valid safetensors file: {one_line(exc)}") from None
+    return tensors, actual, header, checks
+
+
+def _check_finite(path: Path, name: str, tensor) -> None:
+    import torch
+
+    if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
+        # A diverged run's NaNs would only surface later, as a sampling crash.
+        raise ZooError(f"{path}: tensor {name} holds NaN or infinite values")
+
+
+def _size_limit(shapes) -> int:
+    """The most bytes a checkpoint of these tensors (sizes or tensors) can take: the
+    widest dtype, 8 bytes, for every element, and the largest header."""
+    elements = 0
+    for shape in shapes:
+        count = 1
+        for size in shape if isinstance(shape, tuple) else shape.shape:
+            count *= size
+        elements += count
+    return 8 + MAX_HEADER_BYTES + 8 * elements
+
+
+def _read_checkpoint_bytes(path: Path, limit: int) -> bytes:
+    """The whole file, refused unread if it is larger than ``limit`` (`_size_limit`
+    of what it must hold): a hostile file cannot make loading allocate without bound."""
     try:
         return read_limited(path, limit, "checkpoint")
     except FileNotFoundError:

@@ -34,7 +34,7 @@ import torch
 from ..catalogue.cards import Recipe
 from ..corpus.batches import BatchSampler, Corpus, fixed_windows, mean_loss
 from ..devices import Placement
-from ..errors import ZooError
+from ..errors import ZooError, printable
 from .job import TrainingJob
 from .step import training_step
 
@@ -80,7 +80,8 @@ class TrainingState:
 
 
 def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
-    """The recipe's optimizer over every parameter.
+    """The recipe's optimizer over every trainable parameter (``requires_grad``:
+    a frozen one, such as a base's weight under an adapter, gets no optimizer state).
 
     AdamW is torch's fused implementation where the parameters allow it (CPU and
     CUDA, floating point): one kernel over all tensors instead of a loop of small
@@ -90,9 +91,9 @@ def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimi
     not against checkpoints trained before (their cards' metrics stand: they
     are measured on the saved weights).
     """
+    parameters = trainable_parameters(model)
     if recipe.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    parameters = list(model.parameters())
+        return torch.optim.SGD(parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
     return torch.optim.AdamW(
         parameters,
         lr=recipe.learning_rate,
@@ -100,6 +101,11 @@ def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimi
         weight_decay=recipe.weight_decay,
         fused=True if _fusable(parameters) else None,  # None: torch's own default
     )
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters an optimizer updates, in the model's order (all of them unless some are frozen)."""
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def _fusable(parameters: Sequence[torch.Tensor]) -> bool:
@@ -156,12 +162,28 @@ class StandardTrainer:
     """AdamW or SGD on seeded random windows, evaluated every ``eval_every`` steps.
 
     Subclasses may override ``make_optimizer`` alone: seeding, schedules,
-    evaluation and the resumable state (any optimizer's ``state_dict``) stay."""
+    evaluation and the resumable state (any optimizer's ``state_dict``) stay.
+    A subclass with settings of its own (``recipe.options``) overrides
+    ``check_options``; this one takes none."""
 
     uses_corpus = True
 
     def make_optimizer(self, model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
         return make_optimizer(model, recipe)
+
+    def prepare_network(self, network: torch.nn.Module, job: TrainingJob) -> torch.nn.Module:
+        """What `zoo train` calls once the network is built (and loaded, for a fine-tune),
+        before anything is written: the options are checked here, not after the lock is taken."""
+        if job.recipe is not None:
+            self.check_options(job.recipe)
+        return network
+
+    def check_options(self, recipe: Recipe) -> None:
+        """Refuse ``recipe.options`` this trainer does not read: recorded in a card, they would claim settings that never applied."""
+        if recipe.options:
+            raise ZooError(
+                f"recipe.options: the '{recipe.kind}' trainer takes no options (given: {', '.join(map(printable, recipe.options))})"
+            )
 
     def run(self, network: torch.nn.Module, job: TrainingJob) -> TrainingResult:
         """Train ``network`` in place on ``job.recipe`` (from ``job.resume_from``'s
@@ -174,6 +196,7 @@ class StandardTrainer:
         says on which device, in which dtype and as which share of a
         data-parallel run this process trains (default: the CPU, float32, alone)."""
         recipe, corpus, context_length = _corpus_inputs(job)
+        self.check_options(recipe)
         progress, run_log = job.progress, job.run_log
         placement = job.placement or Placement()
         steps = recipe.steps

@@ -141,6 +141,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         load_verified(
             variant.checkpoint_path, variant.facts.checkpoint.sha256, network, variant.facts.parameters, card=variant.facts
         )
+    network = _prepared_network(trainer, network, replace(job, card=card, recipe=recipe))
 
     # One run per destination, for the whole run; in a data-parallel run the
     # writer (rank 0) holds it for all its processes.
@@ -201,6 +202,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         finally:
             progress.close()
         new_card = _trained_card(card, recipe, result, network, placement)
+        tensors, new_card = _saved_weights(trainer, network, new_card)
         if not writer:
             return new_card, registry_file
         if variant.tokenizer_path is not None:
@@ -226,7 +228,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             new_card = new_card.model_copy(update={"allow_external_paths": True})
 
         with exclusive_lock(registry_file):
-            sha = save_checkpoint(checkpoint_path, network.state_dict(), new_card.header_json())
+            sha = save_checkpoint(checkpoint_path, tensors, new_card.header_json())
             new_card = new_card.model_copy(
                 update={"checkpoint": new_card.checkpoint.model_copy(update={"sha256": sha})}
             )
@@ -243,8 +245,17 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
 
 
 def recipe_overrides(job: TrainingJob) -> dict[str, Any]:
-    """The recipe fields this run sets: ``--set KEY=VALUE``, then ``--steps`` and ``--seed``."""
-    overrides = dict(job.recipe_overrides or {})
+    """The recipe fields this run sets: ``--set KEY=VALUE``, then ``--steps`` and ``--seed``.
+    A dotted key sets one entry of a table field: ``options.rank`` is ``{"options": {"rank": ...}}``."""
+    overrides: dict[str, Any] = {}
+    for key, value in (job.recipe_overrides or {}).items():
+        field, dotted, entry = key.partition(".")
+        if not dotted:
+            overrides[key] = value
+        elif isinstance(overrides.setdefault(field, {}), dict):
+            overrides[field][entry] = value
+        else:
+            raise ZooError(f"--set {key}: {field} is set as a whole too; set it once or entry by entry")
     overrides.update({key: value for key, value in (("steps", job.steps), ("seed", job.seed)) if value is not None})
     for key in ("data", "data_sha256", "base", "base_sha256", "skip_unknown"):
         if key in overrides:  # what the run records about itself, from the text and weights it was given
@@ -258,8 +269,13 @@ def override_recipe(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
 
     from ..catalogue.registry import describe_validation_error
 
+    fields = recipe.model_dump()
+    for key, value in overrides.items():
+        # A table field (options) takes the entries given on top of the card's own.
+        table = fields.get(key)
+        fields[key] = {**table, **value} if isinstance(table, dict) and isinstance(value, dict) else value
     try:
-        return type(recipe).model_validate({**recipe.model_dump(), **overrides})
+        return type(recipe).model_validate(fields)
     except ValidationError as exc:
         raise ZooError(f"recipe override: {describe_validation_error(exc)}") from None
 
@@ -268,6 +284,12 @@ def verified_base(variant: Variant) -> str:
     """The checkpoint sha256 of the variant a fine-tune starts from; refused
     when it has no published weights to start from."""
     sha = variant.facts.checkpoint.sha256
+    adapter = variant.facts.adapter
+    if adapter is not None:
+        raise ZooError(
+            f"--from {variant.name}: is an adapter on '{adapter.base}', not weights of its own; "
+            f"fine-tune '{adapter.base}' instead"
+        )
     if sha is None:
         raise ZooError(
             f"--from {variant.name}: the variant has no published weights yet (its card records no sha256); "
@@ -323,8 +345,27 @@ def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> tuple[Pat
     return target, wanted
 
 
+def _prepared_network(trainer, network, job: TrainingJob):
+    """The network the trainer trains: one with ``prepare_network(network, job)``
+    may change the network built (and loaded) here, e.g. add adapters and freeze
+    the rest, before a saved state is read into it; ``job`` carries the card and
+    the recipe with this run's overrides."""
+    prepare = getattr(trainer, "prepare_network", None)
+    return network if prepare is None else prepare(network, job)
+
+
+def _saved_weights(trainer, network, card: ModelCard) -> tuple[dict[str, Any], ModelCard]:
+    """The tensors the run writes and the card that describes them: the whole
+    state dict, unless the trainer's ``saved_weights(network, card)`` says
+    otherwise (an adapter trainer keeps only the adapter, and says so in the card)."""
+    saved = getattr(trainer, "saved_weights", None)
+    return (network.state_dict(), card) if saved is None else saved(network, card)
+
+
 def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelCard:
     parameters = sum(p.numel() for p in network.parameters())
+    # Whole weights unless the trainer's saved_weights says they are an adapter.
+    card = card.model_copy(update={"adapter": None})
     if result.metrics is not None:  # the trainer measured what matters for its kind of network
         return card.model_copy(
             update={"recipe": recipe, "metrics": Metrics(**result.metrics), "parameters": parameters}

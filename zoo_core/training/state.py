@@ -26,14 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from ..catalogue.cards import ModelCard, Recipe, first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import one_line, read_header, shape_report
-from .loop import BestSoFar, TrainingState
+from .loop import BestSoFar, TrainingState, trainable_parameters
 
 STATE_KEY = "zoo.training_state"
 FORMAT = 1
@@ -109,7 +109,7 @@ def read_training_state(path: Path, identity: dict[str, Any], network: torch.nn.
     problem = shape_report(path, _shapes(network.state_dict()), _shapes(state.model))
     if problem:
         raise ZooError(problem)
-    _check_optimizer_shapes(path, state.optimizer, list(network.parameters()))
+    _check_optimizer_shapes(path, state.optimizer, trainable_parameters(network))
     if state.step >= identity["recipe"]["steps"]:
         raise ZooError(
             f"{path}: the state is at step {state.step}, the run has only {identity['recipe']['steps']} steps"
@@ -140,7 +140,7 @@ def _check_same_run(path: Path, stored: dict[str, Any], current: dict[str, Any])
         )
 
 
-def _check_optimizer_shapes(path: Path, optimizer: dict, parameters: list[torch.Tensor]) -> None:
+def _check_optimizer_shapes(path: Path, optimizer: dict, parameters: Sequence[torch.Tensor]) -> None:
     """Moments shaped unlike their parameter would fail mid-run; refuse them now."""
     for index, entry in optimizer["state"].items():
         if not 0 <= index < len(parameters):

@@ -1,0 +1,93 @@
+"""Loading an adapter variant: its base's verified weights, then its own verified adapter.
+
+An adapter variant's card has an ``adapter`` section (`zoo_core.catalogue.cards.AdapterSpec`):
+the registered adapter that applies the file (``kind``), the base variant by
+name, and the base's checkpoint sha256 it was trained on. Loading looks the base
+up in the catalogue, refuses a base that is missing, is itself an adapter,
+builds another network or has other weights than those recorded, loads and
+verifies the base's weights exactly as loading the base would, then checks the
+adapter's own file (sha256, tensor names and shapes the registered adapter
+expects for that network, the card in its header) and hands the tensors to the
+adapter, which changes the network in place: on the fly, or merged into the
+base's weights. Nothing in either file is executed: both hold only tensors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..catalogue.card_facts import first_difference
+from ..errors import ZooError, printable
+from .checkpoints import Verification, load_verified, load_verified_tensors
+
+if TYPE_CHECKING:
+    from ..catalogue.registry import Variant
+    from ..plugin_api.manager import PluginSet
+
+
+def load_adapted(variant: Variant, plugins: PluginSet, merge: bool = False) -> tuple[Any, Verification]:
+    """The base's network with ``variant``'s adapter applied (``merge``: folded into
+    the weights), and what was verified: the adapter file's checks, then the base's."""
+    from ..api import build_network, catalogue
+    from .initialisation import random_init_skipped
+
+    facts = variant.facts
+    spec = facts.adapter
+    base = adapter_base(variant, catalogue(plugins))
+    try:
+        adapter = plugins.components["adapters"].create(spec.kind, spec.config)
+    except ZooError as exc:
+        raise ZooError(f"variant '{facts.name}': {exc}") from None
+    with random_init_skipped():  # the verified load below replaces every weight
+        network = build_network(base, plugins)
+    base_facts = base.facts
+    verified_base = load_verified(
+        base.checkpoint_path, base_facts.checkpoint.sha256, network, base_facts.parameters, card=base_facts
+    )
+    tensors, verification = load_verified_tensors(
+        variant.checkpoint_path, facts.checkpoint.sha256, adapter.tensor_shapes(network), facts.parameters, card=facts
+    )
+    adapter.apply(network, tensors, merge=merge)
+    base_checks = verified_base.checks + (["card"] if verified_base.card_checked else [])
+    verification.checks.append(f"base '{base.name}' ({', '.join(base_checks)})")
+    verification.seconds += verified_base.seconds
+    return network, verification
+
+
+def adapter_base(variant: Variant, found) -> Variant:
+    """The base ``variant``'s adapter applies to, from the catalogue ``found``:
+    refused in one line unless it is there, has weights of its own, builds the
+    same network and is the checkpoint the adapter was trained on."""
+    facts = variant.facts
+    spec = facts.adapter
+    name, base_name = printable(facts.name), printable(spec.base)
+    base = found.find(spec.base)
+    if base is None:
+        raise ZooError(f"adapter '{name}' needs base '{base_name}', which is not in the catalogue")
+    if base.facts.adapter is not None:
+        raise ZooError(f"adapter '{name}': its base '{base_name}' is an adapter itself, not weights of its own")
+    difference = first_difference(_network_of(facts), _network_of(base.facts))
+    if difference:
+        field, here, there = difference
+        raise ZooError(
+            f"adapter '{name}' was made for another network than base '{base_name}' builds "
+            f"({printable(field)}: {here!r} here, {there!r} in the base's card)"
+        )
+    recorded = base.facts.checkpoint.sha256
+    if recorded != spec.base_sha256:
+        shown = f"{recorded[:16]}…" if recorded else "(none: not trained)"
+        raise ZooError(
+            f"adapter '{name}': base '{base_name}' checkpoint sha256 {shown} is not the "
+            f"{spec.base_sha256[:16]}… the adapter was trained on"
+        )
+    return base
+
+
+def _network_of(facts) -> dict[str, Any]:
+    """What decides the network and the meaning of its token ids."""
+    return {
+        "architecture": facts.architecture,
+        "config": facts.config,
+        "context_length": facts.context_length,
+        "tokenizer": {"kind": facts.tokenizer.kind, "vocab_size": facts.tokenizer.vocab_size},
+    }
