@@ -232,7 +232,7 @@ def _open_sink(target, folder, stem, run, description, resumed_at, previous) -> 
     if target.kind == "tensorboard":
         root = Path(target.where).expanduser() if target.where else folder / "tensorboard"
         return _TensorBoard(root.resolve() / run, resumed_at)
-    previous_run = previous.get("mlflow_run_id") if previous else None
+    previous_run = (previous.get("logs") or {}).get("mlflow_run_id") if previous else None
     return _MLflow(target.where, folder, run, description, previous_run if isinstance(previous_run, str) else None)
 
 
