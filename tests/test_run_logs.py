@@ -3,8 +3,10 @@ and MLflow, each read back by the tool's own reader."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from zoo_core.cli import build_parser
 from zoo_core.cli.training import _worker_arguments, training_job
@@ -45,6 +48,24 @@ def small_text(tmp_path_factory) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """On a small shared machine, torch's threads wait on each other more than they
+    compute for models this small: one thread trains them fastest."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread():
+    with _one_thread():
+        yield
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One short run logged everywhere, at the default places beside it."""
@@ -52,7 +73,8 @@ def trained(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("run")
     args = ["train", GPT, "--steps", str(STEPS), "--set", "eval_windows=16", "--out", str(out), "--quiet"]
-    assert cli.main([*args, "--log-to", "tensorboard", "--log-to", "mlflow", "--log-to", "csv"]) == 0
+    with _one_thread():
+        assert cli.main([*args, "--log-to", "tensorboard", "--log-to", "mlflow", "--log-to", "csv"]) == 0
     return out
 
 
@@ -163,7 +185,7 @@ def test_a_second_process_sees_the_jsonl_log_grow_during_the_run(tmp_path, small
     assert lines[-1]["kind"] == "end" and lines[-1]["status"] == "interrupted" and lines[-1]["step"] == steps[-1]
 
 
-def test_a_resumed_run_appends_to_its_logs(zoo, tmp_path, small_text):
+def test_a_resumed_run_appends_to_its_logs(zoo, tmp_path, small_text, one_thread):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out, steps = tmp_path / "out", 60
@@ -208,7 +230,7 @@ def test_a_resumed_run_appends_to_its_logs(zoo, tmp_path, small_text):
     assert [point.step for point in events.Scalars("train/loss")] == list(range(1, steps + 1))
 
 
-def test_an_experiment_logs_each_arm_and_seed_tagged_with_study_and_seed(zoo, tmp_path, trained):
+def test_an_experiment_logs_each_arm_and_seed_tagged_with_study_and_seed(zoo, tmp_path, trained, one_thread):
     from mlflow.tracking import MlflowClient
 
     store = trained / "mlflow"  # a store made already: a new one builds its tables, which takes a while
@@ -235,6 +257,24 @@ def test_an_experiment_logs_each_arm_and_seed_tagged_with_study_and_seed(zoo, tm
     for (arm, seed), header in headers.items():
         history = client.get_metric_history(header["logs"]["mlflow_run_id"], "eval/validation")
         assert [point.step for point in history] == [1, 2, 4]
+
+
+def test_step_values_are_read_in_batches_and_written_as_strict_json(tmp_path, monkeypatch):
+    from zoo_core.training import run_log
+
+    monkeypatch.setattr(run_log, "FLUSH_SECONDS", math.inf)  # only the step count and evaluations flush
+    path = tmp_path / "run.log.jsonl"
+    with run_log.open_run_log([], tmp_path, "run", run_log.RunDescription("run", "study", tags={"seed": 1})) as log:
+        for step in range(1, 4):
+            log.log_step(step, {"loss": torch.tensor(float(step)), "learning_rate": 0.1, "grad_norm": torch.tensor(math.inf)})
+        assert [line["kind"] for line in _lines(path)] == ["run"]  # the tensors are not read yet
+        log.log_evaluation(3, {"train": 1.5, "validation": math.nan, "windows": 4})
+    lines = _lines(path)
+    assert [line["kind"] for line in lines] == ["run", "step", "step", "step", "evaluation", "end"]
+    assert [line["loss"] for line in lines[1:4]] == [1.0, 2.0, 3.0]
+    assert all(line["grad_norm"] is None for line in lines[1:4]) and lines[4]["validation"] is None
+    assert lines[-1] | {"time": 0} == {"step": 3, "kind": "end", "status": "finished", "time": 0}
+    assert path.read_text().count("NaN") == path.read_text().count("Infinity") == 0
 
 
 def test_an_unknown_kind_of_log_is_one_line(zoo, tmp_path):

@@ -278,8 +278,8 @@ def log_to_option(parser, default: str) -> None:
         "--log-to",
         action="append",
         metavar="KIND[=WHERE]",
-        help=f"also log the run as it goes to tensorboard, mlflow or csv (repeatable; beside the run, or "
-        f"KIND=FOLDER, mlflow=TRACKING_URI); the jsonl log is always written ({default})",
+        help=f"also log the run as it goes to tensorboard, mlflow or csv, beside the run or in KIND=FOLDER "
+        f"(mlflow=TRACKING_URI too); repeatable (default: only the jsonl log, always written: {default})",
     )
 
 

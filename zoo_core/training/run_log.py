@@ -23,7 +23,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import queue
+import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -162,7 +165,7 @@ def open_run_log(
     targets = parse_log_targets(log_to)
     jsonl_paths = [_file(target, folder, stem, "jsonl") for target in targets if target.kind == "jsonl"]
     previous = read_run_header(jsonl_paths[0]) if resumed_at is not None else None
-    run = previous["run"] if previous and isinstance(previous.get("run"), str) else _run_name(description.name)
+    run = previous["run"] if previous and _is_run_name(previous.get("run")) else _run_name(description.name)
     header: dict[str, Any] = {
         "kind": "run",
         "run": run,
@@ -199,6 +202,11 @@ def _run_name(base: str) -> str:
     return f"{base}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+def _is_run_name(name: Any) -> bool:
+    # Read back from a file: it names a folder, so it must not lead out of TensorBoard's.
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) is not None
+
+
 def _file(target: LogTarget, folder: Path, stem: str, suffix: str) -> Path:
     return (Path(target.where).expanduser() if target.where else folder).resolve() / f"{stem}.log.{suffix}"
 
@@ -232,7 +240,8 @@ def _open_sink(target, folder, stem, run, description, resumed_at, previous) -> 
     if target.kind == "tensorboard":
         root = Path(target.where).expanduser() if target.where else folder / "tensorboard"
         return _TensorBoard(root.resolve() / run, resumed_at)
-    previous_run = (previous.get("logs") or {}).get("mlflow_run_id") if previous else None
+    logs = previous.get("logs") if previous else None
+    previous_run = logs.get("mlflow_run_id") if isinstance(logs, dict) else None
     return _MLflow(target.where, folder, run, description, previous_run if isinstance(previous_run, str) else None)
 
 
@@ -240,7 +249,11 @@ class RunLog:
     """A run's logs: each step's and evaluation's metrics, then how it ended.
 
     A context manager: leaving it closes every log, and a run that ends in an
-    exception says so in them (``interrupted`` after Ctrl-C, else ``failed``)."""
+    exception says so in them (``interrupted`` after Ctrl-C, else ``failed``).
+    The values are read on the caller's thread (the one wait for the device);
+    the logs are written on a thread of their own, in order, so a slow one
+    (MLflow's database, TensorBoard's records) does not hold up training. A log
+    that fails raises its error at the next flush, or when the logs close."""
 
     def __init__(self, sinks: Sequence[_Sink]):
         self.sinks = list(sinks)
@@ -248,6 +261,7 @@ class RunLog:
         self._flushed = time.monotonic()
         self._last_step: int | None = None
         self._ended = self._closed = False
+        self._writer = _Writer(self.sinks)
 
     @property
     def details(self) -> dict[str, Any]:
@@ -268,14 +282,12 @@ class RunLog:
         self.flush()
 
     def flush(self) -> None:
-        """Read the buffered values (one wait for the device) and write them to every log."""
+        """Read the buffered values (one wait for the device) and hand them to every log."""
         self._flushed = time.monotonic()
-        if not self._buffer:
-            return
-        records = _records(self._buffer)
-        self._buffer.clear()
-        for sink in self.sinks:
-            sink.write(records)
+        if self._buffer:
+            records = _records(self._buffer)
+            self._buffer.clear()
+            self._writer.submit("write", records)
 
     def log_end(
         self,
@@ -293,8 +305,7 @@ class RunLog:
         if checkpoint is not None:
             record.update(checkpoint=str(checkpoint), sha256=sha256)
         record["time"] = time.time()
-        for sink in self.sinks:
-            sink.end(record, metrics, [path for path in files if path.is_file()], documents or {})
+        self._writer.submit("end", record, dict(metrics), [path for path in files if path.is_file()], documents or {})
         self._ended = True
 
     def close(self, status: str = "finished") -> None:
@@ -306,11 +317,11 @@ class RunLog:
         with contextlib.ExitStack() as closing:  # every log is closed, whichever fails
             for sink in self.sinks:
                 closing.callback(sink.close, status)
+            closing.callback(self._writer.finish)  # first: what is queued is written before the logs close
             self.flush()
             if not self._ended:
                 record = {"step": self._last_step, "kind": "end", "status": status, "time": time.time()}
-                for sink in self.sinks:
-                    sink.end(record, {}, (), {})
+                self._writer.submit("end", record, {}, [], {})
 
     def __enter__(self) -> RunLog:
         return self
@@ -324,6 +335,45 @@ class RunLog:
                 raise
             # The run's own exception is the news; a log that failed too must not replace it.
             print(f"zoo: warning: the run's logs could not be closed: {problem}", file=sys.stderr)
+
+
+class _Writer:
+    """Calls the logs' methods on a thread of its own, in the order they were submitted."""
+
+    def __init__(self, sinks: Sequence[_Sink]):
+        self.sinks = sinks
+        self.queue: queue.SimpleQueue[tuple[str, tuple] | None] = queue.SimpleQueue()
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._run, name="zoo-run-log", daemon=True)
+        self.thread.start()
+
+    def submit(self, method: str, *arguments: Any) -> None:
+        self._raise()
+        self.queue.put((method, arguments))
+
+    def finish(self) -> None:
+        """Wait until everything submitted is written; raise what failed."""
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def _run(self) -> None:
+        failed = False
+        while (item := self.queue.get()) is not None:
+            method, arguments = item
+            if failed:
+                continue  # a log that failed once: nothing more goes out, the error is raised once
+            try:
+                for sink in self.sinks:
+                    getattr(sink, method)(*arguments)
+            except Exception as exc:
+                self.error, failed = exc, True
 
 
 def _records(buffer: list[tuple[str, int, Mapping[str, Any], float]]) -> list[dict[str, Any]]:
@@ -471,8 +521,6 @@ def _mlflow_store(where: str | None, folder: Path) -> tuple[str, Path | None]:
     refuses a plain-folder store unless told to allow it (it is in maintenance
     mode), and its UI reads the database as it is. Anything like ``SCHEME:...``
     is a tracking URI, used as given."""
-    import re
-
     if where and re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", where):
         if where.startswith("sqlite:///") and where != "sqlite:///:memory:":
             return where, Path(where.removeprefix("sqlite:///")).expanduser().resolve().parent / "artifacts"
