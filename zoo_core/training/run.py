@@ -53,6 +53,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     ``job.device`` and ``job.dtype`` say where and in what precision to train
     (default: "auto", float32); a data-parallel worker's job carries its
     ``placement`` instead, and only its rank 0 writes anything.
+
+    The run's metrics go to its logs as it goes (`open_run_log`): NAME.log.jsonl
+    beside the checkpoint, and those ``job.log_to`` names; a resumed run appends.
     """
     name = _variant_name(job, "train_variant")
     placement = job.placement
