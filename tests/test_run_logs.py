@@ -29,6 +29,19 @@ ZOO = Path(sys.executable).parent / "zoo"
 STEPS = 6
 
 
+def _installed(*modules: str) -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(module) is not None for module in modules)
+
+
+# Installed by the Makefile's test environment (the tensorboard and mlflow extras).
+needs_libraries = pytest.mark.skipif(
+    not _installed("tensorboard", "mlflow", "sqlalchemy", "alembic"),
+    reason="needs the tensorboard and mlflow extras: pip install 'zoo-lm[tensorboard,mlflow]'",
+)
+
+
 def _lines(path: Path) -> list[dict]:
     """The complete lines of a jsonl log, each parsed: what a reader sees at any moment."""
     data = path.read_bytes() if path.exists() else b""
@@ -78,6 +91,7 @@ def trained(tmp_path_factory):
     return out
 
 
+@needs_libraries
 def test_the_jsonl_log_describes_the_run_its_steps_and_how_it_ended(trained):
     lines = _lines(trained / f"{GPT}.log.jsonl")
     first, last = lines[0], lines[-1]
@@ -99,6 +113,7 @@ def test_the_jsonl_log_describes_the_run_its_steps_and_how_it_ended(trained):
     assert times == sorted(times)
 
 
+@needs_libraries
 def test_tensorboard_reads_back_the_loss_curve(trained):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -117,6 +132,7 @@ def test_tensorboard_reads_back_the_loss_curve(trained):
     assert any(tag.startswith("recipe") for tag in events.Tags()["tensors"])  # the recipe, as text
 
 
+@needs_libraries
 def test_mlflow_reads_back_the_loss_curve_tags_params_and_artifacts(trained):
     from mlflow.tracking import MlflowClient
 
@@ -141,6 +157,7 @@ def test_mlflow_reads_back_the_loss_curve_tags_params_and_artifacts(trained):
     assert card["name"] == GPT and card["recipe"]["steps"] == STEPS
 
 
+@needs_libraries
 def test_the_csv_log_has_a_row_per_step_and_evaluation(trained):
     with (trained / f"{GPT}.log.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
@@ -185,6 +202,7 @@ def test_a_second_process_sees_the_jsonl_log_grow_during_the_run(tmp_path, small
     assert lines[-1]["kind"] == "end" and lines[-1]["status"] == "interrupted" and lines[-1]["step"] == steps[-1]
 
 
+@needs_libraries
 def test_a_resumed_run_appends_to_its_logs(zoo, tmp_path, small_text, one_thread):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -230,6 +248,7 @@ def test_a_resumed_run_appends_to_its_logs(zoo, tmp_path, small_text, one_thread
     assert [point.step for point in events.Scalars("train/loss")] == list(range(1, steps + 1))
 
 
+@needs_libraries
 def test_an_experiment_logs_each_arm_and_seed_tagged_with_study_and_seed(zoo, tmp_path, trained, one_thread):
     from mlflow.tracking import MlflowClient
 
