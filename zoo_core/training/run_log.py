@@ -543,7 +543,9 @@ class _MLflow:
             if self.run_id is None:
                 tags = {key: str(value) for key, value in description.tags.items()}
                 self.run_id = client.create_run(experiment_id, run_name=run, tags=tags).info.run_id
-                params = [Param(key, str(value)) for key, value in description.recipe.items() if value is not None]
+                params = [
+                    Param(key, str(value)) for key, value in _flat(description.recipe).items() if value is not None
+                ]
                 for start in range(0, len(params), 100):  # MLflow takes at most 100 params per call
                     client.log_batch(self.run_id, params=params[start : start + 100])
         except MlflowException as exc:
@@ -619,6 +621,17 @@ class _MLflow:
 
     def close(self, status: str) -> None:
         self.client.set_terminated(self.run_id, _MLFLOW_STATUS[status])
+
+
+def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A table inside the recipe (a trainer's options) as one param per entry: ``options.rank``."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _uri(folder: Path | None) -> str | None:
