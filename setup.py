@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parent
 SHIPPED = ["registry.toml", "checkpoints", "data"]
 # Generated beside the catalogue but never shipped: training histories are
 # documentation of a run, locks and resumable states belong to a run in progress.
-NOT_SHIPPED = shutil.ignore_patterns("*.lock", "*.state.safetensors", ".*.tmp", "__pycache__")
+# A run's logs (zoo train writes NAME.log.jsonl, and with --log-to a csv file and
+# TensorBoard's and MLflow's folders beside the checkpoint) are the watcher's, not the package's.
+NOT_SHIPPED = shutil.ignore_patterns(
+    "*.lock", "*.state.safetensors", ".*.tmp", "__pycache__", "*.log.jsonl", "*.log.csv", "tensorboard", "mlflow"
+)
 
 
 def discovered_packages() -> list[str]:

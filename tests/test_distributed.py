@@ -84,9 +84,9 @@ def test_two_processes_end_with_the_one_process_weights(zoo, tmp_path, small_tex
     assert two_card.trained_with.device == one_card.trained_with.device == "cpu"
     assert two_card.trained_with.dtype == "float32"
     assert two_card.metrics.validation_loss == pytest.approx(one_card.metrics.validation_loss, abs=1e-3)
-    # Only rank 0 wrote, and it left nothing behind but the result.
+    # Only rank 0 wrote, and it left nothing behind but the result (and its one run log).
     assert sorted(p.name for p in two.iterdir() if not p.name.endswith(".lock")) == sorted(
-        [f"{NAME}.safetensors", f"{NAME}.history.json", "registry.toml", "bpe-1024.tiktoken"])
+        [f"{NAME}.safetensors", f"{NAME}.history.json", f"{NAME}.log.jsonl", "registry.toml", "bpe-1024.tiktoken"])
 
 
 def test_a_data_parallel_run_publishes_under_its_new_name(zoo, tmp_path, small_text, private_home):

@@ -37,6 +37,7 @@ _JOB_OPTIONS = {
     "dtype": "--dtype",
     "skip_unknown": "--skip-unknown",
     "grad_accum": "--grad-accum",
+    "log_to": "--log-to",
 }
 
 # Options that set one recipe field for this run: the option's dest and the field.
@@ -65,6 +66,7 @@ def training_job(args, resume_command: str | None = None):
     from ..training.job import TrainingJob
 
     options = {field: getattr(args, field) for field in _JOB_OPTIONS}
+    options["log_to"] = tuple(args.log_to or ())
     overrides = dict(parse_setting(text) for text in args.set or ())
     overrides.update(
         {field: getattr(args, dest) for dest, field in _RECIPE_SHORTCUTS.items() if getattr(args, dest) is not None}
@@ -101,6 +103,9 @@ def _worker_arguments(job, args) -> list[str]:
             worker.append(option)
         elif option == "--grad-accum" and value == 1:
             continue
+        elif isinstance(value, tuple):  # a repeatable option
+            for entry in value:
+                worker += [option, entry]
         elif value is not None and value is not False:
             worker += [option, str(value)]
     return worker
@@ -191,6 +196,7 @@ def train_arguments(commands) -> None:
         "--name", dest="new_name", metavar="NEW", help="name of the trained variant (default: the variant's own name)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    log_to_option(p, "NAME.log.jsonl beside the checkpoint")
     p.add_argument(
         "--log-every",
         type=int,
@@ -267,6 +273,16 @@ def cmd_train(args) -> int:
     return 0
 
 
+def log_to_option(parser, default: str) -> None:
+    parser.add_argument(
+        "--log-to",
+        action="append",
+        metavar="KIND[=WHERE]",
+        help=f"also log the run as it goes to tensorboard, mlflow or csv, beside the run or in KIND=FOLDER "
+        f"(mlflow=TRACKING_URI too); repeatable (default: only the jsonl log, always written: {default})",
+    )
+
+
 def experiment_arguments(commands) -> None:
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
     p.add_argument(
@@ -293,6 +309,7 @@ def experiment_arguments(commands) -> None:
     )
     p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    log_to_option(p, "logs/ARM-seedN.log.jsonl in the output folder")
     device_options(p, "train", training=True)
     p.add_argument(
         "--jobs",
@@ -321,7 +338,14 @@ def cmd_experiment(args) -> int:
         study.eval_every = curve_eval_every(study.steps, study.eval_every)
     out = args.out or Path("runs") / "experiments" / study.name
     report = run_study(
-        study, out, data=args.data, show_progress=not args.quiet, device=args.device, dtype=args.dtype, jobs=args.jobs
+        study,
+        out,
+        data=args.data,
+        show_progress=not args.quiet,
+        device=args.device,
+        dtype=args.dtype,
+        jobs=args.jobs,
+        log_to=tuple(args.log_to or ()),
     )
     print(f"{study.name}: {len(report['runs'])} runs -> {out / 'results.json'}, {out / 'loss.png'}")
     for arm in dict.fromkeys(run["arm"] for run in report["runs"]):

@@ -17,6 +17,9 @@ _PUBLIC_NAMES = {
     "interrupts_at_step_end": "loop",
     "compiled": "loop",
     "seeded_network": "loop",
+    "RunLog": "run_log",
+    "RunDescription": "run_log",
+    "open_run_log": "run_log",
 }
 
 

@@ -79,6 +79,10 @@ class TrainingJob:
             raise ZooError(f"--grad-accum must be at least 1, not {self.grad_accum}")
         if self.interim_eval_windows is not None and self.interim_eval_windows < 1:
             raise ZooError(f"--interim-eval-windows must be at least 1, not {self.interim_eval_windows}")
+        if self.log_to:  # an unknown kind or a missing library, before anything is trained
+            from .run_log import parse_log_targets
+
+            parse_log_targets(self.log_to)
 
     @property
     def checkpoint_interval(self) -> int:

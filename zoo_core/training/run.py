@@ -29,6 +29,7 @@ from ..storage.files import atomic_copy, atomic_write_text, exclusive_lock, make
 from .job import TrainingJob
 from .loop import TrainingInterrupted, check_batch_splits, seeded_network
 from .progress import TrainingProgress
+from .run_log import RunDescription, open_run_log
 from .state import read_training_state, run_identity, training_state_path, write_training_state
 
 
@@ -52,6 +53,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     ``job.device`` and ``job.dtype`` say where and in what precision to train
     (default: "auto", float32); a data-parallel worker's job carries its
     ``placement`` instead, and only its rank 0 writes anything.
+
+    The run's metrics go to its logs as it goes (`open_run_log`): NAME.log.jsonl
+    beside the checkpoint, and those ``job.log_to`` names; a resumed run appends.
     """
     name = _variant_name(job, "train_variant")
     placement = job.placement
@@ -145,7 +149,10 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
 
     # One run per destination, for the whole run; in a data-parallel run the
     # writer (rank 0) holds it for all its processes.
-    with exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext():
+    with (
+        exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext(),
+        contextlib.ExitStack() as logs,
+    ):
         for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
             remove_stale_temporaries(path)
         state = None
@@ -160,6 +167,17 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 f"{name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
                 f"--resume continues it instead",
                 file=sys.stderr,
+            )
+        run_log = None
+        if writer:  # closed when the run ends, however it ends (the logs say how)
+            run_log = logs.enter_context(
+                open_run_log(
+                    job.log_to,
+                    checkpoint_path.parent,
+                    checkpoint_path.stem,
+                    _run_description(target_name, recipe),
+                    resumed_at=state.step if state else None,
+                )
             )
         progress = TrainingProgress(
             name,
@@ -179,6 +197,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             resume_from=state,
             on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if writer else None,
             placement=placement,
+            run_log=run_log,
         )
         try:
             result = trainer.run(network, prepared)
@@ -241,7 +260,26 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 + "\n",
             )
         state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
+        assert run_log is not None, "the writer opened the run's logs"
+        run_log.log_end(
+            new_card.metrics.model_dump(exclude_none=True),
+            checkpoint=checkpoint_path,
+            sha256=sha,
+            files=[checkpoint_path, history_path, *([] if job.publish else [registry_file])],
+            documents={"card.json": json.dumps(new_card.model_dump(mode="json", exclude_none=True), indent=1) + "\n"},
+        )
     return new_card, registry_file
+
+
+def _run_description(target_name: str, recipe: Recipe) -> RunDescription:
+    """What a run's logs say about it: named after the variant it makes, tagged
+    with its dataset, seed and (fine-tuned) base."""
+    tags: dict[str, str | int] = {"variant": target_name, "dataset": recipe.data, "seed": recipe.seed}
+    if recipe.base is not None:
+        tags["base"] = recipe.base
+    return RunDescription(
+        name=target_name, experiment=target_name, recipe=recipe.model_dump(exclude_none=True), tags=tags
+    )
 
 
 def recipe_overrides(job: TrainingJob) -> dict[str, Any]:

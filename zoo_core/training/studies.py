@@ -17,6 +17,7 @@ continues one prompt with one sampling seed. The result is `results.json`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -42,6 +43,7 @@ from ..storage.checkpoints import save_checkpoint
 from ..storage.files import atomic_write_text, make_folder
 from .loop import make_optimizer
 from .progress import TrainingProgress
+from .run_log import RunDescription, open_run_log, parse_log_targets, prepare_run_logs
 from .step import training_step
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -160,6 +162,7 @@ def _share_initial_values(networks: list[torch.nn.Module]) -> None:
 
 
 CURVE_POINTS = 20
+LOGS = "logs"  # the runs' logs, in the study's output folder
 
 
 def curve_eval_every(steps: int, eval_every: int) -> int:
@@ -177,14 +180,20 @@ def run_study(
     device: str | None = None,
     dtype: str | None = None,
     jobs: int = 1,
+    log_to: tuple[str, ...] = (),
 ) -> dict:
     """Train every arm for every seed and write results.json, loss.png and
     samples.png into ``out``. ``jobs`` above 1 runs that many seeds at once, each
-    in its own process; the results are the same as one after the other."""
+    in its own process; the results are the same as one after the other.
+
+    Each arm of each seed is a run of its own in the logs (`open_run_log`):
+    ``out/logs/ARM-seedN.log.jsonl`` always, and the logs ``log_to`` names,
+    tagged with the study and the seed."""
     from ..devices import resolve_device, resolve_dtype
 
     if jobs < 1:
         raise ZooError(f"--jobs must be at least 1, not {jobs}")
+    parse_log_targets(log_to)  # a mistake in them is refused before anything trains
     target = resolve_device(device)
     placement = (str(target), str(resolve_dtype(dtype, target)).removeprefix("torch."))
     if any(m > study.steps for m in study.milestones):
@@ -210,16 +219,28 @@ def run_study(
         tokenizer.encode(study.prompt) if study.prompt else corpus.train[: min(a.context for a in arms)].tolist()
     )
     make_folder(out)
+    prepare_run_logs(log_to, out / LOGS, study.name)
     runs = []
     if jobs == 1 or len(study.seeds) == 1:
         for seed in study.seeds:
             runs.extend(
                 _run_seed(
-                    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement
+                    study,
+                    arms,
+                    corpus,
+                    targets,
+                    prompt_ids,
+                    tokenizer,
+                    seed,
+                    out,
+                    plugins,
+                    show_progress,
+                    placement,
+                    log_to,
                 )
             )
     else:
-        runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress)
+        runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress, log_to)
     contexts = sorted({arm.context for arm in arms})
     report = {
         "study": study.name,
@@ -241,7 +262,9 @@ def run_study(
     return report
 
 
-def _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress) -> list[dict]:
+def _run_seeds_in_processes(
+    study, corpus, targets, prompt_ids, out, placement, jobs, show_progress, log_to=()
+) -> list[dict]:
     """One process per seed (at most ``jobs`` at a time), results in seed order.
     Each process starts fresh (spawn: no state forked from this one) and computes
     with this process's thread count, so its arithmetic is a sequential run's."""
@@ -251,7 +274,9 @@ def _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, 
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(study.seeds)), mp_context=context) as pool:
         futures = [
-            pool.submit(_seed_job, study, corpus, targets, prompt_ids, seed, out, placement, torch.get_num_threads())
+            pool.submit(
+                _seed_job, study, corpus, targets, prompt_ids, seed, out, placement, torch.get_num_threads(), log_to
+            )
             for seed in study.seeds
         ]
         runs = []
@@ -262,16 +287,64 @@ def _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, 
     return runs
 
 
-def _seed_job(study, corpus, targets, prompt_ids, seed, out, placement, threads) -> list[dict]:
+def _seed_job(study, corpus, targets, prompt_ids, seed, out, placement, threads, log_to=()) -> list[dict]:
     torch.set_num_threads(threads)
     plugins = get_plugins()
     arms = _arms(study.arms, plugins)
     tokenizer = load_tokenizer(arms[0].variant, plugins)
-    return _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, False, placement)
+    return _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, False, placement, log_to)
 
 
 def _run_seed(
-    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement=("cpu", "float32")
+    study,
+    arms,
+    corpus,
+    targets,
+    prompt_ids,
+    tokenizer,
+    seed,
+    out,
+    plugins,
+    show_progress,
+    placement=("cpu", "float32"),
+    log_to=(),
+):
+    with contextlib.ExitStack() as logs:  # every arm's logs closed, however the seed's runs end
+        run_logs = [
+            logs.enter_context(
+                open_run_log(log_to, out / LOGS, _run_stem(arm, seed), _run_description(study, arm, seed))
+            )
+            for arm in arms
+        ]
+        return _train_seed(
+            study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement, run_logs
+        )
+
+
+def _run_stem(arm: Arm, seed: int) -> str:
+    return f"{arm.label.replace('@', '-ctx')}-seed{seed}"
+
+
+def _run_description(study: StudyConfig, arm: Arm, seed: int) -> RunDescription:
+    recipe = study.recipe(seed).model_dump(exclude_none=True)
+    recipe.update(
+        context=arm.context,
+        tokens_per_update=study.tokens_per_update,
+        eval_every=study.eval_every,
+        eval_targets=study.eval_targets,
+    )
+    tags: dict[str, str | int] = {
+        "study": study.name,
+        "seed": seed,
+        "arm": arm.label,
+        "variant": arm.variant.name,
+        "dataset": recipe["data"],
+    }
+    return RunDescription(name=_run_stem(arm, seed), experiment=study.name, recipe=recipe, tags=tags)
+
+
+def _train_seed(
+    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement, run_logs
 ):
     from ..devices import Placement
 
@@ -289,6 +362,8 @@ def _run_seed(
     longest = max(arm.context for arm in arms)
     batch_generator = torch.Generator().manual_seed(seed)
     histories = [[] for _ in arms]
+    checkpoints: list[Path | None] = [None for _ in arms]  # each arm's last milestone
+    checkpoint_sha: list[str | None] = [None for _ in arms]
     update_seconds = [0.0 for _ in arms]
     samples = [{} for _ in arms]
     # Every arm's milestone samples: the same prompt, settings and seed.
@@ -307,8 +382,19 @@ def _run_seed(
             tick = time.perf_counter()
             # The same tokens for every arm, cut into sequences of its own context.
             x, y = inputs.reshape(-1, arm.context), outputs.reshape(-1, arm.context)
-            loss = training_step(network, optimizer, x, y, step=step, recipe=recipe, placement=placements[i]).loss
-            update_seconds[i] += time.perf_counter() - tick
+            update = training_step(network, optimizer, x, y, step=step, recipe=recipe, placement=placements[i])
+            loss = update.loss
+            seconds = time.perf_counter() - tick
+            update_seconds[i] += seconds
+            run_logs[i].log_step(
+                step,
+                {
+                    "loss": loss,
+                    "learning_rate": update.learning_rate,
+                    "tokens_per_second": study.tokens_per_update / seconds if seconds else 0.0,
+                    "grad_norm": update.grad_norm,
+                },
+            )
             if step == 1 or step % study.eval_every == 0 or step == study.steps:
                 with placements[i].autocast():
                     losses = {
@@ -316,10 +402,11 @@ def _run_seed(
                         for split in targets
                     }
                 histories[i].append({"step": step, "train_batch": loss.item(), **losses})
+                run_logs[i].log_evaluation(step, losses)
             if step in study.milestones:
-                name = f"{arm.label.replace('@', '-ctx')}-seed{seed}-step{step}"
-                save_checkpoint(
-                    out / "checkpoints" / f"{name}.safetensors",
+                checkpoints[i] = out / "checkpoints" / f"{_run_stem(arm, seed)}-step{step}.safetensors"
+                checkpoint_sha[i] = save_checkpoint(
+                    checkpoints[i],
                     network.state_dict(),
                     {"arm": arm.label, "seed": seed, "step": step},
                 )
@@ -359,6 +446,17 @@ def _run_seed(
                 if context <= arm.context
             }
         runs.append(run)
+        final = histories[i][-1]
+        run_logs[i].log_end(
+            {
+                "train_loss": final["train"],
+                "validation_loss": final["validation"],
+                "update_seconds": run["update_seconds"],
+            },
+            checkpoint=checkpoints[i],
+            sha256=checkpoint_sha[i],
+            files=[path for path in (checkpoints[i],) if path is not None],
+        )
     return runs
 
 
