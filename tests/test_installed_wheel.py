@@ -264,6 +264,95 @@ def test_a_published_run_joins_the_zoo_and_leaves(installed):
     assert installed.files() == before
 
 
+def _readme_commands(heading: str) -> list[list[str]]:
+    """The `zoo` commands of the first bash block under ``heading`` in README.md, as argument lists."""
+    import shlex
+
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+    assert all(command[0] == ".venv/bin/zoo" for command in commands), commands
+    return [command[1:] for command in commands]
+
+
+def _own_text() -> str:
+    """A text unlike Shakespeare, with two characters gpt-char-mini's vocabulary lacks."""
+    import random
+
+    words = "the cat sat on a mat and then the dog ran to the park where birds sang songs of summer".split()
+    rng = random.Random(5)
+    lines = [" ".join(rng.choice(words) for _ in range(12)).capitalize() + "." for _ in range(500)]
+    return "\n".join(lines) + "\nA café in the park, naïve dogs.\n"
+
+
+def test_the_readmes_five_commands_take_ones_own_text_to_a_fine_tuned_model(installed):
+    """The README's walkthrough as written, from the installed wheel, in a folder of the user's."""
+    before = installed.files()
+    (installed.workdir / "notes.txt").write_text(_own_text(), encoding="utf-8")
+    outputs = [installed.zoo(*command) for command in _readme_commands("## Your text, your model")]
+    assert [command[0] for command in _readme_commands("## Your text, your model")] == [
+        "datasets", "train", "show", "sample", "compare"]
+    assert "dropped 2 occurrences of 2 character(s)" in outputs[1].stderr
+    card = json.loads(installed.zoo("show", "my-gpt", "--json").stdout)
+    base = json.loads(installed.zoo("show", "gpt-char-mini", "--json").stdout)
+    assert card["recipe"]["base"] == "gpt-char-mini" and card["recipe"]["base_sha256"] == base["checkpoint"]["sha256"]
+    assert card["recipe"]["data"] == "my-text" and len(card["recipe"]["data_sha256"]) == 64
+    compared = json.loads(installed.zoo("compare", "gpt-char-mini", "my-gpt", "--dataset", "my-text",
+                                        "--windows", "64", "--max-new-tokens", "5", "--json").stdout)
+    base_loss, tuned_loss = (model["validation_loss"] for model in compared["models"])
+    assert tuned_loss < base_loss - 0.5, compared
+    home = installed.home / ".local" / "share" / "zoo"
+    assert (home / "checkpoints" / "my-gpt.log.jsonl").is_file()
+
+    # One byte of the text changed: training on it, and scoring the card on it, are refused in one line.
+    notes = installed.workdir / "notes.txt"
+    notes.write_bytes(notes.read_bytes().replace(b"cat", b"cot", 1))
+    for refused in (installed.zoo("train", "my-gpt-2", "--from", "gpt-char-mini", "--data", "my-text", "--steps", "1",
+                                  "--skip-unknown", "--quiet", expect=1),
+                    installed.zoo("eval", "my-gpt", expect=1)):
+        assert "sha256" in refused.stderr and refused.stderr.count("\n") == 1
+    installed.zoo("remove", "my-gpt")
+    installed.zoo("datasets", "remove", "my-text")
+    assert "my-text" not in installed.zoo("datasets").stdout
+    assert installed.files() == before
+
+
+def test_a_lora_adapter_trains_loads_and_logs_to_tensorboard_and_mlflow(installed, tmp_path):
+    installed.needs("tensorboard", ("train",))
+    installed.needs("mlflow", ("train",))
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    before = installed.files()
+    text = tmp_path / "own" / "text.txt"
+    text.parent.mkdir()
+    text.write_text(_own_text().rsplit("\n", 2)[0] + "\n", encoding="utf-8")  # without the unknown characters
+    installed.zoo("datasets", "add", "own", str(text.parent))  # a folder of one file
+    out = tmp_path / "run"
+    installed.zoo("train", "my-lora", "--from", "gpt-char-mini", "--trainer", "lora", "--data", "own", "--steps", "6",
+                  "--set", "options.rank=4", "--set", "eval_windows=16", "--set", "eval_every=3", "--grad-accum", "3",
+                  "--out", str(out), "--log-to", "tensorboard", "--log-to", "mlflow", "--log-to", "csv", "--quiet")
+    base_size = (ROOT / "checkpoints" / "gpt-char-mini.safetensors").stat().st_size
+    assert (out / "my-lora.safetensors").stat().st_size < base_size / 10
+    loaded = installed.zoo("--registry", str(out / "registry.toml"), "load", "my-lora")
+    assert "my-lora" in loaded.stdout
+    merged = installed.zoo("--registry", str(out / "registry.toml"), "load", "my-lora", "--merge")
+    assert "my-lora" in merged.stdout
+    installed.zoo("--registry", str(out / "registry.toml"), "sample", "my-lora", "--prompt", "The ",
+                  "--max-new-tokens", "10", "--seed", "1")
+
+    [run_folder] = (out / "tensorboard").iterdir()
+    events = EventAccumulator(str(run_folder)).Reload()
+    assert [event.step for event in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow' / 'mlflow.db'}")
+    [experiment] = [e for e in client.search_experiments() if e.name == "my-lora"]
+    [run] = client.search_runs([experiment.experiment_id])
+    assert [metric.step for metric in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3, 4, 5, 6]
+    assert len((out / "my-lora.log.csv").read_text().splitlines()) > 6
+    installed.zoo("datasets", "remove", "own")
+    assert installed.files() == before
+
+
 def test_the_tokenizer_and_study_commands_write_outside_the_package(installed, tmp_path):
     before = installed.files()
     installed.zoo("train-tokenizer", "--kind", "char", "--out", str(tmp_path / "chars.json"))

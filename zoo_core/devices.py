@@ -178,7 +178,11 @@ class Placement:
             norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
         else:
             grads = [p.grad for p in parameters if p.grad is not None]
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) if grads else torch.zeros(())
+            norm = (
+                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+                if grads
+                else torch.zeros(())
+            )
         self.scaler.step(optimizer)
         self.scaler.update()
         return norm

@@ -74,7 +74,9 @@ def training_job(args, resume_command: str | None = None):
     variant = args.name
     if args.from_variant is not None:  # zoo train NEW --from BASE: fine-tune BASE into NEW
         if args.new_name is not None:
-            raise ZooError("--name: with --from the new variant's name is the first argument (zoo train NEW --from BASE)")
+            raise ZooError(
+                "--name: with --from the new variant's name is the first argument (zoo train NEW --from BASE)"
+            )
         variant, options["new_name"] = args.from_variant, args.name
         options["publish"] = options["publish"] or args.out is None  # a fine-tune is published unless sent to --out
     return TrainingJob(

@@ -85,8 +85,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         ]
         if given or job.resume:
             raise ZooError(
-                f"variant '{name}' is {kind}: its trainer reads no text and takes no "
-                f"{', '.join(given) or '--resume'}"
+                f"variant '{name}' is {kind}: its trainer reads no text and takes no {', '.join(given) or '--resume'}"
             )
     if job.from_weights:
         base = verified_base(variant)
@@ -101,7 +100,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
     target_name = job.new_name or name
     if job.from_weights and target_name == name:
-        raise ZooError(f"fine-tuning '{name}' makes a new variant: give it a name of its own (zoo train NEW --from {name})")
+        raise ZooError(
+            f"fine-tuning '{name}' makes a new variant: give it a name of its own (zoo train NEW --from {name})"
+        )
     if target_name != name:
         if not VARIANT_NAME.fullmatch(target_name):
             raise ZooError(
@@ -143,7 +144,11 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
     if job.from_weights:
         load_verified(
-            variant.checkpoint_path, variant.facts.checkpoint.sha256, network, variant.facts.parameters, card=variant.facts
+            variant.checkpoint_path,
+            variant.facts.checkpoint.sha256,
+            network,
+            variant.facts.parameters,
+            card=variant.facts,
         )
     network = _prepared_network(trainer, network, replace(job, card=card, recipe=recipe))
 
@@ -161,10 +166,12 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             state = read_training_state(state_path, identity, network)
         show_progress = writer and not job.quiet
         if show_progress and state is not None:
-            print(f"{name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr)
+            print(
+                f"{target_name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr
+            )
         elif show_progress and state_path.exists():
             print(
-                f"{name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
+                f"{target_name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
                 f"--resume continues it instead",
                 file=sys.stderr,
             )
@@ -180,7 +187,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 )
             )
         progress = TrainingProgress(
-            name,
+            target_name,
             recipe.steps,
             enabled=show_progress and trainer.uses_corpus,
             start_step=state.step if state else 0,
@@ -206,7 +213,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 raise
             how = job.resume_command or "the same command with --resume (or a job with resume=True)"
             print(
-                f"\n{name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
+                f"\n{target_name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
                 f"  continue with: {how}",
                 file=sys.stderr,
             )
@@ -214,7 +221,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
             if writer and state_path.exists():
                 print(
-                    f"\n{name}: stopped; the same command with --resume continues from the state in {state_path}",
+                    f"\n{target_name}: stopped; the same command with --resume continues from the state in {state_path}",
                     file=sys.stderr,
                 )
             raise
@@ -256,7 +263,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         if result.history:  # hand-set weights have no history to keep
             atomic_write_text(
                 history_path,
-                json.dumps({"variant": name, "recipe": recipe.model_dump(), "history": result.history}, indent=1)
+                json.dumps({"variant": target_name, "recipe": recipe.model_dump(), "history": result.history}, indent=1)
                 + "\n",
             )
         state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume

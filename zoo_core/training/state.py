@@ -80,7 +80,12 @@ def write_training_state(path: Path, state: TrainingState, identity: dict[str, A
         "optimizer": optimizer_json,
         "best": None
         if best is None
-        else {"step": best.step, "loss": best.loss, "evaluations_since": best.evaluations_since, "keep": best.keep_weights},
+        else {
+            "step": best.step,
+            "loss": best.loss,
+            "evaluations_since": best.evaluations_since,
+            "keep": best.keep_weights,
+        },
     }
     metadata = {STATE_KEY: json.dumps(document)}
     write_safetensors(path, tensors, metadata)
