@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import os
 import sys
 from pathlib import Path
@@ -87,13 +88,17 @@ def test_disk_full_during_zoo_train_is_one_line_and_keeps_the_previous_run(zoo, 
     out = tmp_path / "run"
     args = ("train", NAME, "--steps", "3", "--data", str(small_text), "--out", str(out), "--quiet")
     assert zoo(*args).code == 0
-    before = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file() and not path.name.endswith(".lock")}
+    # The run log is the one file a failed run adds to: it says the run failed.
+    kept = lambda path: path.is_file() and not path.name.endswith((".lock", ".log.jsonl"))  # noqa: E731
+    before = {path.name: path.read_bytes() for path in out.iterdir() if kept(path)}
     written = disk_full_after(50_000)  # the checkpoint is ~320 kB: it fails part way
     result = zoo(*args[:3], "5", *args[4:])
     _one_line_error(result, f"{out / NAME}.safetensors: cannot write: No space left on device (nothing was changed)")
     assert written["bytes"] == 50_000  # the failure really happened mid-file
-    after = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file() and not path.name.endswith(".lock")}
+    after = {path.name: path.read_bytes() for path in out.iterdir() if kept(path)}
     assert after == before and _temporaries(out) == []
+    last = json.loads((out / f"{NAME}.log.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] == "end" and last["status"] == "failed"
 
 
 def test_no_permission_to_write_is_one_line(zoo, tmp_path, small_text, monkeypatch):

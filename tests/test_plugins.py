@@ -33,13 +33,19 @@ def test_each_distribution_s_metadata_is_parsed_once(monkeypatch):
     # Reading dist.metadata parses the whole METADATA file every time; one
     # distribution brings several entry points.
     parsed = []
-    real = importlib.metadata.Distribution.metadata
 
-    def counting(self):
-        parsed.append(self)
-        return real.fget(self)
+    def counting(real):
+        def metadata(self):
+            parsed.append(self)
+            return real.fget(self)
 
-    monkeypatch.setattr(importlib.metadata.Distribution, "metadata", property(counting))
+        return property(metadata)
+
+    # The distributions' own class: once a library such as MLflow has imported the
+    # importlib_metadata backport, its finder answers importlib.metadata with its own.
+    for kind in {type(ep.dist) for ep in importlib.metadata.entry_points(group="zoo")}:
+        owner = next(cls for cls in kind.__mro__ if "metadata" in vars(cls))
+        monkeypatch.setattr(owner, "metadata", counting(vars(owner)["metadata"]))
     plugins = PluginSet()
     plugins.load_entry_points()
     during = list(parsed)
