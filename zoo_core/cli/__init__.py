@@ -58,6 +58,8 @@ COMMANDS = {
     "completion": "shell",
     "export": "interop",
     "import": "interop",
+    "remote": "remotes",
+    "pull": "remotes",
 }
 
 
