@@ -204,6 +204,10 @@ def cmd_show(args) -> int:
         print(json.dumps(variant.card.model_dump(mode="json", exclude_none=True), indent=2))
     else:
         print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
+        origin = variant.card.origin
+        if origin is not None:
+            remote = f" (remote '{origin.remote}')" if origin.remote else ""
+            print(f"# installed {origin.installed} from {origin.source}{remote}, archive sha256 {origin.archive_sha256}")
         print(render_registry([variant.card]), end="")
     return 0
 
