@@ -28,7 +28,7 @@ def cmd_pack(args) -> int:
 
 def install_arguments(commands) -> None:
     p = commands.add_parser("install", help="check a .zoo archive and add its variant to the user catalogue")
-    p.add_argument("archive", type=Path, help="the .zoo archive (written by `zoo pack`)")
+    p.add_argument("archive", help="the .zoo archive (written by `zoo pack`): a file, or an http(s):// or file:// URL")
     p.add_argument("--name", default=None, help="install under this name instead of the archive's")
     p.set_defaults(run=cmd_install)
 
@@ -37,7 +37,15 @@ def cmd_install(args) -> int:
     from ..storage.archives import install_archive
     from ..storage.locations import zoo_home
 
-    card = install_archive(args.archive, args.name)
+    origin = None
+    if args.archive.partition("://")[0] in ("http", "https", "file"):
+        from ..sharing.pull import fetch_url
+
+        # The download is bounded (time, size, redirects); the archive's own checks follow.
+        path, origin = fetch_url(args.archive), {"source": args.archive}
+    else:
+        path = Path(args.archive)
+    card = install_archive(path, args.name, origin=origin)
     print(f"{card.name}: installed from {args.archive} -> {zoo_home() / card.checkpoint.path}")
     print(f"  checked: member sizes and sha256, card, plugins, weights against the card; try: zoo sample {card.name}")
     return 0

