@@ -104,10 +104,13 @@ def fetch_archive(offer: Offer) -> tuple[Path, bool]:
 
 def pull(spec: str, new_name: str | None = None):
     """Download (or find cached) and install; returns (the installed card, the offer, downloaded?)."""
-    from ..storage.archives import install_archive
+    from ..storage.archives import archive_manifest, install_archive
 
     offer = find_offer(spec)
     path, downloaded = fetch_archive(offer)
+    held = archive_manifest(path).get("variant")
+    if held != offer.name:  # the hash matched the index, but the index put another variant under this name
+        raise ZooError(f"{offer.url}: the archive holds '{held}', not '{offer.name}' as the index says; refused")
     card = install_archive(path, new_name, origin={"source": offer.url, "remote": offer.remote.name})
     return card, offer, downloaded
 
