@@ -393,6 +393,15 @@ def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path
         assert status == 200 and SMALL in body
         status, body = _get(url + "/")  # the gallery written above
         assert status == 200 and body == (site / "index.html").read_text()
+        # The same server as a remote catalogue: listed, pulled (installed under a new name), forgotten.
+        home = installed.home / ".local" / "share" / "zoo"
+        installed.zoo("remote", "add", "here", url)
+        assert SMALL in installed.zoo("list", "--remote", "here", "--source", "remote").stdout
+        installed.zoo("pull", f"here/{SMALL}", "--name", "pulled-small")
+        assert (home / "checkpoints" / "pulled-small.safetensors").is_file()
+        installed.zoo("remote", "remove", "here")
+        installed.zoo("remove", "pulled-small")
+        assert not (home / "checkpoints" / "pulled-small.safetensors").exists()
     finally:
         server.terminate()
         try:
