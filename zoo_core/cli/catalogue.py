@@ -192,7 +192,9 @@ def cmd_show(args) -> int:
         origin = variant.card.origin
         if origin is not None:
             remote = f" (remote '{origin.remote}')" if origin.remote else ""
-            print(f"# installed {origin.installed} from {origin.source}{remote}, archive sha256 {origin.archive_sha256}")
+            print(
+                f"# installed {origin.installed} from {origin.source}{remote}, archive sha256 {origin.archive_sha256}"
+            )
         print(render_registry([variant.card]), end="")
     return 0
 
