@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -27,7 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import BENCHMARKS_PAGE, load_text, machine_load, section_markers, spread, spread_text, write_section
+from benchmarks.common import (
+    BENCHMARKS_PAGE,
+    load_text,
+    machine_load,
+    section_markers,
+    spread,
+    spread_text,
+    write_section,
+)
 from tests.web_support import ZOO, Server
 
 BEGIN, END = section_markers("bench_pull")
