@@ -46,7 +46,12 @@ DOWNLOAD_ONLY = (
 
 
 def client_environment(folder: Path) -> dict:
-    return {**os.environ, "ZOO_HOME": str(folder / "home"), "ZOO_CACHE": str(folder / "cache"), "OMP_NUM_THREADS": "1"}
+    """Another machine: its own catalogue and cache, and a built-in catalogue without
+    the variant, so it installs under its own name and its weights stay byte for byte."""
+    folder.mkdir(parents=True)
+    (folder / "builtin.toml").write_text("")
+    return {**os.environ, "ZOO_HOME": str(folder / "home"), "ZOO_CACHE": str(folder / "cache"),
+            "ZOO_BUILTIN_REGISTRY": str(folder / "builtin.toml"), "OMP_NUM_THREADS": "1"}
 
 
 def add_remote(folder: Path, url: str) -> dict:
@@ -67,7 +72,7 @@ def at_once(commands: list[tuple[list[str], dict]]) -> tuple[float, list[subproc
 
 
 def installed_sha256(folder: Path) -> str:
-    return hashlib.sha256((folder / "home" / "checkpoints" / "pulled.safetensors").read_bytes()).hexdigest()
+    return hashlib.sha256((folder / "home" / "checkpoints" / f"{VARIANT}.safetensors").read_bytes()).hexdigest()
 
 
 def main() -> None:
@@ -91,13 +96,13 @@ def main() -> None:
             alone, together, downloads, verified = [], [], [], 0
             for round_ in range(args.rounds):
                 folder = base / f"alone-{round_}"
-                seconds, (done,) = at_once([([*ZOO, "pull", f"bench/{VARIANT}", "--name", "pulled"],
+                seconds, (done,) = at_once([([*ZOO, "pull", f"bench/{VARIANT}"],
                                              add_remote(folder, server.url))])
                 assert done.returncode == 0, done.stderr
                 alone.append(seconds)
 
                 folders = [base / f"round-{round_}-client-{i}" for i in range(args.clients)]
-                commands = [([*ZOO, "pull", f"bench/{VARIANT}", "--name", "pulled"], add_remote(f, server.url))
+                commands = [([*ZOO, "pull", f"bench/{VARIANT}"], add_remote(f, server.url))
                             for f in folders]
                 seconds, done = at_once(commands)
                 failed = [d.stderr for d in done if d.returncode != 0]

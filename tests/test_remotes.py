@@ -152,6 +152,7 @@ class Misbehaving:
         self.requests: list[tuple[str, str | None]] = []
         self.cut_after: int | None = None
         self.altered = False
+        self.padded = False  # more bytes than the index says
         card = archives.read_archive_card(archive).model_dump(mode="json", exclude_none=True)
         entry = {"path": f"archives/{name}.zoo", "size": len(self.data), "sha256": _sha256(self.data), "format": 1}
         self.index = json.dumps({"format": 1, "variants": [{"name": name, "card": card, "archive": entry}]}).encode()
@@ -191,6 +192,8 @@ class Misbehaving:
                 data = bytearray(owner.data)
                 if owner.altered:
                     data[len(data) // 2] ^= 0xFF
+                if owner.padded:
+                    data += b"\0" * 1000
                 start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-")) if self.headers["Range"] else 0
                 body = bytes(data[start:])
                 if start:
@@ -253,6 +256,13 @@ def test_bytes_not_matching_the_index_are_refused_and_nothing_installed(zoo, mis
     _one_line_error(zoo("pull", f"liar/{SMALL}", "--name", "shared-small"), "do not match its index", "nothing was installed")
     assert not _installed("shared-small")
     assert not list((private_home.parent / "cache" / "downloads").glob("*.zoo*"))  # nothing kept to resume
+
+
+def test_more_bytes_than_the_index_says_are_refused(zoo, misbehaving, private_home):
+    misbehaving.padded = True
+    assert zoo("remote", "add", "big", misbehaving.url).code == 0
+    _one_line_error(zoo("pull", f"big/{SMALL}", "--name", "padded"), "its index says", "nothing was installed")
+    assert not _installed("padded")
 
 
 def test_a_redirect_loop_or_chain_is_bounded(zoo, misbehaving):

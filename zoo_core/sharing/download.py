@@ -234,8 +234,10 @@ def _transfer(url: str, partial: Path, limit: int, open_ended: bool, label: str)
                     )
                 out.write(chunk)
                 advance(len(chunk))
-        if total is not None and received < total:
-            raise _Interrupted(f"{received:,} of {total:,} bytes")
+        # Without a Content-Length a cut connection looks like the end: the index's size tells.
+        end = total if total is not None else None if open_ended else limit
+        if end is not None and received < end:
+            raise _Interrupted(f"{received:,} of {end:,} bytes")
 
 
 class _progress:
