@@ -322,3 +322,44 @@ def test_members_are_stored_as_they_are(packed):
     data = packed.read_bytes()
     for name, content in _members(packed).items():
         assert content in data, name
+
+
+def test_an_adapter_names_its_base_and_installs_only_beside_it(zoo, tmp_path, private_home, monkeypatch):
+    song = tmp_path / "song.txt"
+    song.write_text("ROMEO: the adapter learns a little song.\n" * 200, encoding="utf-8")
+    quick = ("--data", str(song), "--steps", "1", "--set", "eval_windows=16", "--quiet")
+    assert zoo("train", "my-lora", "--from", "gpt-char-mini", "--trainer", "lora", *quick).code == 0
+    archive = tmp_path / "lora.zoo"
+    assert zoo("pack", "my-lora", "--out", str(archive)).code == 0
+    base_sha256 = zoo_core.get_variant("gpt-char-mini").card.checkpoint.sha256
+    manifest = archives.archive_manifest(archive)
+    assert manifest["base"] == {"name": "gpt-char-mini", "sha256": base_sha256}
+    assert ("adapters", "lora") in {(p["kind"], p["component"]) for p in manifest["plugins"]}
+
+    result = zoo("install", str(archive), "--name", "lora-copy")
+    assert result.code == 0, result.err
+    prompt = ("--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "2")
+    assert zoo("sample", "lora-copy", *prompt).out == zoo("sample", "my-lora", *prompt).out
+
+    # Elsewhere, without the base, it is refused and nothing is installed.
+    empty = tmp_path / "elsewhere" / "registry.toml"
+    empty.parent.mkdir()
+    empty.write_text("")
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "elsewhere" / "home"))
+    monkeypatch.setenv("ZOO_BUILTIN_REGISTRY", str(empty))
+    get_plugins(reload=True)
+    try:
+        _one_line_error(zoo("install", str(archive)), "base variant 'gpt-char-mini'", "install it first")
+        assert not (tmp_path / "elsewhere" / "home").exists()
+    finally:
+        monkeypatch.delenv("ZOO_BUILTIN_REGISTRY")
+        get_plugins(reload=True)
+
+
+def test_a_file_in_the_way_is_refused_and_left_as_it_was(zoo, packed, private_home):
+    (private_home / "checkpoints").mkdir(parents=True)
+    orphan = private_home / "checkpoints" / "incoming.safetensors"
+    orphan.write_bytes(b"someone else's")
+    _one_line_error(zoo("install", str(packed), "--name", "incoming"), "already exists", "--name")
+    assert orphan.read_bytes() == b"someone else's"
+    assert _files(private_home) == ["checkpoints", "checkpoints/incoming.safetensors"]

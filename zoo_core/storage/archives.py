@@ -622,7 +622,6 @@ def _verify_and_install(
 
     home = zoo_home()
     folder = home / "checkpoints"
-    make_folder(folder)
     moves = {staging / WEIGHTS: folder / f"{name}.safetensors"}
     installed.checkpoint.path = f"checkpoints/{name}.safetensors"
     if card.tokenizer.file is not None:
@@ -638,8 +637,10 @@ def _verify_and_install(
         for target in moves.values():
             if target.exists() or target.is_symlink():
                 raise ZooError(f"{target}: already exists (left by another variant?); remove it or choose --name")
+        created_folder = not folder.exists()
         moved: list[Path] = []
         try:
+            make_folder(folder)
             for source, target in moves.items():
                 os.replace(source, target)
                 moved.append(target)
@@ -647,6 +648,8 @@ def _verify_and_install(
         except BaseException as exc:
             for target in moved:
                 target.unlink(missing_ok=True)
+            if created_folder:
+                _remove_if_empty(folder)
             if isinstance(exc, OSError):
                 raise ZooError(f"{folder}: cannot install: {describe_os_error(exc)} (nothing was installed)") from None
             raise
