@@ -121,9 +121,9 @@ def fetch_url(url: str) -> Path:
     archive's own manifest is all that is checked."""
     import hashlib
 
-    target = downloads_folder() / f"url-{hashlib.sha256(url.encode()).hexdigest()[:32]}.zoo"
     from .download import download
 
+    target = downloads_folder() / f"url-{hashlib.sha256(url.encode()).hexdigest()[:32]}.zoo"
     download(url, target)
     return target
 
