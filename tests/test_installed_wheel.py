@@ -393,6 +393,15 @@ def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path
         assert status == 200 and SMALL in body
         status, body = _get(url + "/")  # the gallery written above
         assert status == 200 and body == (site / "index.html").read_text()
+        # The same server as a remote catalogue: listed, pulled (installed under a new name), forgotten.
+        home = installed.home / ".local" / "share" / "zoo"
+        installed.zoo("remote", "add", "here", url)
+        assert SMALL in installed.zoo("list", "--remote", "here", "--source", "remote").stdout
+        installed.zoo("pull", f"here/{SMALL}", "--name", "pulled-small")
+        assert (home / "checkpoints" / "pulled-small.safetensors").is_file()
+        installed.zoo("remote", "remove", "here")
+        installed.zoo("remove", "pulled-small")
+        assert not (home / "checkpoints" / "pulled-small.safetensors").exists()
     finally:
         server.terminate()
         try:
@@ -442,6 +451,23 @@ def test_a_plugin_installed_non_editable_evaluates_and_uninstalls_cleanly(instal
     installed.pip("uninstall", "--yes", "zoo-alibi")
     assert installed.files() == before
     assert not (installed.site / "zoo_alibi").exists()
+
+
+def test_a_packed_variant_installs_under_a_new_name_samples_and_is_removed(installed, tmp_path):
+    home = installed.home / ".local" / "share" / "zoo"
+    before = installed.files()
+    installed.zoo("pack", SMALL, "--out", str(tmp_path / "small.zoo"))
+    installed.zoo("pack", SMALL, "--out", str(tmp_path / "again.zoo"))
+    assert (tmp_path / "small.zoo").read_bytes() == (tmp_path / "again.zoo").read_bytes()
+    installed.zoo("install", str(tmp_path / "small.zoo"), expect=1)  # the shipped name is taken
+    installed.zoo("install", str(tmp_path / "small.zoo"), "--name", "travelled")
+    assert (home / "checkpoints" / "travelled.safetensors").is_file()
+    prompt = ("--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "5")
+    assert installed.zoo("sample", "travelled", *prompt).stdout == installed.zoo("sample", SMALL, *prompt).stdout
+    assert "archive sha256" in installed.zoo("show", "travelled").stdout
+    installed.zoo("remove", "travelled")
+    assert not (home / "checkpoints" / "travelled.safetensors").exists()
+    assert installed.files() == before
 
 
 def test_a_new_plugin_skeleton_depends_on_this_distribution(installed):

@@ -230,6 +230,16 @@ class CheckpointRef(_Strict):
     )
 
 
+class Origin(_Strict):
+    """Where an installed variant came from (`zoo install` fills it in): the
+    archive it was unpacked from, checked by its sha256."""
+
+    archive_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the `.zoo` archive installed")
+    source: str = Field(description="the archive's file path or URL when it was installed")
+    remote: str | None = Field(None, description="the remote catalogue it was pulled from, by name")
+    installed: str = Field(description="when it was installed (UTC, ISO 8601)")
+
+
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
@@ -274,6 +284,9 @@ class ModelCard(_Strict):
     lineage: str = Field(description="the document this variant reproduces")
     license: str = Field(description="the weights' license; required: a card never gets one by default")
     tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")
+    origin: Origin | None = Field(
+        None, description="set by `zoo install`: the archive (and remote) the variant was installed from"
+    )
     allow_external_paths: bool = Field(
         False,
         description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
@@ -339,6 +352,7 @@ class ModelCard(_Strict):
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
         data.pop("allow_external_paths", None)  # where files may live, not what the weights are
+        data.pop("origin", None)  # where this copy came from: the same weights may arrive many ways
         return data
 
 

@@ -58,6 +58,10 @@ COMMANDS = {
     "completion": "shell",
     "export": "interop",
     "import": "interop",
+    "pack": "sharing",
+    "install": "sharing",
+    "remote": "remotes",
+    "pull": "remotes",
 }
 
 

@@ -138,8 +138,13 @@ def list_arguments(commands) -> None:
     p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
     p.add_argument(
         "--source",
-        choices=["built-in", "plugin", "user", "extra"],
+        choices=["built-in", "plugin", "user", "extra", "remote"],
         help="only variants of this catalogue layer (default: all)",
+    )
+    p.add_argument(
+        "--remote",
+        metavar="NAME",
+        help="also list what this remote catalogue offers (`zoo remote list`), in the layer 'remote NAME'",
     )
     p.set_defaults(run=cmd_list)
 
@@ -150,8 +155,18 @@ def cmd_list(args) -> int:
 
     found = catalogue()
     _warn_catalogue_problems(found)
+    everything = list(found)
+    if args.remote:  # the network, and pydantic for its cards, only when asked for
+        from ..sharing.pull import offered_variants
+        from ..sharing.remotes import get_remote
+
+        everything += offered_variants(get_remote(args.remote))
     criteria = VariantFilter(args.pattern, args.tag or [], args.architecture, args.tokenizer, args.dataset)
-    variants = [v for v in find_variants(found, criteria, args.sort) if args.source is None or v.layer == args.source]
+    variants = [
+        v
+        for v in find_variants(everything, criteria, args.sort)
+        if args.source is None or v.layer.partition(" ")[0] == args.source
+    ]
     where = f" in the {args.source} catalogue" if args.source else ""
     return _print_variants(args, variants, "no variant matches" + _described(args) + where)
 
@@ -189,6 +204,12 @@ def cmd_show(args) -> int:
         print(json.dumps(variant.card.model_dump(mode="json", exclude_none=True), indent=2))
     else:
         print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
+        origin = variant.card.origin
+        if origin is not None:
+            remote = f" (remote '{origin.remote}')" if origin.remote else ""
+            print(
+                f"# installed {origin.installed} from {origin.source}{remote}, archive sha256 {origin.archive_sha256}"
+            )
         print(render_registry([variant.card]), end="")
     return 0
 

@@ -3,6 +3,9 @@
 - ``GET /`` the gallery (built by `zoo gallery`), ``GET /sample`` the sampling page
 - ``GET /v1/models``, ``POST /v1/completions`` (``"stream": true`` answers with
   server-sent events: ``data: {chunk}`` lines, then ``data: [DONE]``)
+- ``GET /catalogue/index.json`` and ``GET /catalogue/archives/NAME.zoo``: the
+  read-only catalogue other machines pull from (`zoo pull`, see zoo_core.sharing);
+  archives carry their sha256 as a strong ETag and answer byte ranges
 
 Every model is loaded once and shared. Generation runs in worker threads, so the
 event loop keeps answering while tokens are drawn; a client that goes away stops
@@ -336,6 +339,37 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "loaded": cache.loaded(), "generations": generations["running"]})
 
+    shared: dict = {}
+    shared_lock = threading.Lock()
+
+    def shared_catalogue() -> tuple[dict, dict[str, Path]]:
+        # Built on first use, not at start: packing the archives is work a server
+        # that nobody pulls from should not pay.
+        with shared_lock:
+            if not shared:
+                from ..sharing.index import build_index
+
+                shared["index"], shared["archives"] = build_index(warn=True)
+            return shared["index"], shared["archives"]
+
+    async def catalogue_index(request: Request) -> Response:
+        index, _ = await asyncio.to_thread(shared_catalogue)
+        return JSONResponse(index, headers={"Cache-Control": "no-cache"})
+
+    async def catalogue_archive(request: Request) -> Response:
+        file = request.path_params["file"]
+        index, archives = await asyncio.to_thread(shared_catalogue)
+        name = file.removesuffix(".zoo")
+        if not file.endswith(".zoo") or name not in archives:
+            return _error(404, f"no archive '{file}'; GET /catalogue/index.json lists them", kind="not_found_error")
+        sha256 = next(entry["archive"]["sha256"] for entry in index["variants"] if entry["name"] == name)
+        etag = f'"{sha256}"'  # strong: the bytes' own hash
+        wanted = [tag.strip() for tag in request.headers.get("if-none-match", "").split(",")]
+        if etag in wanted or "*" in wanted:
+            return Response(status_code=304, headers={"ETag": etag})
+        # FileResponse answers Range (206 with Content-Range, 416 past the end) itself.
+        return FileResponse(archives[name], media_type="application/zip", headers={"ETag": etag})
+
     async def http_error(request: Request, exc: Exception) -> Response:
         # Starlette types every handler as taking any Exception; this one is registered for HTTPException.
         assert isinstance(exc, HTTPException)
@@ -355,6 +389,8 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/v1/models", models),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/catalogue/index.json", catalogue_index),
+        Route("/catalogue/archives/{file}", catalogue_archive),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     if site is not None:
@@ -374,5 +410,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, site: Path | None = None, l
     if site is not None and not (site / "index.html").is_file():
         raise ZooError(f"{site}: no gallery here (index.html missing); write one with `zoo gallery --out {site}`")
     app = create_app(site, limits)
-    print(f"zoo serve: http://{host}:{port}/  (sampling page /sample, API /v1/completions)", flush=True)
+    print(
+        f"zoo serve: http://{host}:{port}/  (sampling page /sample, API /v1/completions, "
+        "catalogue /catalogue/index.json)",
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)

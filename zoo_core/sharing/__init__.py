@@ -1,0 +1,2 @@
+"""Sharing variants between machines: the catalogue index a server (or a shared
+folder) offers, the remotes a user pulls from, and the bounded download between them."""

@@ -1,0 +1,663 @@
+"""One-file archives: a variant packed into a `.zoo` file, and installed from one.
+
+An archive is a zip file holding, in this order:
+
+    manifest.json        every other member's name, size and sha256; the plugins
+                         (distribution and version) the variant needs; an adapter's base
+    card.json            the card, its paths relative to the archive
+    weights.safetensors  the checkpoint, byte for byte as the catalogue holds it
+    tokenizer.EXT        the tokenizer's data file, when the card names one
+    history.json         the training history, when one lies beside the checkpoint
+
+Members are stored, not compressed: weights (most of the bytes) barely compress,
+a stored member is read and hashed without a decompressor in the way (its size in
+the archive is its size on disk: no zip bombs), and deflate's output depends on
+the zlib build, which would make two packs of the same variant on two machines
+differ. With a fixed member order, fixed timestamps (1980-01-01, zip's first day),
+fixed permissions and sorted JSON keys, packing the same variant twice gives the
+same bytes, so an archive's sha256 names its content.
+
+Installing trusts nothing in the file: sizes, names, the manifest, every member's
+size and sha256, the card's schema, the plugins and the tensors against the card
+(the network is built and the weights loaded, as `zoo load` does) are all checked
+in a staging folder inside ``$ZOO_HOME`` before anything enters the catalogue. An
+adapter variant names its base (name and checkpoint sha256) rather than carrying
+it: installing refuses unless that very base is already in the catalogue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import zipfile
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ZooError, printable
+from .files import atomic_write, describe_os_error, exclusive_lock, make_folder, open_regular
+
+if TYPE_CHECKING:
+    from ..catalogue.cards import ModelCard
+    from ..catalogue.registry import Variant
+    from ..plugin_api.manager import PluginSet
+
+FORMAT = 1
+SUFFIX = ".zoo"
+MANIFEST = "manifest.json"
+CARD = "card.json"
+WEIGHTS = "weights.safetensors"
+TOKENIZER = "tokenizer"  # + the tokenizer file's own suffix, e.g. tokenizer.tiktoken
+HISTORY = "history.json"
+
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can record
+MEMBER_MODE = stat.S_IFREG | 0o644
+
+# Limits an archive must keep to; a test lowers them rather than writing gigabytes.
+MAX_ARCHIVE_BYTES = 8 * 1024**3  # a billion-parameter float32 checkpoint is 4 GiB
+MAX_MEMBER_BYTES = 8 * 1024**3
+MAX_JSON_BYTES = 16 * 1024 * 1024  # manifest, card, history
+MAX_MEMBERS = 8
+_MEMBER_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CHUNK = 1 << 20
+
+
+# --- packing -----------------------------------------------------------------
+
+
+def pack_variant(name: str, out: Path | None = None) -> Path:
+    """Write variant ``name`` as one `.zoo` archive at ``out`` (default
+    ``./NAME.zoo``; a folder gets ``NAME.zoo`` inside it), atomically; returns
+    the path written. Its checkpoint is checked against the card's sha256 first:
+    a damaged file is never packed."""
+    from ..api import catalogue, has_published_weights
+    from ..plugin_api.manager import get_plugins
+    from .checkpoints import sha256_file
+
+    plugins = get_plugins()
+    variant = catalogue(plugins).get(name)
+    facts = variant.facts
+    if not has_published_weights(variant) or facts.checkpoint.sha256 is None:
+        raise ZooError(f"variant '{name}' has no published weights to pack (its card records no sha256)")
+    checkpoint = variant.checkpoint_path
+    files: dict[str, Path] = {WEIGHTS: checkpoint}
+    tokenizer = variant.tokenizer_path
+    if tokenizer is not None:
+        files[TOKENIZER + "".join(tokenizer.suffixes[-1:]).lower()] = tokenizer
+    history = checkpoint.with_suffix(".history.json")
+    if history.is_file():
+        files[HISTORY] = history
+
+    members: dict[str, tuple[int, str]] = {}
+    try:
+        for member, source in files.items():
+            members[member] = (os.stat(source).st_size, sha256_file(source, member))
+    except FileNotFoundError as exc:
+        raise ZooError(f"{exc.filename}: not found; variant '{name}' cannot be packed") from None
+    except OSError as exc:
+        raise ZooError(f"{exc.filename}: cannot read: {describe_os_error(exc)}") from None
+    if members[WEIGHTS][1] != facts.checkpoint.sha256:
+        raise ZooError(
+            f"{checkpoint}: sha256 mismatch: the card has {facts.checkpoint.sha256[:16]}…, the file has "
+            f"{members[WEIGHTS][1][:16]}… (corrupted or replaced); not packed"
+        )
+
+    card_bytes = _json_bytes(_archive_card(variant, next((m for m in files if m.startswith(TOKENIZER)), None)))
+    members[CARD] = (len(card_bytes), hashlib.sha256(card_bytes).hexdigest())
+    order = [CARD, WEIGHTS, *(m for m in files if m.startswith(TOKENIZER)), *([HISTORY] if HISTORY in files else [])]
+    manifest = {
+        "format": FORMAT,
+        "variant": name,
+        "members": [{"name": m, "size": members[m][0], "sha256": members[m][1]} for m in order],
+        "plugins": required_plugins(variant, plugins),
+    }
+    if facts.adapter is not None:
+        manifest["base"] = {"name": facts.adapter.base, "sha256": facts.adapter.base_sha256}
+    manifest_bytes = _json_bytes(manifest)
+
+    target = Path(out) if out is not None else Path(f"{name}{SUFFIX}")
+    if target.is_dir():
+        target = target / f"{name}{SUFFIX}"
+
+    def write(temporary: Path) -> None:
+        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            archive.writestr(_entry(MANIFEST, len(manifest_bytes)), manifest_bytes)
+            archive.writestr(_entry(CARD, len(card_bytes)), card_bytes)
+            for member in order[1:]:
+                size, expected = members[member]
+                digest = hashlib.sha256()
+                with open_regular(files[member], member) as source, archive.open(_entry(member, size), "w") as sink:
+                    for chunk in iter(lambda: source.read(_CHUNK), b""):
+                        digest.update(chunk)
+                        sink.write(chunk)
+                if digest.hexdigest() != expected:  # changed between hashing and copying
+                    raise ZooError(f"{files[member]}: changed while it was packed; try again")
+
+    atomic_write(target, write)
+    return target
+
+
+def _entry(name: str, size: int) -> zipfile.ZipInfo:
+    """A member's zip entry with everything that could vary fixed: time, mode, system."""
+    info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
+    info.compress_type = zipfile.ZIP_STORED
+    info.create_system = 3  # unix, so that the mode below means what it says
+    info.external_attr = MEMBER_MODE << 16
+    info.file_size = size
+    return info
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _archive_card(variant: Variant, tokenizer_member: str | None) -> dict[str, Any]:
+    """The card as the archive holds it: paths relative to the archive, and no
+    trace of this machine (its provenance, an opt-in to paths outside its folder)."""
+    card = variant.card.model_copy(deep=True)
+    card.checkpoint.path = WEIGHTS
+    card.tokenizer.file = tokenizer_member
+    card.origin = None
+    card.allow_external_paths = False
+    return card.model_dump(mode="json", exclude_none=True)
+
+
+def needed_components(facts: Any) -> list[tuple[str, str]]:
+    """(kind, name) of every registered component the card names: the
+    architecture, tokenizer, positions and block (config keys of the zoo's
+    transformer-like architectures), trainer and adapter."""
+    config = facts.config
+    needed = [("models", facts.architecture), ("tokenizers", facts.tokenizer.kind)]
+    needed += [
+        (kind, config[key])
+        for kind, key in (("positions", "positions"), ("blocks", "block"))
+        if isinstance(config.get(key), str)
+    ]
+    needed.append(("trainers", facts.recipe.kind))
+    if facts.adapter is not None:
+        needed.append(("adapters", facts.adapter.kind))
+    return needed
+
+
+def required_plugins(variant: Variant, plugins: PluginSet) -> list[dict[str, str]]:
+    """For each component the card names and this machine registers: the plugin,
+    its distribution and version (what `pip install` needs on another machine).
+    A config value no plugin registers (an architecture's own setting that
+    happens to share a key name) is not a component and is left out."""
+    required = []
+    for kind, name in needed_components(variant.facts):
+        components = plugins.components[kind]
+        if components.problem(name) is not None:
+            if kind in ("models", "tokenizers", "adapters"):
+                raise ZooError(f"variant '{variant.name}': {components.problem(name)}; it cannot be packed")
+            continue
+        plugin = components.plugin_of(name)
+        info = plugins.plugins.get(plugin)
+        required.append(
+            {
+                "kind": kind,
+                "component": name,
+                "plugin": plugin,
+                "distribution": info.distribution if info else plugin,
+                "version": info.version if info else "",
+            }
+        )
+    return required
+
+
+# --- reading -----------------------------------------------------------------
+
+
+def archive_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the archive at ``path``, after the checks that need no
+    member's content: the archive's size, member names (plain names, no
+    folders, links or duplicates), sizes against the limits and the manifest, and
+    the manifest's own shape. Cheap: for an index of many archives."""
+    with _open_archive(Path(path)) as archive:
+        return _checked_manifest(Path(path), archive)
+
+
+def read_archive_card(path: Path) -> ModelCard:
+    """The card an archive carries, validated (``archive_manifest``'s checks, and
+    the card's size and sha256 against the manifest)."""
+    path = Path(path)
+    with _open_archive(path) as archive:
+        manifest = _checked_manifest(path, archive)
+        entry = next(m for m in manifest["members"] if m["name"] == CARD)
+        data = _read_member(path, archive, entry)
+    return _validated_card(path, data, manifest)
+
+
+class _open_archive:
+    """The archive as an open ZipFile: refused when it is not a regular file, is
+    larger than MAX_ARCHIVE_BYTES or is not a zip."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> zipfile.ZipFile:
+        path = self.path
+        try:
+            self.handle = open_regular(path, "archive")
+        except FileNotFoundError:
+            raise ZooError(f"{path}: archive not found") from None
+        except OSError as exc:
+            raise ZooError(f"{path}: cannot read archive: {describe_os_error(exc)}") from None
+        try:
+            size = os.fstat(self.handle.fileno()).st_size
+            if size > MAX_ARCHIVE_BYTES:
+                raise ZooError(f"{path}: archive is {size:,} bytes, more than the limit of {MAX_ARCHIVE_BYTES:,}")
+            self.archive = zipfile.ZipFile(self.handle)
+        except zipfile.BadZipFile as exc:
+            self.handle.close()
+            raise ZooError(f"{path}: not a zoo archive (not a zip file: {exc})") from None
+        except BaseException:
+            self.handle.close()
+            raise
+        return self.archive
+
+    def sha256(self) -> str:
+        """The archive's sha256, read through the handle the zip is read from:
+        the file hashed is the file checked, even if the path is replaced meanwhile."""
+        digest = hashlib.sha256()
+        self.handle.seek(0)
+        for chunk in iter(lambda: self.handle.read(_CHUNK), b""):
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.archive.close()
+        self.handle.close()
+
+
+def _check_entries(path: Path, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """Every entry is a plain, unique, regular, unencrypted, stored or deflated
+    member within the limits; returns them by name."""
+    infos = archive.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise ZooError(f"{path}: the archive has {len(infos)} members, more than a variant needs ({MAX_MEMBERS})")
+    total = 0
+    for info in infos:
+        name = info.filename
+        shown = printable(name)
+        if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+            raise ZooError(f"{path}: member '{shown}' has an absolute path; refused")
+        if ".." in re.split(r"[/\\]", name):
+            raise ZooError(f"{path}: member '{shown}' points outside the archive's folder; refused")
+        mode = info.external_attr >> 16
+        if stat.S_ISLNK(mode):
+            raise ZooError(f"{path}: member '{shown}' is a symbolic link; refused")
+        if info.is_dir() or (stat.S_IFMT(mode) not in (0, stat.S_IFREG)):
+            raise ZooError(f"{path}: member '{shown}' is not a regular file; refused")
+        if not _MEMBER_NAME.match(name):
+            raise ZooError(f"{path}: member '{shown}' is not a plain file name (a-z, 0-9, '.', '_', '-'); refused")
+        if info.flag_bits & 0x1:
+            raise ZooError(f"{path}: member '{shown}' is encrypted; refused")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise ZooError(f"{path}: member '{shown}' uses an unsupported compression; refused")
+        limit = _limit(name)
+        if info.file_size > limit:
+            raise ZooError(f"{path}: member '{shown}' is {info.file_size:,} bytes, more than the limit of {limit:,}")
+        total += info.file_size
+    duplicated = sorted(name for name, count in Counter(i.filename for i in infos).items() if count > 1)
+    if duplicated:
+        raise ZooError(f"{path}: member '{printable(duplicated[0])}' appears more than once; refused")
+    if total > MAX_ARCHIVE_BYTES:
+        raise ZooError(f"{path}: the members add up to {total:,} bytes, more than the limit of {MAX_ARCHIVE_BYTES:,}")
+    return {info.filename: info for info in infos}
+
+
+def _limit(name: str) -> int:
+    return MAX_JSON_BYTES if name.endswith(".json") else MAX_MEMBER_BYTES
+
+
+def _checked_manifest(path: Path, archive: zipfile.ZipFile) -> dict[str, Any]:
+    """The manifest, its shape checked and its member list equal to the archive's."""
+    entries = _check_entries(path, archive)
+    if MANIFEST not in entries:
+        raise ZooError(f"{path}: not a zoo archive (no {MANIFEST})")
+    raw = _read_member(path, archive, {"name": MANIFEST, "size": entries[MANIFEST].file_size, "sha256": None})
+    try:
+        manifest = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ZooError(f"{path}: {MANIFEST} is not JSON") from None
+    _check_manifest_shape(path, manifest)
+    listed = {m["name"]: m for m in manifest["members"]}
+    for name, info in entries.items():
+        if name != MANIFEST and name not in listed:
+            raise ZooError(f"{path}: member '{printable(name)}' is not in the manifest; refused")
+    for name, entry in listed.items():
+        if name not in entries:
+            raise ZooError(f"{path}: member '{printable(name)}' is in the manifest but missing from the archive")
+        if entries[name].file_size != entry["size"]:
+            raise ZooError(
+                f"{path}: member '{printable(name)}' is {entries[name].file_size:,} bytes, "
+                f"the manifest says {entry['size']:,}; refused"
+            )
+    if CARD not in listed or WEIGHTS not in listed:
+        raise ZooError(f"{path}: the manifest lists no {CARD if CARD not in listed else WEIGHTS}")
+    return manifest
+
+
+def _check_manifest_shape(path: Path, manifest: Any) -> None:
+    def bad(what: str) -> ZooError:
+        return ZooError(f"{path}: {MANIFEST}: {what}")
+
+    if not isinstance(manifest, dict):
+        raise bad("not a JSON object")
+    unknown = set(manifest) - {"format", "variant", "members", "plugins", "base"}
+    if unknown:
+        raise bad(f"unknown field '{printable(sorted(unknown)[0])}'")
+    if manifest.get("format") != FORMAT:
+        raise bad(f"format {printable(repr(manifest.get('format')))} is not one this zoo reads ({FORMAT})")
+    if not isinstance(manifest.get("variant"), str):
+        raise bad("'variant' must be the variant's name")
+    members = manifest.get("members")
+    if not isinstance(members, list) or not all(
+        isinstance(m, dict)
+        and set(m) == {"name", "size", "sha256"}
+        and isinstance(m["name"], str)
+        and _MEMBER_NAME.match(m["name"])
+        and m["name"] != MANIFEST
+        and isinstance(m["size"], int)
+        and not isinstance(m["size"], bool)
+        and 0 <= m["size"] <= _limit(m["name"])
+        and isinstance(m["sha256"], str)
+        and _SHA256.match(m["sha256"])
+        for m in members
+    ):
+        raise bad("'members' must list each member's plain name, size (within the limits) and sha256")
+    if len({m["name"] for m in members}) != len(members):
+        raise bad("'members' lists a name twice")
+    plugins = manifest.get("plugins")
+    if not isinstance(plugins, list) or not all(
+        isinstance(p, dict)
+        and set(p) == {"kind", "component", "plugin", "distribution", "version"}
+        and all(isinstance(v, str) for v in p.values())
+        for p in plugins
+    ):
+        raise bad("'plugins' must list each component's kind, name, plugin, distribution and version")
+    base = manifest.get("base")
+    if base is not None and not (
+        isinstance(base, dict)
+        and set(base) == {"name", "sha256"}
+        and isinstance(base["name"], str)
+        and isinstance(base["sha256"], str)
+        and _SHA256.match(base["sha256"])
+    ):
+        raise bad("'base' must give the base variant's name and checkpoint sha256")
+
+
+def _read_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    _copy_member(path, archive, entry, buffer)
+    return buffer.getvalue()
+
+
+def _copy_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], sink: Any) -> None:
+    """Copy a member into ``sink``, never more bytes than the manifest's size,
+    checking its size and (when given) sha256 against ``entry``."""
+    name, size = entry["name"], entry["size"]
+    digest = hashlib.sha256()
+    copied = 0
+    try:
+        with archive.open(name) as member:
+            while True:
+                chunk = member.read(min(_CHUNK, size - copied + 1))  # one byte more reveals a longer member
+                if not chunk:
+                    break
+                copied += len(chunk)
+                if copied > size:
+                    raise ZooError(f"{path}: member '{name}' is longer than the manifest's {size:,} bytes; refused")
+                digest.update(chunk)
+                sink.write(chunk)
+    except ZooError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
+        # zlib.error is an Exception subclass zipfile lets through for damaged deflate data
+        raise ZooError(f"{path}: member '{name}' cannot be read: {' '.join(str(exc).split())}") from None
+    except Exception as exc:
+        if type(exc).__module__ == "zlib":
+            raise ZooError(f"{path}: member '{name}' cannot be read: damaged compressed data") from None
+        raise
+    if copied != size:
+        raise ZooError(f"{path}: member '{name}' is {copied:,} bytes, the manifest says {size:,}; refused")
+    if entry["sha256"] is not None and digest.hexdigest() != entry["sha256"]:
+        raise ZooError(
+            f"{path}: member '{name}' has sha256 {digest.hexdigest()[:16]}…, the manifest says "
+            f"{entry['sha256'][:16]}… (altered or damaged); refused"
+        )
+
+
+def _validated_card(path: Path, data: bytes, manifest: dict[str, Any]) -> ModelCard:
+    from pydantic import ValidationError
+
+    from ..catalogue.cards import ModelCard
+    from ..catalogue.registry import describe_validation_error
+
+    try:
+        card = ModelCard.model_validate(json.loads(data))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ZooError(f"{path}: {CARD} is not JSON") from None
+    except ValidationError as exc:
+        raise ZooError(f"{path}: {CARD} is not a valid card: {describe_validation_error(exc)}") from None
+    listed = {m["name"] for m in manifest["members"]}
+    if card.name != manifest["variant"]:
+        raise ZooError(f"{path}: the card is for '{card.name}', the manifest for '{printable(manifest['variant'])}'")
+    if card.checkpoint.path != WEIGHTS:
+        raise ZooError(f"{path}: the card's checkpoint.path must be '{WEIGHTS}', the archive's weights")
+    if card.checkpoint.sha256 is None:
+        raise ZooError(f"{path}: the card records no checkpoint sha256")
+    tokenizer = card.tokenizer.file
+    if tokenizer is not None and (not tokenizer.startswith(TOKENIZER) or tokenizer not in listed):
+        raise ZooError(
+            f"{path}: the card's tokenizer.file '{printable(tokenizer)}' is not the archive's tokenizer member"
+        )
+    if card.allow_external_paths:
+        raise ZooError(f"{path}: the card sets allow_external_paths; an archive's files stay inside it")
+    base = manifest.get("base")
+    adapter = card.adapter
+    if (adapter is None) != (base is None) or (
+        adapter is not None and base != {"name": adapter.base, "sha256": adapter.base_sha256}
+    ):
+        raise ZooError(f"{path}: the manifest's base does not match the card's adapter section")
+    return card
+
+
+# --- installing --------------------------------------------------------------
+
+
+def install_archive(path: Path, new_name: str | None = None, origin: dict | None = None) -> ModelCard:
+    """Install the variant the archive at ``path`` holds into the user catalogue
+    (as ``new_name`` when given), after checking everything in it; returns the
+    card as installed. ``origin`` adds to what the card's ``origin`` records
+    (e.g. ``{"source": URL, "remote": NAME}``; by default the source is ``path``).
+    Every refusal is one ZooError line, and then nothing is installed."""
+    from ..api import catalogue
+    from ..catalogue.cards import NAME_PATTERN
+    from ..plugin_api.manager import get_plugins
+    from .locations import zoo_home
+
+    path = Path(path)
+    if new_name is not None and not re.match(NAME_PATTERN, new_name):
+        raise ZooError(f"--name '{printable(new_name)}': a variant name is lower-case letters, digits, '.' and '-'")
+    plugins = get_plugins()
+    opened = _open_archive(path)
+    with opened as archive:
+        manifest = _checked_manifest(path, archive)
+        entries = {m["name"]: m for m in manifest["members"]}
+        card = _validated_card(path, _read_member(path, archive, entries[CARD]), manifest)
+        _check_plugins(path, manifest, card, plugins)
+        name = new_name or card.name
+        found = catalogue(plugins)
+        _check_free(name, found.find(name), new_name is None)
+        _check_base(path, manifest, found)
+        provenance = _origin(path, opened.sha256(), origin)
+
+        home = zoo_home()
+        created_home = not home.exists()
+        make_folder(home)
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=".installing-", dir=home))
+        except OSError as exc:
+            raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {describe_os_error(exc)}") from None
+        try:
+            for member, entry in entries.items():
+                if member != CARD:
+                    with open(staging / member, "xb") as sink:
+                        _copy_member(path, archive, entry, sink)
+            return _verify_and_install(path, staging, card, name, provenance, plugins)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if created_home:
+                _remove_if_empty(home)
+
+
+def _origin(path: Path, archive_sha256: str, extra: dict | None) -> Any:
+    """What the installed card's ``origin`` records; ``extra`` (from a caller
+    such as a pull) adds or replaces fields."""
+    from pydantic import ValidationError
+
+    from ..catalogue.cards import Origin
+    from ..catalogue.registry import describe_validation_error
+
+    fields = {
+        "archive_sha256": archive_sha256,
+        "source": str(path.resolve()),
+        "installed": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **(extra or {}),
+    }
+    try:
+        return Origin.model_validate(fields)
+    except ValidationError as exc:
+        raise ZooError(f"origin: {describe_validation_error(exc)}") from None
+
+
+def _check_plugins(path: Path, manifest: dict[str, Any], card: ModelCard, plugins: PluginSet) -> None:
+    """Each component the variant needs is registered here; a missing one names
+    the distribution that provides it (the manifest's word for it)."""
+    named = {(p["kind"], p["component"]): p for p in manifest["plugins"]}
+    for kind, component in needed_components(card):
+        if kind not in plugins.components:
+            continue
+        problem = plugins.components[kind].problem(component)
+        if problem is None:
+            continue
+        listed = named.get((kind, component))
+        if listed is None and kind in ("positions", "blocks", "trainers"):
+            continue  # not a component on the machine that packed it either (see required_plugins)
+        if listed is None:
+            raise ZooError(f"{path}: variant '{card.name}' needs {kind[:-1]} '{component}': {problem}")
+        version = f"=={listed['version']}" if listed["version"] else ""
+        raise ZooError(
+            f"{path}: variant '{card.name}' needs {kind[:-1]} '{printable(component)}' from the plugin "
+            f"'{printable(listed['plugin'])}', which is not installed: pip install "
+            f"'{printable(listed['distribution'])}{printable(version)}'"
+        )
+
+
+def _check_free(name: str, holder: Variant | None, own_name: bool) -> None:
+    from .locations import user_registry_path
+
+    if holder is not None:
+        hint = "install it under another name with --name NEW" if own_name else "choose another --name"
+        raise ZooError(
+            f"variant '{name}' already exists in the {holder.layer} catalogue ({holder.source}); installing would "
+            f"add a second to the user catalogue ({user_registry_path()}): {hint}"
+        )
+
+
+def _check_base(path: Path, manifest: dict[str, Any], found: Any) -> None:
+    base = manifest.get("base")
+    if base is None:
+        return
+    holder = found.find(base["name"])
+    wanted = f"'{printable(base['name'])}' (checkpoint sha256 {base['sha256'][:16]}…)"
+    if holder is None:
+        raise ZooError(
+            f"{path}: this adapter applies to the base variant {wanted}, which is not in the catalogue; install it first"
+        )
+    if holder.facts.checkpoint.sha256 != base["sha256"]:
+        have = holder.facts.checkpoint.sha256 or "none"
+        raise ZooError(
+            f"{path}: this adapter applies to the base variant {wanted}, but the catalogue's has sha256 {have[:16]}…"
+        )
+
+
+def _verify_and_install(
+    path: Path, staging: Path, card: ModelCard, name: str, origin: Any, plugins: PluginSet
+) -> ModelCard:
+    """Load the staged variant as `zoo load` would (tokenizer sha256, size
+    budget, the network built and the weights verified against the card), then
+    move its files into ``$ZOO_HOME/checkpoints`` and add the card to the user
+    registry, under the registry's lock. Returns the card as installed."""
+    from ..api import catalogue, load_variant
+    from ..catalogue.registry import Variant, upsert_registry_entry
+    from .checkpoints import save_checkpoint
+    from .locations import user_registry_path, zoo_home
+
+    try:
+        load_variant(Variant(card, staging / "registry.toml", "user", layer="user"), plugins)
+    except ZooError as exc:
+        message = str(exc).replace(str(staging / WEIGHTS), "weights").replace(str(staging), "archive")
+        raise ZooError(f"{path}: {message}") from None
+
+    installed = card.model_copy(deep=True)
+    installed.name = name
+    installed.origin = origin
+    if name != card.name:  # the header's card names the variant: the same tensors, written under the new name
+        from safetensors.torch import load_file
+
+        renamed = staging / f"renamed-{WEIGHTS}"
+        installed.checkpoint.sha256 = save_checkpoint(renamed, load_file(staging / WEIGHTS), installed.header_json())
+        os.replace(renamed, staging / WEIGHTS)
+
+    home = zoo_home()
+    folder = home / "checkpoints"
+    moves = {staging / WEIGHTS: folder / f"{name}.safetensors"}
+    installed.checkpoint.path = f"checkpoints/{name}.safetensors"
+    if card.tokenizer.file is not None:
+        target = folder / f"{name}.tokenizer{''.join(Path(card.tokenizer.file).suffixes[-1:])}"
+        moves[staging / card.tokenizer.file] = target
+        installed.tokenizer.file = str(target.relative_to(home))
+    if (staging / HISTORY).exists():
+        moves[staging / HISTORY] = folder / f"{name}.history.json"
+
+    registry = user_registry_path()
+    with exclusive_lock(registry):
+        _check_free(name, catalogue(plugins).find(name), name == card.name)  # may have changed meanwhile
+        for target in moves.values():
+            if target.exists() or target.is_symlink():
+                raise ZooError(f"{target}: already exists (left by another variant?); remove it or choose --name")
+        created_folder = not folder.exists()
+        moved: list[Path] = []
+        try:
+            make_folder(folder)
+            for source, target in moves.items():
+                os.replace(source, target)
+                moved.append(target)
+            upsert_registry_entry(registry, installed)
+        except BaseException as exc:
+            for target in moved:
+                target.unlink(missing_ok=True)
+            if created_folder:
+                _remove_if_empty(folder)
+            if isinstance(exc, OSError):
+                raise ZooError(f"{folder}: cannot install: {describe_os_error(exc)} (nothing was installed)") from None
+            raise
+    return installed
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
