@@ -230,6 +230,18 @@ class CheckpointRef(_Strict):
     )
 
 
+class ComponentSource(_Strict):
+    """Which installed plugin provided one component the variant uses, when the card was written."""
+
+    name: str = Field(description="the component's registered name, e.g. 'transformer'")
+    plugin: str = Field(description="the plugin (entry-point name) that registered it")
+    distribution: str = Field(description="the Python distribution that plugin came from, e.g. 'zoo-lm'")
+    version: str = Field(description="that distribution's version")
+
+
+COMPONENT_ROLES = ("model", "tokenizer", "positions", "block", "trainer", "adapter")
+
+
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
@@ -274,11 +286,24 @@ class ModelCard(_Strict):
     lineage: str = Field(description="the document this variant reproduces")
     license: str = Field(description="the weights' license; required: a card never gets one by default")
     tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")
+    components: dict[str, ComponentSource] | None = Field(
+        None,
+        description="which plugin provided each component the card names (model, tokenizer, positions, block, "
+        "trainer, adapter), recorded by `zoo train` and `zoo import`; describes, never defines, the weights",
+    )
     allow_external_paths: bool = Field(
         False,
         description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
         "symlinks out); honoured only in the user's own catalogues, never in a plugin's",
     )
+
+    @field_validator("components")
+    @classmethod
+    def _known_roles(cls, components: dict[str, ComponentSource] | None) -> dict[str, ComponentSource] | None:
+        unknown = sorted(set(components or {}) - set(COMPONENT_ROLES))
+        if unknown:
+            raise ValueError(f"unknown component role(s) {unknown}; roles are {', '.join(COMPONENT_ROLES)}")
+        return components
 
     @field_validator("config")
     @classmethod
@@ -339,6 +364,9 @@ class ModelCard(_Strict):
         data = self.model_dump(mode="json", exclude_none=True)
         data["checkpoint"].pop("sha256", None)
         data.pop("allow_external_paths", None)  # where files may live, not what the weights are
+        # Which plugin versions built it: not what the weights are, and a header
+        # without it keeps reading exactly as checkpoints written before the field.
+        data.pop("components", None)
         return data
 
 
