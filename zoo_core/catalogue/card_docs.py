@@ -14,7 +14,16 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .cards import AdapterSpec, CheckpointRef, Metrics, ModelCard, Recipe, TokenizerSpec, defines_weights
+from .cards import (
+    AdapterSpec,
+    CheckpointRef,
+    ComponentSource,
+    Metrics,
+    ModelCard,
+    Recipe,
+    TokenizerSpec,
+    defines_weights,
+)
 
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("the variant's table, `[NAME]`", ModelCard),
@@ -23,6 +32,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`[NAME.checkpoint]`", CheckpointRef),
     ("`[NAME.metrics]`", Metrics),
     ("`[NAME.adapter]`", AdapterSpec),
+    ("`[NAME.components.ROLE]`", ComponentSource),
 ]
 
 
@@ -33,8 +43,9 @@ def card_schema() -> dict[str, Any]:
 
 def _type_name(info: FieldInfo) -> str:
     text = repr(info.annotation).replace("typing.", "")
-    for model in (TokenizerSpec, Recipe, CheckpointRef, Metrics, AdapterSpec):
+    for model in (TokenizerSpec, Recipe, CheckpointRef, Metrics, AdapterSpec, ComponentSource):
         text = text.replace(f"<class 'zoo_core.catalogue.cards.{model.__name__}'>", "table")
+        text = text.replace(f"zoo_core.catalogue.cards.{model.__name__}", "table")  # inside dict[...]
     text = text.replace("<class '", "").replace("'>", "").replace("NoneType", "None")
     return text.replace(" | ", " or ")  # a bare | would split the Markdown table's cell
 

@@ -48,7 +48,9 @@ def provenance_lines(found: dict[str, Any]) -> list[str]:
     lines = ["# provenance", f"#   layer        {layer}", f"#   declared in  {found['declared_in']}"]
     if "base" in found:
         base = found["base"]
-        lines.append(f"#   fine-tuned   from {base['name']}" + (f" (sha256 {base['sha256']})" if base["sha256"] else ""))
+        lines.append(
+            f"#   fine-tuned   from {base['name']}" + (f" (sha256 {base['sha256']})" if base["sha256"] else "")
+        )
     if "adapter" in found:
         adapter = found["adapter"]
         lines.append(f"#   adapter      {adapter['kind']} on {adapter['base']} (sha256 {adapter['sha256']})")

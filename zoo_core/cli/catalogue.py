@@ -182,9 +182,8 @@ def show_arguments(commands) -> None:
 
 def cmd_show(args) -> int:
     from ..api import get_variant
-    from ..catalogue.registry import render_registry
-
     from ..catalogue.provenance import provenance, provenance_lines
+    from ..catalogue.registry import render_registry
 
     variant = get_variant(args.name)
     found = provenance(variant)
