@@ -158,7 +158,8 @@ def _recipe_rows(card: Any) -> list[tuple[str, str]]:
     recipe.pop("notes", None)
     if "data" in recipe:
         recipe["data"] = registered_dataset(card) or "a private text (not published)"
-    return [(key, f"`{value}`") for key, value in recipe.items()]
+    # A bare | would split the Markdown table's cell.
+    return [(key, "`" + str(value).replace("|", "\\|") + "`") for key, value in recipe.items()]
 
 
 def hub_readme(card: Any) -> str:
