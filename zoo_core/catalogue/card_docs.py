@@ -14,7 +14,17 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .cards import AdapterSpec, CheckpointRef, Metrics, ModelCard, Origin, Recipe, TokenizerSpec, defines_weights
+from .cards import (
+    AdapterSpec,
+    CheckpointRef,
+    ComponentSource,
+    Metrics,
+    ModelCard,
+    Origin,
+    Recipe,
+    TokenizerSpec,
+    defines_weights,
+)
 
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("the variant's table, `[NAME]`", ModelCard),
@@ -24,6 +34,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`[NAME.metrics]`", Metrics),
     ("`[NAME.adapter]`", AdapterSpec),
     ("`[NAME.origin]`", Origin),
+    ("`[NAME.components.ROLE]`", ComponentSource),
 ]
 
 
@@ -34,8 +45,9 @@ def card_schema() -> dict[str, Any]:
 
 def _type_name(info: FieldInfo) -> str:
     text = repr(info.annotation).replace("typing.", "")
-    for model in (TokenizerSpec, Recipe, CheckpointRef, Metrics, AdapterSpec, Origin):
+    for model in (TokenizerSpec, Recipe, CheckpointRef, Metrics, AdapterSpec, Origin, ComponentSource):
         text = text.replace(f"<class 'zoo_core.catalogue.cards.{model.__name__}'>", "table")
+        text = text.replace(f"zoo_core.catalogue.cards.{model.__name__}", "table")  # inside dict[...]
     text = text.replace("<class '", "").replace("'>", "").replace("NoneType", "None")
     return text.replace(" | ", " or ")  # a bare | would split the Markdown table's cell
 

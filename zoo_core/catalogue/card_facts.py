@@ -117,6 +117,9 @@ def _fields(model: Any, where: str, sections: set[str]) -> dict[str, Any]:
         if hasattr(type(value), "model_fields"):  # a nested card section (a pydantic model)
             sections.add(path)
             value = _fields(value, path, sections)
+        elif isinstance(value, dict) and any(hasattr(type(item), "model_fields") for item in value.values()):
+            # A table of small sections (`components`): plain dicts, as JSON would read them back.
+            value = {key: item.model_dump(mode="json") for key, item in value.items()}
         data[name] = _copied(value)
     return data
 

@@ -240,6 +240,18 @@ class Origin(_Strict):
     installed: str = Field(description="when it was installed (UTC, ISO 8601)")
 
 
+class ComponentSource(_Strict):
+    """Which installed plugin provided one component the variant uses, when the card was written."""
+
+    name: str = Field(description="the component's registered name, e.g. 'transformer'")
+    plugin: str = Field(description="the plugin (entry-point name) that registered it")
+    distribution: str = Field(description="the Python distribution that plugin came from, e.g. 'zoo-lm'")
+    version: str = Field(description="that distribution's version")
+
+
+COMPONENT_ROLES = ("model", "tokenizer", "positions", "block", "trainer", "adapter")
+
+
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
@@ -287,11 +299,24 @@ class ModelCard(_Strict):
     origin: Origin | None = Field(
         None, description="set by `zoo install`: the archive (and remote) the variant was installed from"
     )
+    components: dict[str, ComponentSource] | None = Field(
+        None,
+        description="which plugin provided each component the card names (model, tokenizer, positions, block, "
+        "trainer, adapter), recorded by `zoo train` and `zoo import`; describes, never defines, the weights",
+    )
     allow_external_paths: bool = Field(
         False,
         description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
         "symlinks out); honoured only in the user's own catalogues, never in a plugin's",
     )
+
+    @field_validator("components")
+    @classmethod
+    def _known_roles(cls, components: dict[str, ComponentSource] | None) -> dict[str, ComponentSource] | None:
+        unknown = sorted(set(components or {}) - set(COMPONENT_ROLES))
+        if unknown:
+            raise ValueError(f"unknown component role(s) {unknown}; roles are {', '.join(COMPONENT_ROLES)}")
+        return components
 
     @field_validator("config")
     @classmethod
@@ -353,6 +378,9 @@ class ModelCard(_Strict):
         data["checkpoint"].pop("sha256", None)
         data.pop("allow_external_paths", None)  # where files may live, not what the weights are
         data.pop("origin", None)  # where this copy came from: the same weights may arrive many ways
+        # Which plugin versions built it: not what the weights are, and a header
+        # without it keeps reading exactly as checkpoints written before the field.
+        data.pop("components", None)
         return data
 
 

@@ -189,7 +189,7 @@ def cmd_search(args) -> int:
 
 
 def show_arguments(commands) -> None:
-    p = commands.add_parser("show", help="show a variant's card")
+    p = commands.add_parser("show", help="show a variant's card and its provenance")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--json", action="store_true", help="print the card as JSON instead of TOML")
     p.set_defaults(run=cmd_show)
@@ -197,19 +197,17 @@ def show_arguments(commands) -> None:
 
 def cmd_show(args) -> int:
     from ..api import get_variant
+    from ..catalogue.provenance import provenance, provenance_lines
     from ..catalogue.registry import render_registry
 
     variant = get_variant(args.name)
-    if args.json:
-        print(json.dumps(variant.card.model_dump(mode="json", exclude_none=True), indent=2))
+    found = provenance(variant)
+    if args.json:  # the card's fields, and beside them where it came from
+        shown = {**variant.card.model_dump(mode="json", exclude_none=True), "provenance": found}
+        print(json.dumps(shown, indent=2))
     else:
         print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
-        origin = variant.card.origin
-        if origin is not None:
-            remote = f" (remote '{origin.remote}')" if origin.remote else ""
-            print(
-                f"# installed {origin.installed} from {origin.source}{remote}, archive sha256 {origin.archive_sha256}"
-            )
+        print("\n".join(provenance_lines(found)))
         print(render_registry([variant.card]), end="")
     return 0
 

@@ -57,8 +57,9 @@ def import_arguments(commands) -> None:
     )
     p.add_argument(
         "--license",
-        default="unspecified",
-        help="the imported weights' license, recorded in the card (default: unspecified; the zoo never assumes one)",
+        default=None,
+        help="the imported weights' license, recorded in the card (default: an hf folder's README.md "
+        "model card's, else unspecified; the zoo never assumes one)",
     )
     p.set_defaults(run=cmd_import)
 
@@ -67,7 +68,7 @@ def cmd_import(args) -> int:
     if args.source == "nanogpt":
         from ..interop.nanogpt import import_nanogpt
 
-        card, registry = import_nanogpt(args.path, args.name, args.tokenizer, args.license)
+        card, registry = import_nanogpt(args.path, args.name, args.tokenizer, args.license or "unspecified")
     else:
         from ..interop.hf import import_hf
 

@@ -214,11 +214,54 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     expected = model.tokenizer.encode(validation)
     if loaded_tokenizer(validation, verbose=False)["input_ids"] != expected:
         raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
+    from .hf_card import write_hub_card
+
+    write_hub_card(model.card, out)  # last: a README describes only a folder that passed the checks
     checks = {"max_logit_difference": difference, "logit_tokens": len(ids), "tokenizer_ids_checked": len(expected)}
     return sorted(path for path in out.iterdir() if path.is_file()), checks
 
 
 # --- import -------------------------------------------------------------------
+
+
+def with_hub_card(card, folder: Path, license_given: bool):
+    """``card`` with what the folder's README.md front matter says (see
+    `zoo_core.interop.hf_card.card_fields_from_hub`): its license unless one was
+    given, its tags beside the import's, its description, its dataset when that
+    is registered here (what `zoo eval` then scores on), and notes for the rest.
+    Metrics a README reports go to the notes, never to ``metrics``: the zoo
+    records only what it measured."""
+    from ..plugin_api.manager import get_plugins
+    from .hf_card import card_fields_from_hub, read_hub_card
+
+    found = read_hub_card(folder)
+    if found is None:
+        return card
+    fields = card_fields_from_hub(*found)
+    update: dict = {}
+    if "license" in fields and not license_given:
+        update["license"] = fields["license"]
+    if "tags" in fields:
+        update["tags"] = list(dict.fromkeys([*card.tags, *fields["tags"]]))
+    if "description" in fields:
+        update["description"] = fields["description"]
+    recipe_update: dict = {}
+    notes = list(fields.get("notes", []))
+    for dataset in fields.get("datasets", []):
+        if dataset in get_plugins().datasets:
+            recipe_update["data"] = dataset
+            break
+    else:
+        if fields.get("datasets"):
+            notes.append(f"trained on {', '.join(fields['datasets'])} (not registered here)")
+    if notes:
+        recipe_update["notes"] = "; ".join([card.recipe.notes, *notes])
+    if recipe_update:
+        update["recipe"] = card.recipe.model_copy(update=recipe_update)
+    if "base_model" in fields:
+        update["lineage"] = f"{card.lineage}; fine-tuned from {', '.join(fields['base_model'])} (Hugging Face Hub)"
+    return type(card).model_validate({**card.model_dump(), **update}) if update else card
+
 
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -289,9 +332,11 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
     raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
 
 
-def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, license: str = "unspecified"):
+def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None):
     """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
-    ``gpt`` variant in the user's catalogue."""
+    ``gpt`` variant in the user's catalogue. The folder's README.md (a Hub model
+    card), when it has one, gives the license (unless ``license`` is given),
+    tags, description and dataset (`hub_card_fields`)."""
     import hashlib
     import tempfile
 
@@ -380,7 +425,8 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
             hashlib.sha256(weights.read_bytes()).hexdigest(),
             "transformers GPT-2",
             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
-            license=license,
+            license=license or "unspecified",
         )
+        card = with_hub_card(card, folder, license_given=license is not None)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..catalogue.cards import CheckpointRef, ModelCard, Recipe, TokenizerSpec
+from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
 from ..catalogue.user import USER_PLUGIN, add_user_variant
 from ..errors import ZooError
 
@@ -79,7 +79,7 @@ def imported_card(
     recipe: Recipe,
     license: str = "unspecified",
 ) -> ModelCard:
-    return ModelCard(
+    card = ModelCard(
         name=name,
         description=f"Imported from a {origin} checkpoint ({source.name}).",
         architecture="gpt",
@@ -93,6 +93,18 @@ def imported_card(
         license=license,  # the weights' owner decides; the zoo never assumes one
         tags=["imported", origin.lower().replace(" ", "-")],
     )
+    return card.model_copy(update={"components": imported_components(card)})
+
+
+def imported_components(card: ModelCard) -> dict[str, ComponentSource]:
+    """The plugins that build the imported weights here. No trainer: the weights
+    were trained elsewhere, and the card's default recipe kind did not make them."""
+    from ..plugin_api.manager import get_plugins
+    from ..plugin_api.sources import component_sources
+
+    sources = component_sources(card, get_plugins())
+    sources.pop("trainer", None)
+    return {role: ComponentSource(**source) for role, source in sources.items()}
 
 
 def publish_import(card: ModelCard, tensors: dict, tokenizer_file: Path) -> Path:

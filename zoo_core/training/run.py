@@ -229,6 +229,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             progress.close()
         new_card = _trained_card(card, recipe, result, network, placement)
         tensors, new_card = _saved_weights(trainer, network, new_card)
+        new_card = new_card.model_copy(update={"components": _component_sources(new_card, plugins)})
         if not writer:
             return new_card, registry_file
         if variant.tokenizer_path is not None:
@@ -434,6 +435,14 @@ def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelC
             "trained_with": TrainedWith(**placement.describe()),
         }
     )
+
+
+def _component_sources(card: ModelCard, plugins) -> dict[str, Any]:
+    """The plugins (and their versions) that built these weights, as the card records them."""
+    from ..catalogue.cards import ComponentSource
+    from ..plugin_api.sources import component_sources
+
+    return {role: ComponentSource(**source) for role, source in component_sources(card, plugins).items()}
 
 
 def _relative(path: Path, base: Path) -> str:

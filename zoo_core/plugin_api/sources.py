@@ -1,0 +1,59 @@
+"""Which installed plugin provides each component a card names.
+
+A card names its components by registered name (``architecture``,
+``tokenizer.kind``, ``config.positions``, ``config.block``, ``recipe.kind``,
+``adapter.kind``); the plugin set knows which plugin registered each name and
+which distribution (and version) that plugin came from. `zoo train` and
+`zoo import` record the answer in the card's ``components`` so that a variant
+says what code built it, and `zoo show` prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .manager import PluginSet
+
+# role in the card -> the component family its name is registered in
+ROLE_FAMILIES = {
+    "model": "models",
+    "tokenizer": "tokenizers",
+    "positions": "positions",
+    "block": "blocks",
+    "trainer": "trainers",
+    "adapter": "adapters",
+}
+
+
+def named_components(card: Any) -> dict[str, str]:
+    """The component names ``card`` (a ModelCard or its CardFacts) gives, by role.
+    A setting that is not a name (the puzzle's ``positions = true``) names none."""
+    config = card.config or {}
+    adapter = card.adapter
+    names = {
+        "model": card.architecture,
+        "tokenizer": card.tokenizer.kind,
+        "positions": config.get("positions"),
+        "block": config.get("block"),
+        "trainer": card.recipe.kind,
+        "adapter": adapter.kind if adapter is not None else None,
+    }
+    return {role: name for role, name in names.items() if isinstance(name, str) and name}
+
+
+def component_sources(card: Any, plugins: PluginSet) -> dict[str, dict[str, str]]:
+    """For each role the card names a component in: ``{name, plugin,
+    distribution, version}`` of the plugin that registers it now. Roles whose
+    name is unknown, or claimed by two plugins, are left out: such a card cannot
+    be built, and guessing a provider would record something untrue."""
+    sources = {}
+    for role, name in named_components(card).items():
+        components = plugins.components[ROLE_FAMILIES[role]]
+        if components.problem(name) is not None:
+            continue
+        plugin = components.plugin_of(name)
+        info = plugins.plugins.get(plugin)
+        if info is None:  # registered outside the entry points (a test's plugin object)
+            continue
+        sources[role] = {"name": name, "plugin": plugin, "distribution": info.distribution, "version": info.version}
+    return sources
