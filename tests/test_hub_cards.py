@@ -21,7 +21,6 @@ huggingface_hub = pytest.importorskip("huggingface_hub")
 
 import zoo_core  # noqa: E402
 from zoo_core import cli  # noqa: E402
-from zoo_core.catalogue.provenance import provenance_lines  # noqa: E402
 from zoo_core.interop.hf_card import hub_license, hub_readme  # noqa: E402
 from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
 from zoo_core.plugin_api.sources import component_sources  # noqa: E402
@@ -184,8 +183,15 @@ def test_a_fine_tunes_hub_card_names_its_zoo_base_but_no_hub_base_model(fine_tun
     assert str(tmp_path) not in (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
 
 
-def test_show_prints_an_installed_archives_origin():
-    # `origin` is set by `zoo install` (another part of this issue); show prints whatever it holds.
-    found = {"layer": "user", "plugin": "user", "declared_in": "/x/registry.toml", "components": {},
-             "components_recorded": False, "origin": {"archive_sha256": "ab" * 32, "remote": "team"}}
-    assert f"#   origin       archive_sha256 {'ab' * 32}, remote team" in provenance_lines(found)
+def test_show_names_where_an_installed_archive_came_from(tmp_path, capsys):
+    packed = tmp_path / "mini.zoo"
+    assert cli.main(["pack", "gpt-char-mini", "--out", str(packed)]) == 0
+    assert cli.main(["install", str(packed), "--name", "mini-copy"]) == 0
+    capsys.readouterr()
+    assert cli.main(["show", "mini-copy"]) == 0
+    shown = capsys.readouterr().out
+    [line] = [line for line in shown.splitlines() if line.startswith("#   installed")]
+    assert str(packed) in line and len(line.rsplit("archive sha256 ", 1)[1]) == 64
+    assert cli.main(["show", "mini-copy", "--json"]) == 0
+    origin = json.loads(capsys.readouterr().out)["provenance"]["origin"]
+    assert origin["source"] == str(packed) and len(origin["archive_sha256"]) == 64
