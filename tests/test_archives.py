@@ -1,4 +1,4 @@
-"""One-file archives: `zoo pack` and `zoo install` (zoo_core.storage.archives).
+"""One-file archives: `zoo pack` and `zoo install` (zoo_core.sharing.archives).
 
 An archive packed on one machine installs on another (a second ZOO_HOME whose
 built-in catalogue lacks the variant) and scores and samples exactly as the
@@ -20,7 +20,7 @@ import pytest
 
 import zoo_core
 from zoo_core.plugin_api.manager import get_plugins
-from zoo_core.storage import archives
+from zoo_core.sharing import archives
 
 SMALL = "transformer-1b-learned-ctx8"
 

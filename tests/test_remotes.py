@@ -27,7 +27,7 @@ pytest.importorskip("starlette", reason="the remote tests serve with the web ext
 import zoo_core  # noqa: E402
 from tests.web_support import SMALL, Server  # noqa: E402
 from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
-from zoo_core.storage import archives  # noqa: E402
+from zoo_core.sharing import archives  # noqa: E402
 
 PROMPT = ("--prompt", "ROMEO:", "--max-new-tokens", "24", "--seed", "7")
 

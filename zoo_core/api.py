@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .catalogue.registry import Catalogue, Variant
 from .errors import ZooError
 from .plugin_api.manager import PluginSet, get_plugins
+from .plugin_api.sources import ROLE_FAMILIES, named_components
 from .storage.files import describe_os_error
 
 if TYPE_CHECKING:
@@ -36,17 +37,10 @@ def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> st
     """Why the variant cannot be built now (a component it names is missing or
     claimed twice), from names alone: `zoo list` stays free of torch."""
     plugins = plugins or get_plugins()
-    facts = variant.facts
-    config = facts.config
-    needed = [("models", facts.architecture), ("tokenizers", facts.tokenizer.kind)]
-    # The zoo's transformer-like architectures name their parts in these config keys.
-    needed += [
-        (kind, config[key])
-        for kind, key in (("positions", "positions"), ("blocks", "block"))
-        if isinstance(config.get(key), str)
+    # Building needs every component the card names but its trainer.
+    needed = [
+        (ROLE_FAMILIES[role], name) for role, name in named_components(variant.facts).items() if role != "trainer"
     ]
-    if facts.adapter is not None:
-        needed.append(("adapters", facts.adapter.kind))
     for kind, name in needed:
         problem = plugins.components[kind].problem(name)
         if problem:

@@ -1,4 +1,4 @@
-"""Variants that travel: pack, install (one-file `.zoo` archives, zoo_core.storage.archives)."""
+"""Variants that travel: pack, install (one-file `.zoo` archives, zoo_core.sharing.archives)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def pack_arguments(commands) -> None:
 
 
 def cmd_pack(args) -> int:
-    from ..storage.archives import archive_manifest, pack_variant
+    from ..sharing.archives import archive_manifest, pack_variant
     from ..storage.checkpoints import sha256_file
 
     written = pack_variant(args.name, args.out)
@@ -34,7 +34,7 @@ def install_arguments(commands) -> None:
 
 
 def cmd_install(args) -> int:
-    from ..storage.archives import install_archive
+    from ..sharing.archives import install_archive
     from ..storage.locations import zoo_home
 
     origin = None

@@ -45,9 +45,9 @@ def _archive_key(variant) -> str:
 def cached_archive(variant) -> Path:
     """The variant's archive in the cache folder, packed now if it is not there yet.
     Packing happens under a lock, so two requests at once pack it once."""
-    from ..storage.archives import pack_variant
     from ..storage.files import exclusive_lock, make_folder
     from ..storage.locations import cache_dir
+    from .archives import pack_variant
 
     target = cache_dir() / "archives" / f"{variant.name}-{_archive_key(variant)}.zoo"
     if target.is_file():
@@ -68,7 +68,7 @@ def build_index(names: list[str] | None = None, warn: bool = False) -> tuple[dic
     import sys
 
     from ..api import catalogue, get_variant, has_published_weights
-    from ..storage.archives import archive_manifest
+    from .archives import archive_manifest
 
     if names:
         variants = [get_variant(name) for name in names]

@@ -104,7 +104,7 @@ def fetch_archive(offer: Offer) -> tuple[Path, bool]:
 
 def pull(spec: str, new_name: str | None = None):
     """Download (or find cached) and install; returns (the installed card, the offer, downloaded?)."""
-    from ..storage.archives import archive_manifest, install_archive
+    from .archives import archive_manifest, install_archive
 
     offer = find_offer(spec)
     path, downloaded = fetch_archive(offer)

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ZooError, printable
-from .files import atomic_write, describe_os_error, exclusive_lock, make_folder, open_regular
+from ..plugin_api.sources import ROLE_FAMILIES, named_components
+from ..storage.files import atomic_write, describe_os_error, exclusive_lock, make_folder, open_regular
 
 if TYPE_CHECKING:
     from ..catalogue.cards import ModelCard
@@ -80,7 +81,7 @@ def pack_variant(name: str, out: Path | None = None) -> Path:
     a damaged file is never packed."""
     from ..api import catalogue, has_published_weights
     from ..plugin_api.manager import get_plugins
-    from .checkpoints import sha256_file
+    from ..storage.checkpoints import sha256_file
 
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
@@ -171,20 +172,8 @@ def _archive_card(variant: Variant, tokenizer_member: str | None) -> dict[str, A
 
 
 def needed_components(facts: Any) -> list[tuple[str, str]]:
-    """(kind, name) of every registered component the card names: the
-    architecture, tokenizer, positions and block (config keys of the zoo's
-    transformer-like architectures), trainer and adapter."""
-    config = facts.config
-    needed = [("models", facts.architecture), ("tokenizers", facts.tokenizer.kind)]
-    needed += [
-        (kind, config[key])
-        for kind, key in (("positions", "positions"), ("blocks", "block"))
-        if isinstance(config.get(key), str)
-    ]
-    needed.append(("trainers", facts.recipe.kind))
-    if facts.adapter is not None:
-        needed.append(("adapters", facts.adapter.kind))
-    return needed
+    """(family, name) of every registered component the card names (see `named_components`)."""
+    return [(ROLE_FAMILIES[role], name) for role, name in named_components(facts).items()]
 
 
 def required_plugins(variant: Variant, plugins: PluginSet) -> list[dict[str, str]]:
@@ -484,7 +473,7 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
     from ..api import catalogue
     from ..catalogue.cards import NAME_PATTERN
     from ..plugin_api.manager import get_plugins
-    from .locations import zoo_home
+    from ..storage.locations import zoo_home
 
     path = Path(path)
     if new_name is not None and not re.match(NAME_PATTERN, new_name):
@@ -565,7 +554,7 @@ def _check_plugins(path: Path, manifest: dict[str, Any], card: ModelCard, plugin
 
 
 def _check_free(name: str, holder: Variant | None, own_name: bool) -> None:
-    from .locations import user_registry_path
+    from ..storage.locations import user_registry_path
 
     if holder is not None:
         hint = "install it under another name with --name NEW" if own_name else "choose another --name"
@@ -601,8 +590,8 @@ def _verify_and_install(
     registry, under the registry's lock. Returns the card as installed."""
     from ..api import catalogue, load_variant
     from ..catalogue.registry import Variant, upsert_registry_entry
-    from .checkpoints import save_checkpoint
-    from .locations import user_registry_path, zoo_home
+    from ..storage.checkpoints import save_checkpoint
+    from ..storage.locations import user_registry_path, zoo_home
 
     try:
         load_variant(Variant(card, staging / "registry.toml", "user", layer="user"), plugins)
