@@ -11,6 +11,7 @@ import tomllib
 
 import pytest
 
+import zoo_core
 from zoo_core.storage.checkpoints import sha256_file
 from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
 from zoo_core.training.loop import StandardTrainer
@@ -39,8 +40,12 @@ def test_publishing_the_puzzle_rebuilds_the_shipped_file_byte_for_byte(zoo, priv
     shipped = _shipped(name)["checkpoint"]["sha256"]
     assert sha256_file(checkpoint) == shipped
     assert f"sha256 {shipped}" in done.out
-    # The card it wrote is the shipped card, table for table.
-    assert tomllib.loads(private_catalogue.read_text(encoding="utf-8"))[name] == _shipped(name)
+    # The card it wrote is the shipped card, table for table, and now also says
+    # which plugins built it (a descriptive table, not in the checkpoint's header).
+    written = tomllib.loads(private_catalogue.read_text(encoding="utf-8"))[name]
+    assert written.pop("components")["trainer"] == {"name": "hand-built", "plugin": "puzzle",
+                                                     "distribution": "zoo-lm", "version": zoo_core.__version__}
+    assert written == _shipped(name)
     assert not checkpoint.with_suffix(".history.json").exists()  # nothing to record for hand-set weights
 
 
