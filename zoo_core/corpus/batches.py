@@ -32,6 +32,13 @@ def drop_characters(text: str, characters) -> str:
     return text.translate(str.maketrans("", "", "".join(characters)))
 
 
+def encodable_text(text: str, tokenizer) -> str:
+    """``text`` without the characters ``tokenizer`` has no token for: what a
+    recipe with ``skip_unknown`` trained on, and is scored on."""
+    unknown = unknown_characters(text, tokenizer)
+    return drop_characters(text, unknown) if unknown else text
+
+
 def describe_characters(counts: dict[str, int], shown: int = 8) -> str:
     """``'é' ×12, 'ü' ×3 …`` for an error line."""
     ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
@@ -44,11 +51,7 @@ class Corpus:
     validation: torch.Tensor
 
     @classmethod
-    def from_text(cls, text: str, tokenizer, train_fraction: float, skip_unknown: bool = False) -> "Corpus":
-        """``skip_unknown`` drops the characters the tokenizer has no token for
-        before splitting (a recipe trained so records it, and is scored so)."""
-        if skip_unknown:
-            text = drop_characters(text, unknown_characters(text, tokenizer))
+    def from_text(cls, text: str, tokenizer, train_fraction: float) -> "Corpus":
         train_text, validation_text = split_text(text, train_fraction)
         return cls(
             torch.tensor(tokenizer.encode(train_text), dtype=torch.long),

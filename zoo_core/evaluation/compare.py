@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..api import load
-from ..corpus.batches import Corpus, mean_loss, windows_at
+from ..corpus.batches import Corpus, encodable_text, mean_loss, windows_at
 from ..corpus.datasets import ResolvedText, variant_text
 from ..errors import ZooError
 from ..inference.settings import SamplingSettings
@@ -101,7 +101,8 @@ def compare_variants(
     # A fine-tune that dropped the characters its vocabulary lacks is compared on the
     # text without them, as it was trained: every model sees the same tokens.
     skip_unknown = any(model.card.recipe.skip_unknown for model in models)
-    corpus = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction, skip_unknown)
+    source = encodable_text(text.text, first.tokenizer) if skip_unknown else text.text
+    corpus = Corpus.from_text(source, first.tokenizer, first.card.recipe.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
     generator = seeded_generator(seed)
     batches = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..corpus.batches import Corpus, drop_characters, fixed_windows, mean_loss, unknown_characters
+from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..corpus.datasets import variant_text
 
 
@@ -21,9 +21,8 @@ def evaluate_language_model(
     card = model.card
     recipe = card.recipe
     text = variant_text(model.variant, data)
-    source = text.text
-    if recipe.skip_unknown:  # trained without the characters its vocabulary lacks: scored so too
-        source = drop_characters(source, unknown_characters(source, model.tokenizer))
+    # Trained without the characters its vocabulary lacks: scored so too.
+    source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
     losses = {

@@ -20,7 +20,7 @@ from typing import Any
 from ..api import build_network, catalogue, load_tokenizer
 from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, Recipe, TrainedWith
 from ..catalogue.registry import Variant, upsert_registry_entry
-from ..corpus.batches import Corpus, describe_characters, unknown_characters
+from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
 from ..corpus.datasets import variant_text
 from ..errors import ZooError, printable
 from ..plugin_api.manager import get_plugins
@@ -139,7 +139,8 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                     f"not in the vocabulary: {describe_characters(unknown)}",
                     file=sys.stderr,
                 )
-        corpus = Corpus.from_text(text.text, tokenizer, recipe.train_fraction, bool(recipe.skip_unknown))
+        source = drop_characters(text.text, unknown) if unknown else text.text  # found once, above
+        corpus = Corpus.from_text(source, tokenizer, recipe.train_fraction)
         identity = run_identity(card, recipe, text.text)
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
     if job.from_weights:

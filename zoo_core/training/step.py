@@ -71,11 +71,10 @@ def training_step(
     call = model if forward is None else forward  # `is None`: a compiled wrapper refuses truth tests
     optimizer.zero_grad(set_to_none=True)
     slices = list(zip(inputs.chunk(micro_batches), targets.chunk(micro_batches)))
+    no_sync = getattr(call, "no_sync", None)  # DistributedDataParallel's: all-reduce once, after the last slice
     losses = []
     for index, (x, y) in enumerate(slices):
-        # Data-parallel: all-reduce the gradients once, after the last slice.
         last = index == len(slices) - 1
-        no_sync = getattr(call, "no_sync", None)
         with contextlib.nullcontext() if last or no_sync is None else no_sync():
             with placement.autocast():
                 _, loss = call(x, y)
