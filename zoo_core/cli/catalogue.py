@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import ZooError
-from .options import format_table
+from .options import format_table, listing_actions
 
 
 def _summary(card) -> dict:
@@ -296,31 +296,20 @@ def cmd_verify(args) -> int:
 
 
 def datasets_arguments(commands) -> None:
-    import argparse
-
-    from .help import DefaultsHelpFormatter
-
     p = commands.add_parser(
         "datasets",
         help="list, add or remove datasets: the built-in one, plugins' and your own",
         description="Datasets by name: `zoo train NAME --data DATASET`, `zoo eval NAME --dataset DATASET` "
         'and recipes (data = "DATASET") read them, checking their sha256. Bare `zoo datasets` lists them.',
     )
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(run=cmd_datasets)
-    actions = p.add_subparsers(dest="datasets_action", metavar="ACTION", help="list (the default), add or remove")
-
-    def action(name: str, help: str, description: str) -> argparse.ArgumentParser:
-        return actions.add_parser(name, help=help, description=description, formatter_class=DefaultsHelpFormatter)
-
-    listing = action(
+    action = listing_actions(p, "datasets_action", "list (the default), add or remove")
+    action(
         "list",
         "list every dataset: source (built-in, a plugin or user), size, split, sha256, files",
         "List every dataset: its source (built-in, the plugin that registered it, or user), size, "
         "split rule, sha256 and files (a path, or a glob pattern).",
     )
-    # SUPPRESS: `zoo datasets --json list` keeps the --json given before the action.
-    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON (default: off)")
 
     add = action(
         "add",

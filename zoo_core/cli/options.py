@@ -70,3 +70,29 @@ def sampling_settings(args, **overrides):
 
     given = {name: getattr(args, name) for name in OPTION_NAMES if hasattr(args, name)}
     return SamplingSettings(**{**given, **overrides}, flags=True)
+
+
+def listing_actions(parser: argparse.ArgumentParser, dest: str, help: str):
+    """Give ``parser`` actions (``zoo datasets add``, ``zoo remote remove``...) for a
+    command whose bare form lists, ``--json`` included; returns the function that
+    adds one action. Its ``list`` takes ``--json`` too, before or after the word."""
+    from .help import DefaultsHelpFormatter
+
+    parser.add_argument("--json", action="store_true", help="print the list as JSON")
+    actions = parser.add_subparsers(dest=dest, metavar="ACTION", help=help)
+
+    def action(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        added = actions.add_parser(
+            name,
+            help=help,
+            description=description or help[0].upper() + help[1:] + ".",
+            formatter_class=DefaultsHelpFormatter,
+        )
+        if name == "list":
+            # SUPPRESS: `zoo COMMAND --json list` keeps the --json given before the action.
+            added.add_argument(
+                "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON (default: off)"
+            )
+        return added
+
+    return action

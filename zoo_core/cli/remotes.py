@@ -8,9 +8,7 @@ from pathlib import Path
 
 
 def remote_arguments(commands) -> None:
-    import argparse
-
-    from .help import DefaultsHelpFormatter
+    from .options import listing_actions
 
     p = commands.add_parser(
         "remote",
@@ -18,17 +16,9 @@ def remote_arguments(commands) -> None:
         description="Remote catalogues: a `zoo serve` (http:// or https://) or a folder written by "
         "`zoo remote publish` (file://, e.g. a network drive). Bare `zoo remote` lists them.",
     )
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(run=cmd_remote, remote_action="list")
-    actions = p.add_subparsers(dest="remote_action", metavar="ACTION", help="list (the default), add, remove, publish")
-
-    def action(name: str, help: str) -> argparse.ArgumentParser:
-        return actions.add_parser(
-            name, help=help, description=help[0].upper() + help[1:] + ".", formatter_class=DefaultsHelpFormatter
-        )
-
-    listing = action("list", "list the remotes, in the order `zoo pull` looks through them")
-    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON (default: off)")
+    action = listing_actions(p, "remote_action", "list (the default), add, remove, publish")
+    action("list", "list the remotes, in the order `zoo pull` looks through them")
     add = action("add", "add a remote: a `zoo serve` URL, a file:// URL or a folder written by `zoo remote publish`")
     add.add_argument("name", help="what to call it, e.g. 'team' (then `zoo pull team/VARIANT`)")
     add.add_argument("url", help="http://HOST:PORT, https://..., file:///FOLDER or a folder path")
