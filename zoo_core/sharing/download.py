@@ -158,15 +158,15 @@ def download(url: str, target: Path, size: int | None = None, sha256: str | None
     With ``size`` and ``sha256`` (from an index) nothing else is accepted: more
     bytes than ``size`` stop the transfer, and a file whose hash differs is
     deleted and refused in one line."""
+    from ..storage.checkpoints import sha256_file
     from ..storage.files import exclusive_lock, make_folder
-    from .index import file_sha256
 
     limit = max_download()
     if size is not None and size > limit:
         raise ZooError(f"{url}: {size:,} bytes, more than ZOO_MAX_DOWNLOAD={limit:,}; refused")
     make_folder(target.parent)
     with exclusive_lock(target):  # two pulls of one archive: one downloads, the other finds it done
-        if sha256 is not None and target.is_file() and file_sha256(target) == sha256:
+        if sha256 is not None and target.is_file() and sha256_file(target) == sha256:
             return False
         partial = target.with_name(target.name + ".part")
         for attempt in range(MAX_ATTEMPTS):
@@ -185,7 +185,7 @@ def download(url: str, target: Path, size: int | None = None, sha256: str | None
             partial.unlink()
             raise ZooError(f"{url}: the remote served {got:,} bytes, its index says {size:,}; nothing was installed")
         if sha256 is not None:
-            actual = file_sha256(partial)
+            actual = sha256_file(partial)
             if actual != sha256:
                 partial.unlink()
                 raise ZooError(

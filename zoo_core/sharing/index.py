@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from ..errors import ZooError
+from ..storage.checkpoints import sha256_file
 
 INDEX_FORMAT = 1  # bumped when a field of the index changes meaning
 ARCHIVES = "archives"  # the archives' folder, relative to the index
@@ -27,17 +28,9 @@ def archive_file_name(name: str) -> str:
     return f"{name}.zoo"
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _archive_key(variant) -> str:
     """What decides an archive's bytes: the name, the weights and the card."""
-    weights = variant.facts.checkpoint.sha256 or file_sha256(variant.checkpoint_path)
+    weights = variant.facts.checkpoint.sha256 or sha256_file(variant.checkpoint_path)
     card = json.dumps(variant.card.model_dump(mode="json", exclude_none=True), sort_keys=True)
     return hashlib.sha256(f"{variant.name}\n{weights}\n{card}".encode()).hexdigest()[:32]
 
@@ -94,7 +87,7 @@ def build_index(names: list[str] | None = None, warn: bool = False) -> tuple[dic
                 "archive": {
                     "path": f"{ARCHIVES}/{archive_file_name(variant.name)}",
                     "size": path.stat().st_size,
-                    "sha256": file_sha256(path),
+                    "sha256": sha256_file(path),
                     "format": manifest.get("format"),
                 },
             }
