@@ -104,8 +104,11 @@ def remove_unnamed(registry: Path, name: str, candidates: Iterable[Path]) -> lis
     for path in sorted(found):
         if path in named or home not in path.parents or path.is_symlink() or not path.is_file():
             continue
-        if remove_file(path):
-            deleted.append(path)
+        try:
+            if remove_file(path):
+                deleted.append(path)
+        except ZooError:  # garbage that stays is harmless; the publish itself is done
+            continue
     return deleted
 
 

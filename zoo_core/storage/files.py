@@ -39,8 +39,6 @@ def atomic_write(
     False keeps a cache write out of the fault-injection count (see fault_point).
     """
     make_folder(path.parent, shown=path)
-    if fault_points:
-        fault_point()
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
@@ -70,13 +68,15 @@ def atomic_write(
 # (tests/test_crash_safety.py) kill the process exactly there, at every such
 # point in turn, instead of at random delays that rarely hit the narrow windows.
 # ZOO_FAULT_AT=N makes the N-th point reached by this process a SIGKILL (exit
-# status 137): no cleanup, no finally, as with kill -9 or a power cut.
+# status 137): no cleanup, no finally, as with kill -9 or a power cut. There is
+# one point after each operation (a temporary file written, renamed, a file
+# deleted), which is also the point before the next one.
 _fault_points_reached = 0
 
 
 def fault_point() -> None:
-    """Called before and after every file operation that publishing, removing,
-    importing or installing a variant does; a no-op unless ZOO_FAULT_AT is set."""
+    """Called after every file operation of an atomic write, a rename or a
+    deletion; a no-op unless ZOO_FAULT_AT is set."""
     wanted = os.environ.get("ZOO_FAULT_AT")
     if not wanted:
         return
@@ -88,7 +88,6 @@ def fault_point() -> None:
 
 def replace_file(source: Path, target: Path) -> None:
     """``os.replace`` (atomic: ``target`` is the old file or the new one), as a fault point."""
-    fault_point()
     try:
         os.replace(source, target)
     except OSError as exc:
@@ -99,7 +98,6 @@ def replace_file(source: Path, target: Path) -> None:
 def remove_file(path: Path) -> bool:
     """Delete ``path`` (a file or a symlink, never what a symlink points at), as a
     fault point; False when it was already gone."""
-    fault_point()
     try:
         path.unlink()
     except FileNotFoundError:
