@@ -180,3 +180,91 @@ def test_a_kill_at_any_point_of_an_import_leaves_old_or_new(zoo, tmp_path, priva
     after = _new_samples(zoo, tmp_path, args, "nano")
     assert after != before
     assert _sweep(zoo, private_home, args, "nano", before, after) >= 4
+
+
+# --- preconditions, and failures after work started --------------------------
+
+
+def _one_line_error(result, *fragments):
+    assert result.code == 1, result.out
+    assert result.err.startswith("zoo: error: ") and result.err.count("\n") == 1, result.err
+    for fragment in fragments:
+        assert fragment in result.err, result.err
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """A tripwire: the first training step (the optimizer made for it) fails the test."""
+    import zoo_core.training.loop
+
+    def tripped(*_):
+        raise AssertionError("training started before the destination was checked")
+
+    monkeypatch.setattr(zoo_core.training.loop, "make_optimizer", tripped)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only (chmod 555) folder anyway; "
+                    "test_a_destination_that_cannot_be_a_folder_is_refused_before_any_training_step stands in")
+def test_a_read_only_home_is_refused_before_any_training_step(zoo, private_home, no_training):
+    private_home.mkdir(parents=True)
+    private_home.chmod(0o555)
+    try:
+        result = zoo("train", "bigram", "--steps", "50", "--publish", "--name", "my-bigram")
+        _one_line_error(result, str(private_home), "nothing was trained")
+    finally:
+        private_home.chmod(0o755)
+    assert list(private_home.iterdir()) == []
+
+
+def test_a_destination_that_cannot_be_a_folder_is_refused_before_any_training_step(zoo, tmp_path, no_training):
+    (tmp_path / "a-file").write_text("not a folder")
+    result = zoo("train", "bigram", "--steps", "50", "--out", str(tmp_path / "a-file" / "run"))
+    _one_line_error(result, "a-file", "not a folder")
+
+
+def test_too_little_free_space_is_refused_before_any_training_step(zoo, tmp_path, monkeypatch, no_training):
+    import collections
+
+    import zoo_core.training.destination
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(zoo_core.training.destination.shutil, "disk_usage", lambda _: usage(10**9, 10**9, 1000))
+    result = zoo("train", "bigram", "--steps", "50", "--out", str(tmp_path / "run"))
+    _one_line_error(result, "1,000 bytes free, the run needs about", "checkpoint 260.0 KiB, training states 2.0 MiB", "nothing was trained")
+
+
+def test_a_full_disk_at_the_registry_leaves_no_checkpoint_without_a_card(zoo, private_home, monkeypatch, published):
+    """The checkpoint is written, then the registry cannot be: the new files are
+    deleted, the old variant stays whole, and the message says so."""
+    import errno
+
+    import zoo_core.storage.files
+
+    before = sorted(path.name for path in (private_home / "checkpoints").iterdir())
+    real = os.write
+
+    def full_at_the_registry(fd, data):
+        if "registry.toml" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(zoo_core.storage.files, "_write", full_at_the_registry)
+    result = zoo("train", "bigram", "--steps", "3", "--seed", "7", "--publish", "--name", "my-bigram", "--quiet")
+    _one_line_error(result, "No space left on device", "not published: the new files were deleted",
+                    "no training state was saved")
+    monkeypatch.setattr(zoo_core.storage.files, "_write", real)
+    assert sorted(path.name for path in (private_home / "checkpoints").iterdir()) == before
+    assert _state(zoo, "my-bigram") == published
+
+
+def test_remove_refuses_a_checkpoint_symlinked_out_of_its_folder_and_deletes_nothing(zoo, tmp_path, private_home,
+                                                                                     published):
+    checkpoint = private_home / "checkpoints" / "my-bigram.safetensors"
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes(checkpoint.read_bytes())
+    checkpoint.unlink()
+    checkpoint.symlink_to(outside)
+    registry = (private_home / "registry.toml").read_bytes()
+    _one_line_error(zoo("remove", "my-bigram"), "symlink leading out", "nothing was deleted")
+    assert (private_home / "registry.toml").read_bytes() == registry
+    assert checkpoint.is_symlink() and outside.exists()

@@ -61,7 +61,7 @@ def publish_card(registry: Path, staged: ModelCard, settled: ModelCard, moves: d
         removed = [path for path in moves if _real(path) not in before and remove_file(path)]
         if isinstance(exc, ZooError):
             what = "the new files were deleted" if removed else "nothing new was left"
-            raise ZooError(f"{exc} (not published: {what}; the catalogue is as it was)") from None
+            raise ZooError(f"{exc}; not published: {what}, the catalogue is as it was") from None
         raise
     card = staged
     try:

@@ -34,6 +34,7 @@ from ..storage.files import (
     make_folder,
     remove_stale_temporaries,
 )
+from .destination import check_destination, weight_bytes
 from .job import TrainingJob
 from .loop import TrainingInterrupted, check_batch_splits, seeded_network
 from .progress import TrainingProgress
@@ -160,6 +161,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             card=variant.facts,
         )
     network = _prepared_network(trainer, network, replace(job, card=card, recipe=recipe))
+    if writer:  # before the first step, not when the first state or the result is saved
+        keeps_state = trainer.uses_corpus and replace(job, recipe=recipe).checkpoint_interval > 0
+        check_destination([checkpoint_path.parent, registry_file.parent], weight_bytes(network), keeps_state)
 
     # One run per destination, for the whole run; in a data-parallel run the
     # writer (rank 0) holds it for all its processes.
