@@ -136,7 +136,7 @@ def test_a_kill_at_any_point_of_a_publish_leaves_old_or_new(zoo, tmp_path, priva
     assert new != published
     assert _sweep(zoo, private_home, REPUBLISH, "my-bigram", published, new) >= 10
     files = sorted(path.name for path in (private_home / "checkpoints").iterdir())
-    assert files == ["my-bigram.history.json", "my-bigram.log.jsonl", "my-bigram.safetensors"], files
+    assert files == ["bpe-1024.tiktoken", "my-bigram.history.json", "my-bigram.log.jsonl", "my-bigram.safetensors"], files
 
 
 @pytest.mark.slow
