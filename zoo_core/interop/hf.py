@@ -349,7 +349,9 @@ def _check_weights_file(weights: Path) -> None:
         raise ZooError(f"{weights}: cannot read: {describe_os_error(exc)}") from None
     largest = 8 * limits()[0] + 8 + MAX_HEADER_BYTES
     if size > largest:
-        raise ZooError(f"{weights}: {size:,} bytes, more than weights within the parameter limit can take ({largest:,})")
+        raise ZooError(
+            f"{weights}: {size:,} bytes, more than weights within the parameter limit can take ({largest:,})"
+        )
 
 
 def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None):

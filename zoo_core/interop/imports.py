@@ -157,16 +157,16 @@ def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, An
     from ..storage.locations import user_registry_path
 
     config = card.config
-    layers = {int(found.group(1)) for n in tensors if (found := re.match(r"blocks\.(\d+)\.", n))}
+    layers = {int(block.group(1)) for n in tensors if (block := re.match(r"blocks\.(\d+)\.", n))}
     embedding = tensors.get("token_embedding.weight")
     positions = tensors.get("positions.table.weight")
-    for key, claimed, found in (
+    for key, claimed, held in (
         ("n_layer", config.get("n_layer"), len(layers)),
         ("d_model", config.get("d_model"), embedding.shape[-1] if embedding is not None else None),
         ("context length", card.context_length, positions.shape[0] if positions is not None else None),
     ):
-        if found is not None and claimed != found:
-            raise ZooError(f"{source}: the configuration says {key} {claimed}, the tensors hold {found}")
+        if held is not None and claimed != held:
+            raise ZooError(f"{source}: the configuration says {key} {claimed}, the tensors hold {held}")
     network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
     expected = {n: tuple(t.shape) for n, t in network.state_dict().items()}
     problem = shape_report(source, expected, {n: tuple(t.shape) for n, t in tensors.items()})

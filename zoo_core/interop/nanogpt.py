@@ -53,7 +53,6 @@ MAX_CHECKPOINT_BYTES = 8 * 1024**3
 def read_nanogpt_checkpoint(path: Path) -> dict[str, Any]:
     """The checkpoint dict, unpickled safely; any refusal is one line."""
 
-
     from ..storage.files import open_regular
 
     try:  # a FIFO or a device is refused without waiting on it, a missing file in words
@@ -130,7 +129,9 @@ def nanogpt_config(model_args: dict[str, Any]) -> tuple[dict[str, Any], int]:
     for key in ("n_embd", "n_layer", "n_head", "block_size"):
         value = model_args.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ZooError(f"model_args {key} is {printable(repr(value))[:60]}, not a whole number; not a nanoGPT checkpoint")
+            raise ZooError(
+                f"model_args {key} is {printable(repr(value))[:60]}, not a whole number; not a nanoGPT checkpoint"
+            )
         sizes[key] = value
     n_embd, n_layer, n_head, block_size = sizes["n_embd"], sizes["n_layer"], sizes["n_head"], sizes["block_size"]
     bias = bool(model_args.get("bias", False))

@@ -24,7 +24,10 @@ def check_destination(folders: list[Path], weight_bytes: int, keeps_state: bool)
     ``keeps_state``, a training state twice over (the old one stays until its
     replacement is complete). One ZooError line otherwise."""
     for folder in dict.fromkeys(folders):
-        make_folder(folder)
+        try:
+            make_folder(folder)
+        except ZooError as exc:
+            raise ZooError(f"{exc} (nothing was trained)") from None
         try:  # the real test: permission bits do not tell root, ACLs or a read-only mount apart
             with tempfile.TemporaryFile(dir=folder):
                 pass
