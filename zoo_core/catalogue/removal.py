@@ -8,12 +8,15 @@ inside ``$ZOO_HOME``; a tokenizer file is kept while another card still uses it.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from ..errors import ZooError
 from ..storage.files import atomic_write_text, exclusive_lock
-from ..storage.locations import user_registry_path, zoo_home
+from ..storage.locations import user_registry_path
 from .layers import build_catalogue
+from .publishing import history_of, remove_unnamed
 from .registry import read_registry_file, render_registry
 
 
@@ -35,19 +38,39 @@ def remove_variant(name: str) -> list[Path]:
                 f"zoo remove deletes only your own variants, in {registry}"
             )
         remaining = [v for v in mine if v.name != name]
+        candidates = _own_files(variant, registry)  # refused here, before anything is deleted
         preamble = _leading_comment(registry)
+        # The registry's switch is the commit point: the files go only after it,
+        # so a crash leaves either the variant whole or files no card names
+        # (which remove_unnamed, here or at the next publish, deletes).
         atomic_write_text(registry, render_registry([v.card for v in remaining], preamble))
-        candidates = [variant.checkpoint_path, variant.checkpoint_path.with_suffix(".history.json")]
-        still_used = {v.tokenizer_path for v in remaining}
-        if variant.tokenizer_path is not None and variant.tokenizer_path not in still_used:
-            candidates.append(variant.tokenizer_path)
-        home = zoo_home().resolve()
-        deleted = []
-        for path in candidates:
-            if home in path.resolve().parents and path.is_file():
-                path.unlink()
-                deleted.append(path)
-    return deleted
+        return remove_unnamed(registry, name, candidates)
+
+
+def _own_files(variant, registry: Path) -> list[Path]:
+    """The files of ``variant`` to delete once no card names them: its checkpoint
+    and history (under the names a publish gives them, content-named or not) and
+    its tokenizer. A card whose files lead out of its folder through a symlink is
+    refused: deleting the link would leave what it points at, deleting that
+    would reach outside the catalogue."""
+    folder = registry.parent
+    try:
+        checkpoint, tokenizer = variant.checkpoint_path, variant.tokenizer_path
+    except ZooError as exc:
+        raise ZooError(f"{exc}; not removed (nothing was deleted): fix or delete the link first") from None
+    for relative in (variant.facts.checkpoint.path, variant.facts.tokenizer.file):
+        named = folder / relative if relative else None
+        if named is not None and named.is_symlink():
+            target = Path(os.path.realpath(named))
+            if Path(os.path.realpath(named.parent)) not in target.parents:
+                raise ZooError(
+                    f"variant '{variant.name}': {named} is a symlink leading out of its folder (to {target}); "
+                    f"not removed (nothing was deleted): delete the link or the card by hand"
+                )
+    own = [checkpoint, history_of(checkpoint)]
+    usual = re.sub(r"\.[0-9a-f]{12}\.safetensors$", ".safetensors", checkpoint.name)
+    own += [checkpoint.with_name(usual), history_of(checkpoint.with_name(usual))]
+    return own + ([tokenizer] if tokenizer is not None else [])
 
 
 def _leading_comment(path: Path) -> str:

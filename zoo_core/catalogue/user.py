@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ZooError
-from ..storage.files import atomic_copy, describe_os_error, exclusive_lock
+from ..storage.files import describe_os_error, exclusive_lock
 from ..storage.locations import user_registry_path, zoo_home
 from .cards import ModelCard
-from .registry import upsert_registry_entry
 
 USER_PLUGIN = "user"  # how the user's layer is named in errors and `zoo show`
 
@@ -21,9 +20,12 @@ USER_PLUGIN = "user"  # how the user's layer is named in errors and `zoo show`
 def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None = None) -> Path:
     """Write ``tensors`` as the card's safetensors checkpoint in the user's
     catalogue, copy the tokenizer file beside it, and add (or replace) the card
-    in the user's registry. The card's paths are rewritten relative to that
-    registry; its checksum is the written file's. Returns the registry file."""
-    from ..storage.checkpoints import save_checkpoint
+    in the user's registry, in the order that no crash can break
+    (zoo_core.catalogue.publishing). The card's paths are rewritten relative to
+    that registry; its checksums are the written files'. Returns the registry file."""
+    from ..storage.checkpoints import save_checkpoint, sha256_file
+    from ..storage.files import atomic_copy, content_named
+    from .publishing import content_named_tokenizer, publish_card
 
     home = zoo_home()
     folder = home / "checkpoints"
@@ -32,15 +34,20 @@ def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None
     except OSError as exc:
         raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {describe_os_error(exc)}") from None
     registry = user_registry_path()
-    card = card.model_copy(deep=True)
-    if tokenizer_file is not None:
-        target = folder / f"{card.name}.tokenizer{''.join(tokenizer_file.suffixes[-1:])}"
-        atomic_copy(tokenizer_file, target)
-        card.tokenizer.file = str(target.relative_to(home))
+    staged, settled = card.model_copy(deep=True), card.model_copy(deep=True)
     checkpoint = folder / f"{card.name}.safetensors"
-    card.checkpoint.path = str(checkpoint.relative_to(home))
-    card.checkpoint.sha256 = None
     with exclusive_lock(registry):
-        card.checkpoint.sha256 = save_checkpoint(checkpoint, tensors, card.header_json())
-        upsert_registry_entry(registry, card)
+        moves = {}
+        if tokenizer_file is not None:
+            sha = sha256_file(tokenizer_file, "tokenizer file")
+            copy = content_named_tokenizer(folder, card.name, tokenizer_file, sha)
+            atomic_copy(tokenizer_file, copy)
+            moves[copy] = folder / f"{card.name}.tokenizer{''.join(tokenizer_file.suffixes[-1:])}"
+            for written, path in ((staged, copy), (settled, moves[copy])):
+                written.tokenizer.file, written.tokenizer.sha256 = str(path.relative_to(home)), sha
+        sha = save_checkpoint(checkpoint, tensors, staged.header_json(), by_content=True)
+        moves[content_named(checkpoint, sha)] = checkpoint
+        for written, path in ((staged, content_named(checkpoint, sha)), (settled, checkpoint)):
+            written.checkpoint.path, written.checkpoint.sha256 = str(path.relative_to(home)), sha
+        publish_card(registry, staged, settled, moves)
     return registry

@@ -73,6 +73,9 @@ def cmd_import(args) -> int:
         from ..interop.hf import import_hf
 
         card, registry = import_hf(args.path, args.name, args.tokenizer, args.license)
-    print(f"{card.name}: {card.parameters:,} parameters from {args.path} -> {registry.parent / card.checkpoint.path}")
+    import os
+
+    source = os.fsencode(args.path).decode("utf-8", "backslashreplace")  # a name need not be UTF-8; the terminal is
+    print(f"{card.name}: {card.parameters:,} parameters from {source} -> {registry.parent / card.checkpoint.path}")
     print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
     return 0

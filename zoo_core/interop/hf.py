@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from pathlib import Path
 
-from ..errors import ZooError
+from ..errors import ZooError, printable
 
 LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and transformers' for the same function.
@@ -332,20 +334,41 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
     raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
 
 
+def _check_weights_file(weights: Path) -> None:
+    """A regular file (a FIFO is refused without waiting on it) no larger than
+    the parameter limit allows (8 bytes a value, and the largest header): it is
+    refused before any of it is read."""
+    from ..catalogue.limits import limits
+    from ..storage.checkpoints import MAX_HEADER_BYTES
+    from ..storage.files import describe_os_error, open_regular
+
+    try:
+        with open_regular(weights, "weights file") as handle:
+            size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        raise ZooError(f"{weights}: cannot read: {describe_os_error(exc)}") from None
+    largest = 8 * limits()[0] + 8 + MAX_HEADER_BYTES
+    if size > largest:
+        raise ZooError(
+            f"{weights}: {size:,} bytes, more than weights within the parameter limit can take ({largest:,})"
+        )
+
+
 def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None):
     """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
     ``gpt`` variant in the user's catalogue. The folder's README.md (a Hub model
     card), when it has one, gives the license (unless ``license`` is given),
     tags, description and dataset (`hub_card_fields`)."""
-    import hashlib
     import tempfile
 
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from ..catalogue.cards import Recipe
+    from ..storage.checkpoints import sha256_file
     from .imports import (
         BUILTIN_CORPUS,
+        check_card_fits_tensors,
         check_name_is_free,
         check_tokenizer,
         imported_card,
@@ -360,12 +383,24 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     weights = folder / "model.safetensors"
     if not weights.exists():
         raise ZooError(f"{folder}: no model.safetensors (pickled pytorch_model.bin is not read: it could run code)")
+    _check_weights_file(weights)
+    sizes = {}
+    for key in ("n_embd", "n_layer", "n_head", "n_positions"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ZooError(f"{folder / 'config.json'}: {key} is {printable(repr(value))[:60]}, not a whole number")
+        sizes[key] = value
+    n_embd, n_layer, n_head = sizes["n_embd"], sizes["n_layer"], sizes["n_head"]
     try:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
     tensors = {key.removeprefix("transformer."): value for key, value in tensors.items()}
-    n_embd, n_layer, n_head = int(config["n_embd"]), int(config["n_layer"]), int(config["n_head"])
+    layers = {int(found.group(1)) for key in tensors if (found := re.match(r"h\.(\d+)\.", key))}
+    if len(layers) != n_layer or layers != set(range(len(layers))):  # counted, never a range of n_layer
+        raise ZooError(f"{weights}: config.json says n_layer {n_layer}, the file holds {len(layers)} layers")
+    if "wte.weight" not in tensors or "wpe.weight" not in tensors:
+        raise ZooError(f"{weights}: missing tensor 'wte.weight' or 'wpe.weight'; not GPT-2's layout")
     renamed = {
         "token_embedding.weight": tensors["wte.weight"],
         "positions.table.weight": tensors["wpe.weight"],
@@ -406,7 +441,10 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
         "tie_embeddings": tied,
         "bias": False,
     }
-    eps = float(config.get("layer_norm_epsilon", 1e-5))
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise ZooError(f"{folder / 'config.json'}: layer_norm_epsilon is {eps!r}, not a finite number above 0")
+    eps = float(eps)
     if eps != 1e-5:
         zoo_config["norm_eps"] = eps
     with tempfile.TemporaryDirectory() as scratch:
@@ -418,15 +456,16 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
         card = imported_card(
             name,
             zoo_config,
-            int(config["n_positions"]),
+            sizes["n_positions"],
             spec,
             parameters,
             weights,
-            hashlib.sha256(weights.read_bytes()).hexdigest(),
+            sha256_file(weights, "weights file"),
             "transformers GPT-2",
             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
             license=license or "unspecified",
         )
         card = with_hub_card(card, folder, license_given=license is not None)
+        check_card_fits_tensors(weights, card, renamed)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry

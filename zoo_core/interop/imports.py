@@ -3,13 +3,15 @@ user's catalogue, and a check that the name is free."""
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
 from ..catalogue.user import USER_PLUGIN, add_user_variant
-from ..errors import ZooError
+from ..errors import ZooError, printable
 
 BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are scored on
 
@@ -79,21 +81,100 @@ def imported_card(
     recipe: Recipe,
     license: str = "unspecified",
 ) -> ModelCard:
-    card = ModelCard(
-        name=name,
-        description=f"Imported from a {origin} checkpoint ({source.name}).",
-        architecture="gpt",
-        config=config,
-        tokenizer=tokenizer,
-        context_length=context_length,
-        recipe=recipe,
-        checkpoint=CheckpointRef(path=f"checkpoints/{name}.safetensors"),
-        parameters=parameters,
-        lineage=f"imported: {origin} checkpoint {source.name}, source sha256 {source_sha256}",
-        license=license,  # the weights' owner decides; the zoo never assumes one
-        tags=["imported", origin.lower().replace(" ", "-")],
-    )
+    """The card of an import, validated as any card is: an impossible
+    configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line."""
+    from pydantic import ValidationError
+
+    from ..catalogue.registry import describe_validation_error
+
+    for key, value in config.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ZooError(f"{source}: configuration {key} is {value}; a model needs a finite number there")
+    # A file name need not be UTF-8; the card is text, and holds it escaped.
+    shown = os.fsencode(source.name).decode("utf-8", "backslashreplace")
+    try:
+        card = ModelCard(
+            name=name,
+            description=f"Imported from a {origin} checkpoint ({shown}).",
+            architecture="gpt",
+            config=config,
+            tokenizer=tokenizer,
+            context_length=context_length,
+            recipe=recipe,
+            checkpoint=CheckpointRef(path=f"checkpoints/{name}.safetensors"),
+            parameters=parameters,
+            lineage=f"imported: {origin} checkpoint {shown}, source sha256 {source_sha256}",
+            license=license,  # the weights' owner decides; the zoo never assumes one
+            tags=["imported", origin.lower().replace(" ", "-")],
+        )
+    except ValidationError as exc:
+        raise ZooError(f"{source}: cannot import: {describe_validation_error(exc)}") from None
     return card.model_copy(update={"components": imported_components(card)})
+
+
+def check_tensors_are_dense(source: Path, tensors: dict[str, Any]) -> None:
+    """Refuse, before any tensor is copied, what would make a small file a huge
+    checkpoint: a sparse tensor, or a view larger than the data stored for it
+    (``torch.zeros(1).expand(10**9)`` is one float in the file and 4 GB once
+    made contiguous); and tensors that together exceed the parameter limit."""
+    import torch
+
+    from ..catalogue.limits import limits
+
+    max_parameters, _ = limits()
+    total, seen = 0, set()
+    for name, tensor in tensors.items():
+        shown = printable(str(name))
+        if not isinstance(tensor, torch.Tensor):
+            raise ZooError(f"{source}: '{shown}' is a {type(tensor).__name__}, not a tensor")
+        if tensor.layout != torch.strided:
+            raise ZooError(f"{source}: tensor '{shown}' is sparse ({tensor.layout}); only dense tensors import")
+        view, stored = tensor.numel() * tensor.element_size(), tensor.untyped_storage().nbytes()
+        if view > stored:
+            raise ZooError(
+                f"{source}: tensor '{shown}' is a view of {view:,} bytes over {stored:,} bytes of data "
+                f"(an expanded tensor); refused rather than made whole"
+            )
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:  # tied weights are one tensor under two names
+            seen.add(key)
+            total += tensor.numel()
+    if total > max_parameters:
+        raise ZooError(
+            f"{source}: {total:,} values, more than the limit of {max_parameters:,} parameters "
+            f"(raise it with --max-parameters or ZOO_MAX_PARAMETERS if you mean it)"
+        )
+
+
+def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, Any]) -> None:
+    """The configuration describes exactly these tensors: the layer count, width and
+    window first (a 4,672-parameter file that claims a billion layers is refused
+    before anything is built), then the network the card builds (within the size
+    limits), name by name and shape by shape, and its parameter count."""
+    from ..api import build_network
+    from ..catalogue.registry import Variant
+    from ..storage.checkpoints import shape_report
+    from ..storage.locations import user_registry_path
+
+    config = card.config
+    layers = {int(block.group(1)) for n in tensors if (block := re.match(r"blocks\.(\d+)\.", n))}
+    embedding = tensors.get("token_embedding.weight")
+    positions = tensors.get("positions.table.weight")
+    for key, claimed, held in (
+        ("n_layer", config.get("n_layer"), len(layers)),
+        ("d_model", config.get("d_model"), embedding.shape[-1] if embedding is not None else None),
+        ("context length", card.context_length, positions.shape[0] if positions is not None else None),
+    ):
+        if held is not None and claimed != held:
+            raise ZooError(f"{source}: the configuration says {key} {claimed}, the tensors hold {held}")
+    network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
+    expected = {n: tuple(t.shape) for n, t in network.state_dict().items()}
+    problem = shape_report(source, expected, {n: tuple(t.shape) for n, t in tensors.items()})
+    if problem:
+        raise ZooError(f"{problem} (the configuration does not describe this checkpoint)")
+    built = sum(p.numel() for p in network.parameters())
+    if built != card.parameters:
+        raise ZooError(f"{source}: the configuration builds {built:,} parameters, the file holds {card.parameters:,}")
 
 
 def imported_components(card: ModelCard) -> dict[str, ComponentSource]:

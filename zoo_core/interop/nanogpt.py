@@ -14,16 +14,20 @@ LayerNorm; the tensors are renamed, never changed.
 
 from __future__ import annotations
 
-import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from ..catalogue.cards import ModelCard, Recipe
-from ..errors import ZooError
+from ..errors import ZooError, printable
+from ..storage.checkpoints import sha256_file
+from ..storage.files import describe_os_error
 from .imports import (
     BUILTIN_CORPUS,
+    check_card_fits_tensors,
     check_name_is_free,
+    check_tensors_are_dense,
     check_tokenizer,
     imported_card,
     publish_import,
@@ -48,24 +52,23 @@ MAX_CHECKPOINT_BYTES = 8 * 1024**3
 
 def read_nanogpt_checkpoint(path: Path) -> dict[str, Any]:
     """The checkpoint dict, unpickled safely; any refusal is one line."""
-    import pickle
 
-    import torch
+    from ..storage.files import open_regular
 
-    if not path.is_file():
-        raise ZooError(f"{path}: checkpoint file not found")
-    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
-        raise ZooError(f"{path}: {path.stat().st_size:,} bytes is more than a nanoGPT checkpoint this zoo can import")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        # weights_only refuses any global it does not know: the message names it.
-        first = str(exc).split("\n")[0] if "Unsupported global" not in str(exc) else _unsupported_global(str(exc))
-        raise ZooError(
-            f"{path}: refused: the pickle asks for {first}; only tensors and plain data are loaded, nothing is run"
-        ) from None
-    except (RuntimeError, EOFError, ValueError, OSError) as exc:
-        raise ZooError(f"{path}: not a torch checkpoint ({' '.join(str(exc).split())[:200]})") from None
+    try:  # a FIFO or a device is refused without waiting on it, a missing file in words
+        handle = open_regular(path, "checkpoint")
+    except FileNotFoundError:
+        raise ZooError(f"{path}: checkpoint file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_CHECKPOINT_BYTES:
+            raise ZooError(f"{path}: {size:,} bytes is more than a nanoGPT checkpoint this zoo can import")
+        # The file checked is the file read (no swap in between), and torch, which
+        # cannot open a name that is not UTF-8, is given one that always is.
+        opened = Path(f"/proc/self/fd/{handle.fileno()}")
+        checkpoint = _torch_load(path, opened if opened.exists() else path)
     if (
         not isinstance(checkpoint, dict)
         or not isinstance(checkpoint.get("model"), dict)
@@ -73,6 +76,27 @@ def read_nanogpt_checkpoint(path: Path) -> dict[str, Any]:
     ):
         raise ZooError(f"{path}: not a nanoGPT checkpoint (no 'model' and 'model_args' entries)")
     return checkpoint
+
+
+def _torch_load(path: Path, source: Path) -> Any:
+    """``torch.load`` of ``source`` (standing for ``path``, named in messages),
+    tensors and plain data only; mmap keeps the tensors in the file until used,
+    so a large (or sparse) file is never read whole before they are checked."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        # weights_only refuses any global it does not know: the message names it.
+        first = str(exc).split("\n")[0] if "Unsupported global" not in str(exc) else _unsupported_global(str(exc))
+        raise ZooError(
+            f"{path}: refused: the pickle asks for {first}; only tensors and plain data are loaded, nothing is run"
+        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        message = " ".join(str(exc).replace(str(source), "the file").split())[:200]
+        raise ZooError(f"{path}: not a torch checkpoint ({message})") from None
 
 
 def _unsupported_global(message: str) -> str:
@@ -101,11 +125,16 @@ def rename_state_dict(state: dict[str, Any]) -> dict[str, Any]:
 
 def nanogpt_config(model_args: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The zoo ``gpt`` config for nanoGPT's ``model_args``, and the context length."""
-    try:
-        n_embd, n_layer, n_head = int(model_args["n_embd"]), int(model_args["n_layer"]), int(model_args["n_head"])
-        block_size, bias = int(model_args["block_size"]), bool(model_args["bias"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ZooError(f"model_args lacks a usable {exc}; not a nanoGPT checkpoint") from None
+    sizes = {}
+    for key in ("n_embd", "n_layer", "n_head", "block_size"):
+        value = model_args.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ZooError(
+                f"model_args {key} is {printable(repr(value))[:60]}, not a whole number; not a nanoGPT checkpoint"
+            )
+        sizes[key] = value
+    n_embd, n_layer, n_head, block_size = sizes["n_embd"], sizes["n_layer"], sizes["n_head"], sizes["block_size"]
+    bias = bool(model_args.get("bias", False))
     config = {
         "d_model": n_embd,
         "n_layer": n_layer,
@@ -169,17 +198,21 @@ def import_nanogpt(
 
     check_name_is_free(name)
     checkpoint = read_nanogpt_checkpoint(path)
-    config, context = nanogpt_config(checkpoint["model_args"])
+    check_tensors_are_dense(path, checkpoint["model"])
+    try:
+        config, context = nanogpt_config(checkpoint["model_args"])
+    except ZooError as exc:
+        raise ZooError(f"{path}: {exc}") from None
     tensors = rename_state_dict(checkpoint["model"])
-    if "token_embedding.weight" not in tensors:
-        raise ZooError(f"{path}: the checkpoint has no token embedding (transformer.wte.weight)")
+    if "token_embedding.weight" not in tensors or tensors["token_embedding.weight"].dim() != 2:
+        raise ZooError(f"{path}: the checkpoint has no token embedding table (transformer.wte.weight)")
     vocab = tensors["token_embedding.weight"].shape[0]
     tensors.setdefault("lm_head.weight", tensors["token_embedding.weight"])
     if not torch.equal(tensors["lm_head.weight"], tensors["token_embedding.weight"]):
         raise ZooError(f"{path}: lm_head and wte differ; nanoGPT ties them, so this is another layout")
     spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
     check_tokenizer(spec, tokenizer_path)
-    source_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    source_sha256 = sha256_file(path, "checkpoint")  # in pieces: the file may be large
     parameters = sum(t.numel() for n, t in tensors.items() if n != "lm_head.weight")  # tied: counted once
     card = imported_card(
         name,
@@ -193,4 +226,5 @@ def import_nanogpt(
         nanogpt_recipe(checkpoint),
         license=license,
     )
+    check_card_fits_tensors(path, card, tensors)
     return card, publish_import(card, tensors, tokenizer_path)

@@ -589,8 +589,10 @@ def _verify_and_install(
     move its files into ``$ZOO_HOME/checkpoints`` and add the card to the user
     registry, under the registry's lock. Returns the card as installed."""
     from ..api import catalogue, load_variant
-    from ..catalogue.registry import Variant, upsert_registry_entry
-    from ..storage.checkpoints import save_checkpoint
+    from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
+    from ..catalogue.registry import Variant
+    from ..storage.checkpoints import save_checkpoint, sha256_file
+    from ..storage.files import content_named, replace_file
     from ..storage.locations import user_registry_path, zoo_home
 
     try:
@@ -609,40 +611,49 @@ def _verify_and_install(
         installed.checkpoint.sha256 = save_checkpoint(renamed, load_file(staging / WEIGHTS), installed.header_json())
         os.replace(renamed, staging / WEIGHTS)
 
+    # Each file is moved out of the staging folder under a name only its content
+    # can have, then published in the order no crash can break (settled as
+    # NAME.safetensors ... once the registry names them; zoo_core.catalogue.publishing).
     home = zoo_home()
     folder = home / "checkpoints"
-    moves = {staging / WEIGHTS: folder / f"{name}.safetensors"}
-    installed.checkpoint.path = f"checkpoints/{name}.safetensors"
+    checkpoint = folder / f"{name}.safetensors"
+    sha = installed.checkpoint.sha256 or sha256_file(staging / WEIGHTS)
+    places = {WEIGHTS: (content_named(checkpoint, sha), checkpoint)}
     if card.tokenizer.file is not None:
+        source = staging / card.tokenizer.file
+        tokenizer_sha = card.tokenizer.sha256 or sha256_file(source, "tokenizer file")
         target = folder / f"{name}.tokenizer{''.join(Path(card.tokenizer.file).suffixes[-1:])}"
-        moves[staging / card.tokenizer.file] = target
-        installed.tokenizer.file = str(target.relative_to(home))
+        places[card.tokenizer.file] = (content_named_tokenizer(folder, name, source, tokenizer_sha), target)
     if (staging / HISTORY).exists():
-        moves[staging / HISTORY] = folder / f"{name}.history.json"
+        places[HISTORY] = (history_of(places[WEIGHTS][0]), history_of(checkpoint))
+    staged, settled = installed.model_copy(deep=True), installed.model_copy(deep=True)
+    for written, which in ((staged, 0), (settled, 1)):
+        written.checkpoint.path = str(places[WEIGHTS][which].relative_to(home))
+        if card.tokenizer.file is not None:
+            written.tokenizer.file = str(places[card.tokenizer.file][which].relative_to(home))
 
     registry = user_registry_path()
     with exclusive_lock(registry):
         _check_free(name, catalogue(plugins).find(name), name == card.name)  # may have changed meanwhile
-        for target in moves.values():
+        for _, target in places.values():
             if target.exists() or target.is_symlink():
                 raise ZooError(f"{target}: already exists (left by another variant?); remove it or choose --name")
         created_folder = not folder.exists()
-        moved: list[Path] = []
+        moves: dict[Path, Path] = {}
         try:
             make_folder(folder)
-            for source, target in moves.items():
-                os.replace(source, target)
-                moved.append(target)
-            upsert_registry_entry(registry, installed)
+            for member, (content_path, target) in places.items():
+                replace_file(staging / member, content_path)
+                moves[content_path] = target
+            return publish_card(registry, staged, settled, moves)
         except BaseException as exc:
-            for target in moved:
-                target.unlink(missing_ok=True)
+            for content_path in moves:
+                content_path.unlink(missing_ok=True)
             if created_folder:
                 _remove_if_empty(folder)
             if isinstance(exc, OSError):
                 raise ZooError(f"{folder}: cannot install: {describe_os_error(exc)} (nothing was installed)") from None
             raise
-    return installed
 
 
 def _remove_if_empty(folder: Path) -> None:

@@ -77,11 +77,14 @@ def header_card(path: Path) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any]) -> str:
-    """Write weights (and the card, in the header) atomically; return the file's sha256."""
+def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any], *, by_content: bool = False) -> str:
+    """Write weights (and the card, in the header) atomically; return the file's sha256.
+    ``by_content`` names the file after it (`tensor_files.content_named`)."""
     from .tensor_files import write_safetensors
 
-    return write_safetensors(path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)})
+    return write_safetensors(
+        path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)}, by_content=by_content
+    )
 
 
 @dataclass

@@ -12,6 +12,8 @@ import errno
 import fcntl
 import glob
 import os
+import shutil
+import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -20,12 +22,21 @@ from typing import Any, Callable, Iterable, Iterator
 from ..errors import ZooError
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temporary_path)``, fsync it, then rename it over ``path``.
+def atomic_write(
+    path: Path,
+    write: Callable[[Path], None],
+    *,
+    named: Callable[[], Path] | None = None,
+    fault_points: bool = True,
+) -> Path:
+    """Call ``write(temporary_path)``, fsync it, then rename it over ``path``
+    (or over ``named()``, asked once the content is written: a file named after
+    its own sha256). Returns the path written.
 
     Any OS failure (a read-only or full disk, a folder that is a file, no
     permission) becomes one ZooError line naming ``path``; the temporary file is
-    removed and whatever ``path`` held before is untouched.
+    removed and whatever ``path`` held before is untouched. ``fault_points``
+    False keeps a cache write out of the fault-injection count (see fault_point).
     """
     make_folder(path.parent, shown=path)
     try:
@@ -38,12 +49,85 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         with open(temporary, "rb+") as written:
             os.fsync(written.fileno())
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-        os.replace(temporary, path)
+        target = named() if named is not None else path
+        if fault_points:
+            fault_point()  # written in full, not yet in place
+        os.replace(temporary, target)
     except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise ZooError(f"{path}: cannot write: {describe_os_error(exc)} (nothing was changed)") from None
         raise
+    if fault_points:
+        fault_point()
+    return target
+
+
+# --- fault injection ----------------------------------------------------------
+# A crash can only hurt between two file operations, so the crash-safety tests
+# (tests/test_crash_safety.py) kill the process exactly there, at every such
+# point in turn, instead of at random delays that rarely hit the narrow windows.
+# ZOO_FAULT_AT=N makes the N-th point reached by this process a SIGKILL (exit
+# status 137): no cleanup, no finally, as with kill -9 or a power cut. There is
+# one point after each operation (a temporary file written, renamed, a file
+# deleted), which is also the point before the next one.
+_fault_points_reached = 0
+
+
+def fault_point() -> None:
+    """Called after every file operation of an atomic write, a rename or a
+    deletion; a no-op unless ZOO_FAULT_AT is set."""
+    wanted = os.environ.get("ZOO_FAULT_AT")
+    if not wanted:
+        return
+    global _fault_points_reached
+    _fault_points_reached += 1
+    if _fault_points_reached == int(wanted):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def replace_file(source: Path, target: Path) -> None:
+    """``os.replace`` (atomic: ``target`` is the old file or the new one), as a fault point."""
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        raise ZooError(f"{target}: cannot move {source.name} into place: {describe_os_error(exc)}") from None
+    fault_point()
+
+
+def remove_file(path: Path) -> bool:
+    """Delete ``path`` (a file or a symlink, never what a symlink points at), as a
+    fault point; False when it was already gone."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot delete: {describe_os_error(exc)}") from None
+    fault_point()
+    return True
+
+
+def place_copy(source: Path, target: Path) -> None:
+    """Give the file ``source`` a second name, ``target``, atomically: a hard link
+    (no bytes copied, no space needed) where the file system allows one, else a
+    flushed copy; either is renamed over ``target``, so a reader (or a crash)
+    sees the old ``target`` or the new one."""
+
+    def link_or_copy(temporary: Path) -> None:
+        temporary.unlink()
+        try:
+            os.link(source, temporary)
+        except OSError:
+            shutil.copyfile(source, temporary)
+
+    atomic_write(target, link_or_copy)
+
+
+def content_named(path: Path, sha256: str) -> Path:
+    """``NAME.safetensors`` -> ``NAME.<first 12 hex of sha256>.safetensors``: a name
+    that only these bytes can have, so writing it never changes a file a card names."""
+    return path.with_name(f"{path.stem}.{sha256[:12]}{path.suffix}")
 
 
 def make_folder(folder: Path, shown: Path | None = None) -> None:
@@ -213,7 +297,8 @@ def write_cache_entry(entry: Path, key: str, payload: Any) -> None:
     try:
         body = json.dumps(payload, separators=(",", ":")).encode()
         header = json.dumps({"format": CACHE_ENTRY_FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()})
-        atomic_write_bytes(entry, header.encode() + b"\n" + body)
+        data = header.encode() + b"\n" + body
+        atomic_write(entry, lambda temporary: write_all(temporary, data), fault_points=False)
     except (ZooError, OSError, ValueError, TypeError):
         pass
 

@@ -30,7 +30,7 @@ from typing import Iterator
 import torch
 
 from ..errors import ZooError
-from .files import atomic_write, write_chunks
+from .files import atomic_write, content_named, write_chunks
 
 # safetensors' dtypes in the order of its Rust enum: files list tensors of the
 # later (wider) types first.
@@ -84,9 +84,13 @@ def _pieces(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Itera
         yield tensor.reshape(-1).view(torch.uint8).numpy().data  # the tensor's own memory, not a copy
 
 
-def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+def write_safetensors(
+    path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str], *, by_content: bool = False
+) -> str:
     """Write ``tensors`` (any device; contiguous copies are made on the CPU only
-    where needed) with ``metadata`` to ``path`` atomically; return the file's sha256."""
+    where needed) with ``metadata`` to ``path`` atomically; return the file's sha256.
+    With ``by_content`` the file is named ``content_named(path, sha256)`` instead,
+    so it never replaces a file of other content (see zoo_core.catalogue.publishing)."""
     tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
     _check_unshared(tensors)
     digest = hashlib.sha256()
@@ -102,5 +106,6 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: di
             digest.update(piece)
             yield piece
 
-    atomic_write(path, lambda temporary: write_chunks(temporary, hashed()))
+    named = (lambda: content_named(path, digest.hexdigest())) if by_content else None
+    atomic_write(path, lambda temporary: write_chunks(temporary, hashed()), named=named)
     return digest.hexdigest()

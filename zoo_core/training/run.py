@@ -19,13 +19,22 @@ from typing import Any
 
 from ..api import build_network, catalogue, load_tokenizer
 from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, Recipe, TrainedWith
-from ..catalogue.registry import Variant, upsert_registry_entry
+from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card, remove_unnamed
+from ..catalogue.registry import Variant
 from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
 from ..corpus.datasets import variant_text
 from ..errors import ZooError, printable
 from ..plugin_api.manager import get_plugins
 from ..storage.checkpoints import load_verified, save_checkpoint, sha256_file
-from ..storage.files import atomic_copy, atomic_write_text, exclusive_lock, make_folder, remove_stale_temporaries
+from ..storage.files import (
+    atomic_copy,
+    atomic_write_text,
+    content_named,
+    exclusive_lock,
+    make_folder,
+    remove_stale_temporaries,
+)
+from .destination import check_destination, weight_bytes
 from .job import TrainingJob
 from .loop import TrainingInterrupted, check_batch_splits, seeded_network
 from .progress import TrainingProgress
@@ -152,6 +161,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             card=variant.facts,
         )
     network = _prepared_network(trainer, network, replace(job, card=card, recipe=recipe))
+    if writer:  # before the first step, not when the first state or the result is saved
+        keeps_state = trainer.uses_corpus and replace(job, recipe=recipe).checkpoint_interval > 0
+        check_destination([checkpoint_path.parent, registry_file.parent], weight_bytes(network), keeps_state)
 
     # One run per destination, for the whole run; in a data-parallel run the
     # writer (rank 0) holds it for all its processes.
@@ -255,20 +267,14 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
             new_card = new_card.model_copy(update={"allow_external_paths": True})
 
-        with exclusive_lock(registry_file):
-            sha = save_checkpoint(checkpoint_path, tensors, new_card.header_json())
-            new_card = new_card.model_copy(
-                update={"checkpoint": new_card.checkpoint.model_copy(update={"sha256": sha})}
-            )
-            upsert_registry_entry(registry_file, new_card)
-        history_path = checkpoint_path.with_suffix(".history.json")
+        history = None
         if result.history:  # hand-set weights have no history to keep
-            atomic_write_text(
-                history_path,
-                json.dumps({"variant": target_name, "recipe": recipe.model_dump(), "history": result.history}, indent=1)
-                + "\n",
-            )
+            history = {"variant": target_name, "recipe": recipe.model_dump(), "history": result.history}
+        with exclusive_lock(registry_file):
+            new_card, checkpoint_path = _publish(registry_file, checkpoint_path, tensors, new_card, history, state_path)
+        history_path = history_of(checkpoint_path)
         state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
+        sha = new_card.checkpoint.sha256
         assert run_log is not None, "the writer opened the run's logs"
         run_log.log_end(
             new_card.metrics.model_dump(exclude_none=True),
@@ -278,6 +284,38 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             documents={"card.json": json.dumps(new_card.model_dump(mode="json", exclude_none=True), indent=1) + "\n"},
         )
     return new_card, registry_file
+
+
+def _publish(
+    registry_file: Path, checkpoint_path: Path, tensors, card: ModelCard, history: dict | None, state_path: Path
+) -> tuple[ModelCard, Path]:
+    """Write the weights and history under names of their own and switch the
+    registry to them (zoo_core.catalogue.publishing); returns the card as
+    published and its checkpoint. A failure before the switch deletes the new
+    files and says what is left to resume."""
+    try:
+        sha = save_checkpoint(checkpoint_path, tensors, card.header_json(), by_content=True)
+        staged = content_named(checkpoint_path, sha)
+        if history is not None:
+            atomic_write_text(history_of(staged), json.dumps(history, indent=1) + "\n")
+        moves = {staged: checkpoint_path, **({history_of(staged): history_of(checkpoint_path)} if history else {})}
+
+        def naming(path: Path) -> ModelCard:
+            relative = _relative(path, registry_file.parent)
+            return card.model_copy(
+                update={"checkpoint": card.checkpoint.model_copy(update={"path": relative, "sha256": sha})}
+            )
+
+        published = publish_card(registry_file, naming(staged), naming(checkpoint_path), moves)
+    except ZooError as exc:
+        remove_unnamed(registry_file, card.name, [])  # what this run wrote before it failed
+        kept = (
+            f"the training state in {state_path} is kept: --resume continues from it"
+            if state_path.exists()
+            else "no training state was saved, so the run's work is lost (--checkpoint-every N keeps one)"
+        )
+        raise ZooError(f"{exc}; {kept}") from None
+    return published, registry_file.parent / published.checkpoint.path
 
 
 def _run_description(target_name: str, recipe: Recipe) -> RunDescription:
@@ -386,7 +424,9 @@ def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> tuple[Pat
     target = folder / source.name
     if target.resolve() != source.resolve():
         if target.exists() and sha256_file(target) != wanted:
-            target = folder / f"{variant_name}-{source.name}"
+            # Another vocabulary of that name, which a card may name: never
+            # overwritten, this one gets a name only its content can have.
+            target = content_named_tokenizer(folder, variant_name, source, wanted)
         if not target.exists() or sha256_file(target) != wanted:
             atomic_copy(source, target)
     return target, wanted
