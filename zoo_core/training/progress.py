@@ -19,6 +19,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from ..cli.text import plain
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -149,7 +151,9 @@ class TrainingProgress:
         )
         if losses:
             bar.console.print(
-                f"{self.name}: step {step}/{self.total}  train {losses['train']:.4f}  val {losses['validation']:.4f}",
+                plain(
+                    f"{self.name}: step {step}/{self.total}  train {losses['train']:.4f}  val {losses['validation']:.4f}"
+                ),
                 highlight=False,
             )
 
@@ -159,7 +163,7 @@ class TrainingProgress:
 
         console = Console(file=self.stream, force_terminal=True)
         self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),  # the name is data, not markup
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[loss]}"),
@@ -187,7 +191,7 @@ class TrainingProgress:
     def message(self, text: str) -> None:
         """A line above the bar (or in the log)."""
         if self._bar is not None:
-            self._bar.console.print(text, highlight=False)
+            self._bar.console.print(plain(text), highlight=False)
         else:
             self.stream.write(text + "\n")
             self.stream.flush()
