@@ -232,6 +232,9 @@ class Catalogue:
     def __init__(self, variants: Iterable[Variant] = ()):
         self._variants: dict[str, Variant] = {}
         self.problems: list[str] = []  # declarations refused (a name already taken by an earlier layer)
+        # Names declared in two layers, with the line naming both files: resolving
+        # one is refused, since neither declaration is surely the one meant.
+        self._declared_twice: dict[str, str] = {}
         for variant in variants:
             self.add(variant)
 
@@ -251,11 +254,12 @@ class Catalogue:
         if existing is None:
             self._variants[variant.name] = variant
             return
-        message = (
+        clash = (
             f"variant '{variant.name}' is declared twice: in the {existing.layer} catalogue ({existing.source}) "
-            f"and in the {variant.layer} catalogue ({variant.source}); the second is ignored until one is renamed or removed"
+            f"and in the {variant.layer} catalogue ({variant.source})"
         )
-        self.problems.append(message)
+        self.problems.append(f"{clash}; the second is ignored until one is renamed or removed")
+        self._declared_twice.setdefault(variant.name, f"{clash}; rename or remove one")
 
     def add_all(self, variants: list[Variant]) -> None:
         """Add one registry file's variants: all of them, or (on a clash) none."""
@@ -278,6 +282,9 @@ class Catalogue:
         return self._variants.get(name)
 
     def get(self, name: str) -> Variant:
+        """The variant ``name`` resolves to; a name declared in two layers is refused, naming both files."""
+        if name in self._declared_twice:
+            raise ZooError(self._declared_twice[name])
         try:
             return self._variants[name]
         except KeyError:
