@@ -159,3 +159,26 @@ def test_the_command_zoo_train_out_prints_uses_the_new_weights(zoo, tmp_path):
         sampled = zoo(*command[1:], "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "1")
         assert sampled.code == 0, sampled.err
         assert sampled.out != shipped.out  # two steps of training, not the shipped weights
+
+
+CONTROL = "del\x7f nul\x00 esc\x1b bell\x07 tab\t newline\n cr\r ls\u2028 end"
+
+
+def test_control_characters_round_trip_through_every_toml_file_the_zoo_writes(zoo, private_home, tmp_path):
+    # TOML forbids raw control characters (U+007F included) in strings: written escaped, read back as they were.
+    card = _card("bigram").model_copy(update={"name": "bigram-controls", "description": CONTROL})
+    registry = tmp_path / "registry.toml"
+    registry.write_text(render_registry([card]))
+    (read,) = read_registry_file(registry, "extra")
+    assert read.card.description == CONTROL
+
+    text = tmp_path / "notes.txt"
+    text.write_text("some text of mine\n" * 100)
+    assert zoo("datasets", "add", "notes", str(text), "--description", CONTROL).code == 0
+    (mine,) = [row for row in json.loads(zoo("datasets", "--json").out) if row["name"] == "notes"]
+    assert mine["description"] == CONTROL
+
+    url = f"file://{tmp_path}/shared\x7f"
+    assert zoo("remote", "add", "team", url).code == 0
+    assert json.loads(zoo("remote", "list", "--json").out)[0]["url"] == url
+    assert zoo("list").code == 0  # the user's files all still read

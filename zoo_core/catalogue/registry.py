@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -301,45 +299,16 @@ class Catalogue:
 
 # --- writing -------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _table(lines: list[str], header: str, data: dict[str, Any]) -> None:
-    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    lines.append(f"[{header}]")
-    lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
-    lines.append("")
-    for key, sub in tables.items():
-        _table(lines, f"{header}.{_key(key)}", sub)
-
 
 def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
     """TOML text for cards, one table per variant, in the order given."""
-    lines = [f"# {line}".rstrip() for line in preamble.splitlines()]
-    if lines:
-        lines.append("")
+    from ..storage.toml_text import render_toml
+
+    document = {}
     for card in cards:
         data = card.model_dump(mode="json", exclude_none=True)
-        name = data.pop("name")
-        _table(lines, _key(name), data)
-    return "\n".join(lines).rstrip() + "\n"
+        document[data.pop("name")] = data
+    return render_toml(document, preamble)
 
 
 def upsert_registry_entry(path: Path, card: ModelCard) -> None:
