@@ -143,7 +143,7 @@ def cmd_compare(args) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if in_bits:
-        print(f"{report['reason']}.\nscored text: {report['text']}, identical for every model")
+        print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
         print(f"method: {report['method']}")
         rows = [
             [
