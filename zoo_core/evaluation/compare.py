@@ -99,6 +99,8 @@ def compare_variants(
         raise ZooError("compare needs at least two variants")
     if windows < 1:
         raise ZooError(f"windows must be at least 1, not {windows}")
+    if text_chars is not None and text_chars < 1:
+        raise ZooError(f"--text-chars must be at least 1, not {text_chars}")
     # Every model draws its sample with these same settings (temperature 1).
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
     models = [load(name, device=device, dtype=dtype) for name in names]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..corpus.datasets import variant_text
+from ..errors import ZooError
 
 
 def evaluate_language_model(
@@ -18,6 +19,8 @@ def evaluate_language_model(
     first ``text_chars`` characters), which compare across tokenizers."""
     from .bits import bits_per_byte, validation_text
 
+    if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
+        raise ZooError(f"--windows must be at least 1, not {windows}")
     card = model.card
     recipe = card.recipe
     text = variant_text(model.variant, data)
