@@ -47,6 +47,13 @@ def cmd_eval(args) -> int:
     if args.data is not None and args.dataset is not None:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     data = args.dataset if args.dataset is not None else args.data
+    if args.record:  # refused before any scoring: a card in an installed package is never rewritten
+        from ..api import get_variant
+        from ..evaluation.scoring import recordable_registry
+
+        if data is not None or args.text_chars is not None:
+            raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
+        recordable_registry(get_variant(args.name))
     model = load_on_threads(args)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
@@ -55,8 +62,6 @@ def cmd_eval(args) -> int:
         if args.record:
             from ..evaluation.scoring import record_bits_per_byte
 
-            if data is not None or args.text_chars is not None:
-                raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
             print(f"recorded bits per byte in {record_bits_per_byte(model, report)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"name": model.name, **report}, indent=2))

@@ -51,17 +51,37 @@ def evaluate_language_model(
     }
 
 
+def recordable_registry(variant) -> Path:
+    """The registry file `zoo eval --record` may rewrite for ``variant``: one of the
+    user's own (their catalogue, a file they named, a checkout's registry.toml).
+    A card shipped inside an installed package (the zoo's wheel, a plugin) is
+    refused before any scoring, saying how to record on a copy of one's own: pip
+    owns those files, and declaring the name again in the user's catalogue
+    would be refused as declared twice."""
+    from ..storage.locations import inside_installed_package
+
+    if variant.layer == "plugin" or inside_installed_package(variant.source):
+        name = variant.name
+        raise ZooError(
+            f"--record: '{name}' is declared in {variant.source}, inside an installed package, which the zoo never "
+            f"rewrites; `zoo eval {name} --json` keeps the measurement, or record it on a copy of your own: "
+            f"`zoo pack {name}`, `zoo install {name}.zoo --name my-{name}`, `zoo eval my-{name} --record`"
+        )
+    return variant.source
+
+
 def record_bits_per_byte(model, report: dict) -> Path:
     """Write the measured bits per byte and per character into the variant's
-    card in its own registry file. The checkpoint is not rewritten: these
-    metrics are left out when its header's card is compared with the registry's."""
+    card in its own registry file (``recordable_registry``). The checkpoint is
+    not rewritten: these metrics are left out when its header's card is
+    compared with the registry's."""
     from ..catalogue.registry import upsert_registry_entry
     from ..storage.files import exclusive_lock
 
+    registry = recordable_registry(model.variant)
     card = model.card.model_copy(deep=True)
     card.metrics.validation_bits_per_byte = round(report["validation_bits_per_byte"], 4)
     card.metrics.validation_bits_per_character = round(report["validation_bits_per_character"], 4)
-    registry = model.variant.source
     with exclusive_lock(registry):
         upsert_registry_entry(registry, card)
     return registry
