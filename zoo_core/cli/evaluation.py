@@ -58,7 +58,15 @@ def cmd_eval(args) -> int:
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
-        report = evaluate_language_model(model, windows=args.windows, data=data, text_chars=args.text_chars)
+        from ..training.progress import WorkProgress
+
+        progress = WorkProgress(model.name, enabled=not args.json)
+        try:
+            report = evaluate_language_model(
+                model, windows=args.windows, data=data, text_chars=args.text_chars, progress=progress
+            )
+        finally:
+            progress.close()
         if args.record:
             from ..evaluation.scoring import record_bits_per_byte
 

@@ -11,12 +11,17 @@ from ..errors import ZooError
 
 
 def evaluate_language_model(
-    model, windows: int | None = None, data: Path | str | None = None, text_chars: int | None = None
+    model,
+    windows: int | None = None,
+    data: Path | str | None = None,
+    text_chars: int | None = None,
+    progress=None,
 ) -> dict:
     """Train and validation loss (nats per token) and perplexity, next to the
     uniform baseline ln(V) that a model which learned nothing would score; and
     bits per byte and per character of the validation text (all of it, or its
-    first ``text_chars`` characters), which compare across tokenizers."""
+    first ``text_chars`` characters), which compare across tokenizers.
+    ``progress`` (a training.progress.WorkProgress) is told of each stage."""
     from .bits import bits_per_byte, validation_text
 
     if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
@@ -28,13 +33,16 @@ def evaluate_language_model(
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
-    losses = {
-        split: mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
-        for split in ("train", "validation")
-    }
+    losses = {}
+    if progress is not None:
+        progress.stage(f"loss on {count} windows per split", 2)
+    for split in ("train", "validation"):
+        losses[split] = mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
+        if progress is not None:
+            progress.advance()
     uniform = math.log(card.tokenizer.vocab_size)
     scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
-    bits = bits_per_byte(model, scored, before)
+    bits = bits_per_byte(model, scored, before, progress=progress)
     return {
         "train_loss": losses["train"],
         "validation_loss": losses["validation"],
