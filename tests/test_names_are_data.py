@@ -117,3 +117,26 @@ def test_a_progress_bar_shows_a_name_with_markup_as_text():
     progress.close()
     shown = stream.getvalue()
     assert f"run{MARKUP}" in shown and f"saved {MARKUP}" in shown
+
+
+def test_a_plugin_whose_names_hold_markup_is_listed_as_written(zoo):
+    import types
+
+    from zoo_core import hookimpl
+    from zoo_core.plugin_api.manager import PluginInfo, get_plugins
+
+    def register_positions(register):
+        register(f"pos{MARKUP}", lambda **kw: None)
+
+    module = types.SimpleNamespace(register_positions=hookimpl(register_positions))
+    module.__name__ = "markup_plugin"
+    plugins = get_plugins(reload=True)
+    plugins.add_plugin(module, PluginInfo(f"plugin{MARKUP}", f"dist{MARKUP}", "1", False))
+    try:
+        for args in (("plugins",), ("list",)):
+            result = zoo(*args)
+            _no_traceback(result)
+            assert result.code in (0, 1)
+        assert f"pos{MARKUP}" in zoo("plugins").out
+    finally:
+        get_plugins(reload=True)
