@@ -351,6 +351,8 @@ def cmd_experiment(args) -> int:
             setattr(study, key, getattr(args, key))
     if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
         raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
+    if min(study.milestones, default=1) < 1:
+        raise ZooError(f"--milestones must be steps of at least 1, not {min(study.milestones)}")
     if args.eval_every is None:  # enough points for a curve whatever --steps is
         study.eval_every = curve_eval_every(study.steps, study.eval_every)
     out = args.out or Path("runs") / "experiments" / study.name
