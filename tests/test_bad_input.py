@@ -102,3 +102,41 @@ def test_console_script_exit_code():
         pytest.fail("the zoo console script is not installed")
     result = subprocess.run([zoo, "show", "nope"], capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr.startswith("zoo: error: unknown variant 'nope'")
+
+
+TINY = "transformer-1b-learned-ctx8"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("train", TINY, "--steps", "-5"), "--steps must be at least 1, not -5"),
+        (("train", TINY, "--steps", "0"), "--steps must be at least 1, not 0"),
+        (("train", TINY, "--log-every", "0"), "--log-every must be at least 1, not 0"),
+        (("train", TINY, "--log-every", "-1"), "--log-every must be at least 1, not -1"),
+        (("train", TINY, "--checkpoint-every", "-3"), "--checkpoint-every must be a number of steps"),
+        (("train", TINY, "--grad-accum", "0"), "--grad-accum must be at least 1, not 0"),
+        (("train", TINY, "--interim-eval-windows", "0"), "--interim-eval-windows must be at least 1"),
+        (("train", TINY, "--learning-rate", "-1"), "'learning_rate': Input should be greater than 0"),
+        (("train", TINY, "--patience", "0"), "'patience': Input should be greater than 0"),
+        (("eval", TINY, "--windows", "-1"), "--windows must be at least 1, not -1"),
+        (("eval", TINY, "--windows", "0"), "--windows must be at least 1, not 0"),
+        (("eval", TINY, "--text-chars", "0"), "--text-chars must be at least 1, not 0"),
+        (("compare", TINY, "bigram", "--windows", "0"), "must be at least 1, not 0"),
+        (("compare", TINY, "bigram", "--text-chars", "0"), "--text-chars must be at least 1, not 0"),
+        (("compare", TINY, "bigram", "--max-new-tokens", "-1"), "--max-new-tokens must be at least 1"),
+        (("sample", TINY, "--prompt", "A", "--max-new-tokens", "-1"), "--max-new-tokens must be at least 1"),
+        (("sample", TINY, "--prompt", "A", "--top-k", "0"), "--top-k must be at least 1"),
+        (("sample", TINY, "--prompt", "A", "--num-samples", "0"), "--num-samples must be at least 1"),
+        (("sample", TINY, "--prompt", "A", "--threads", "0"), "--threads must be at least 1"),
+        (("sample", TINY, "--prompt", "A", "--temperature", "-1"), "--temperature must be 0 (greedy) or greater"),
+        (("experiment", "depth-1-2", "--steps", "0"), "--steps, --eval-every and --eval-targets must be at least 1"),
+        (("experiment", "depth-1-2", "--steps", "1", "--milestones", "-5"), "--milestones must be steps of at least 1, not -5"),
+        (("serve", "--port", "-1"), "--port must be from 0 to 65535, not -1"),
+        (("serve", "--port", "99999"), "--port must be from 0 to 65535, not 99999"),
+        (("train-tokenizer", "--train-fraction", "2", "--out", "never.tiktoken"), "--train-fraction must lie between 0 and 1"),
+    ],
+)
+def test_a_number_out_of_range_is_one_line_naming_the_flag(zoo, tmp_path, args, message):
+    _one_line_error(zoo(*args, *(("--out", str(tmp_path / "run")) if args[0] == "train" else ())), message)
+    assert not (tmp_path / "run").exists()

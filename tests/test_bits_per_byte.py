@@ -75,3 +75,26 @@ def test_eval_reports_and_records_bits_per_byte(zoo, private_catalogue):
     assert 1.0 < card.metrics.validation_bits_per_byte < 4.0
     assert zoo("load", "bigram").code == 0  # the checkpoint's header card still agrees
     assert zoo("verify", "bigram").code == 0
+
+
+def test_record_never_rewrites_a_card_inside_an_installed_package(zoo, private_catalogue, monkeypatch, tmp_path):
+    import re
+    import shlex
+    import sysconfig
+
+    # The private copy of the catalogue stands for the zoo's wheel: its folder is site-packages.
+    site = private_catalogue.parent
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {"purelib": str(site), "platlib": str(site)})
+    monkeypatch.chdir(tmp_path)
+    before = private_catalogue.read_bytes()
+    refused = zoo("eval", "bigram", "--record")
+    assert refused.code == 1 and refused.err.count("\n") == 1 and "inside an installed package" in refused.err
+    assert private_catalogue.read_bytes() == before
+    # What the line says to do runs, and records on the copy, in the user's catalogue.
+    for command in re.findall(r"`(zoo [^`]+)`", refused.err)[1:]:
+        args = shlex.split(command)[1:]
+        done = zoo(*args, *(("--windows", "8") if args[0] == "eval" else ()))
+        assert done.code == 0, (command, done.err)
+    assert private_catalogue.read_bytes() == before
+    assert 1.0 < zoo_core.get_variant("my-bigram").card.metrics.validation_bits_per_byte < 4.0
+    assert zoo_core.get_variant("my-bigram").layer == "user"

@@ -173,6 +173,16 @@ def test_search_looks_in_names_descriptions_and_tags(zoo):
     assert missing.code == 1 and "nothing-is-called-this" in missing.err
 
 
+def test_search_matches_whole_words_and_reads_no_as_bound_to_the_next_word(zoo):
+    no_positions = _names(zoo("search", "no positions", "--json"))
+    assert no_positions[0] == "transformer-6b-nopos"
+    assert set(no_positions) == {"transformer-6b-nopos", "puzzle-disobeys-nopos"}  # neither has a position encoding
+    assert _names(zoo("search", "nopos", "--json"))[0] == "transformer-6b-nopos"  # a word of the name
+    # "no" is a word: it does not find "pre-norm" or "nothing", only cards saying "no" (or "without")
+    assert "transformer-6b-sin" not in _names(zoo("search", "no", "--json"))
+    assert _names(zoo("search", "no dropout", "--json")) == ["gpt-char-mini"]
+
+
 def test_list_table_is_whole_rows_in_a_pipe(zoo):
     result = zoo("list")
     lines = result.out.splitlines()

@@ -77,3 +77,28 @@ def test_attention_refuses_prompts_longer_than_the_window(zoo):
     assert result.code == 1 and "has no attention to show" in result.err
     long = zoo("attention", "transformer-1b-learned-ctx8", "--prompt", "one two three four five six seven eight nine")
     assert long.code == 1 and "attends over at most 8" in long.err
+
+
+def test_compare_names_the_models_and_texts_it_cannot_score_together(zoo, tmp_path):
+    verses = tmp_path / "verses.txt"
+    verses.write_text(open("data/tinyshakespeare.txt").read()[:30000])
+    trained = zoo("train", "bigram", "--steps", "2", "--publish", "--name", "my-bigram", "--data", str(verses), "--quiet")
+    assert trained.code == 0, trained.err
+    # different tokenizers (char and bpe) and different texts: not silently the first one's text, either order
+    for names in (("gpt-char-mini", "my-bigram"), ("my-bigram", "gpt-char-mini")):
+        refused = zoo("compare", *names, "--windows", "2", "--max-new-tokens", "1")
+        assert refused.code == 1 and refused.err.count("\n") == 1, refused.err
+        for fragment in ("'gpt-char-mini' ", "'my-bigram' ", "tinyshakespeare", str(verses), "--dataset NAME"):
+            assert fragment in refused.err, refused.err
+    # told which text: each is scored on it, and the report says which
+    named = zoo("compare", "gpt-char-mini", "my-bigram", "--dataset", "tinyshakespeare", "--text-chars", "500",
+                "--max-new-tokens", "1")
+    assert named.code == 0 and "of the validation split of tinyshakespeare" in named.out, named.err
+    report = json.loads(zoo("compare", "gpt-char-mini", "my-bigram", "--data", str(verses), "--text-chars", "500",
+                            "--max-new-tokens", "1", "--json").out)
+    assert report["dataset"] == str(verses) and report["unit"] == "bits per byte"
+    # a text one model's vocabulary cannot spell: that model and that text are named
+    foreign = tmp_path / "foreign.txt"
+    foreign.write_text("Ωmega ünïcode " * 2000)
+    refused = zoo("compare", "bigram", "gpt-char-mini", "--data", str(foreign), "--max-new-tokens", "1")
+    assert refused.code == 1 and f"'gpt-char-mini' cannot be scored on {foreign}: " in refused.err, refused.err

@@ -144,3 +144,18 @@ def test_seeds_in_parallel_processes_give_the_sequential_results(study, tmp_path
 def test_jobs_must_be_positive(zoo):
     result = zoo("experiment", "depth-1-2", "--jobs", "0", "--steps", "1")
     assert result.code == 1 and result.err.strip() == "zoo: error: --jobs must be at least 1, not 0"
+
+
+def test_a_study_has_one_progress_display_named_after_it(zoo, tmp_path):
+    data = tmp_path / "small.txt"
+    data.write_text((ROOT / "data" / "tinyshakespeare.txt").read_text()[:40_000])
+    result = zoo("experiment", "--arms", "bigram", "--steps", "20", "--seeds", "1", "2",
+                 "--eval-targets", "32", "--data", str(data), "--out", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    lines = result.err.splitlines()
+    assert all(line.startswith("experiment custom: ") for line in lines), lines  # an ad-hoc study is 'custom'
+    steps = [line for line in lines if ": step " in line]
+    assert 15 <= len(steps) <= 25 and steps[-1].startswith("experiment custom: step 40/40"), steps  # both seeds
+    assert all("ETA …" not in line for line in steps[1:]), steps  # an estimate from the second line on
+    assert [line for line in lines if ": seed " in line] == ["experiment custom: seed 1 (1 of 2)",
+                                                             "experiment custom: seed 2 (2 of 2)"]

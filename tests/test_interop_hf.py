@@ -110,3 +110,24 @@ def test_import_refuses_pickled_weights_and_other_models(tmp_path, zoo):
     (folder / "pytorch_model.bin").write_bytes(b"pickle")
     result = zoo("import", "hf", str(folder), "--name", "x")
     assert result.code == 1 and "no model.safetensors" in result.err and len(result.err.strip().splitlines()) == 1
+
+
+def test_a_failed_export_leaves_the_out_folder_as_it_was(zoo, tmp_path):
+    # The card's training text changes under it: the export fails only after
+    # writing every file (its checks read that text), so this is the worst case.
+    verses = tmp_path / "verses.txt"
+    verses.write_text(VALIDATION[:20000])
+    trained = zoo("train", "gpt-char-mini", "--steps", "2", "--publish", "--name", "my-mini", "--data", str(verses),
+                  "--quiet", "--set", "eval_windows=2")
+    assert trained.code == 0, trained.err
+    verses.write_text(VALIDATION[:20000].replace("the", "teh"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("kept\n")
+    for form in ("hf", "onnx"):
+        failed = zoo("export", "my-mini", "--format", form, "--out", str(out))
+        assert failed.code == 1 and failed.err.count("\n") == 1 and "sha256" in failed.err, failed.err
+        assert [p.name for p in out.iterdir()] == ["mine.txt"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "verses.txt"]  # no staging folder left behind
+    fresh = tmp_path / "fresh"
+    assert zoo("export", "my-mini", "--format", "hf", "--out", str(fresh)).code == 1 and not fresh.exists()

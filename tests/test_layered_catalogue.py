@@ -129,3 +129,56 @@ def test_publishing_into_a_named_registry_retrains_in_place(zoo, private_catalog
     (bigram,) = [v for v in read_registry_file(private_catalogue, "catalogue") if v.name == "bigram"]
     assert bigram.card.recipe.steps == 2 and bigram.checkpoint_path == private_catalogue.parent / "checkpoints" / "bigram.safetensors"
     assert zoo("load", "bigram").code == 0
+
+
+def test_a_name_declared_twice_is_refused_by_every_command_that_resolves_it(zoo, private_home, tmp_path):
+    private_home.mkdir(parents=True)
+    (private_home / "registry.toml").write_text(render_registry([_card("bigram")]))
+    both = (f"variant 'bigram' is declared twice: in the built-in catalogue ({ROOT / 'registry.toml'})",
+            f"and in the user catalogue ({private_home / 'registry.toml'}); rename or remove one")
+    for args in (("load", "bigram"), ("show", "bigram"), ("eval", "bigram", "--windows", "2"),
+                 ("sample", "bigram", "--prompt", "A"), ("compare", "bigram", "transformer-1b-learned-ctx8"),
+                 ("export", "bigram", "--format", "hf", "--out", str(tmp_path / "hf")),
+                 ("train", "bigram", "--steps", "1", "--out", str(tmp_path / "run"))):
+        _one_line_error(zoo(*args), *both)
+    assert zoo("remove", "bigram").code == 0  # the way out the line names: remove your copy
+    assert zoo("load", "bigram").code == 0
+
+
+def test_the_command_zoo_train_out_prints_uses_the_new_weights(zoo, tmp_path):
+    import shlex
+
+    tiny = "transformer-1b-learned-ctx8"
+    shipped = zoo("sample", tiny, "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "1")
+    for extra, option in (((), "--only-registry"), (("--name", "tiny-run"), "--registry")):
+        trained = zoo("train", tiny, "--steps", "2", "--out", str(tmp_path / option), "--quiet", *extra)
+        assert trained.code == 0, trained.err
+        (line,) = [line for line in trained.out.splitlines() if "use it:" in line]
+        command = shlex.split(line.split("use it:")[1].replace("--prompt ...", ""))
+        assert command[:2] == ["zoo", option]  # the same name as a shipped variant: its file alone
+        sampled = zoo(*command[1:], "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "1")
+        assert sampled.code == 0, sampled.err
+        assert sampled.out != shipped.out  # two steps of training, not the shipped weights
+
+
+CONTROL = "del\x7f nul\x00 esc\x1b bell\x07 tab\t newline\n cr\r ls\u2028 end"
+
+
+def test_control_characters_round_trip_through_every_toml_file_the_zoo_writes(zoo, private_home, tmp_path):
+    # TOML forbids raw control characters (U+007F included) in strings: written escaped, read back as they were.
+    card = _card("bigram").model_copy(update={"name": "bigram-controls", "description": CONTROL})
+    registry = tmp_path / "registry.toml"
+    registry.write_text(render_registry([card]))
+    (read,) = read_registry_file(registry, "extra")
+    assert read.card.description == CONTROL
+
+    text = tmp_path / "notes.txt"
+    text.write_text("some text of mine\n" * 100)
+    assert zoo("datasets", "add", "notes", str(text), "--description", CONTROL).code == 0
+    (mine,) = [row for row in json.loads(zoo("datasets", "--json").out) if row["name"] == "notes"]
+    assert mine["description"] == CONTROL
+
+    url = f"file://{tmp_path}/shared\x7f"
+    assert zoo("remote", "add", "team", url).code == 0
+    assert json.loads(zoo("remote", "list", "--json").out)[0]["url"] == url
+    assert zoo("list").code == 0  # the user's files all still read

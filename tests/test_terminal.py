@@ -159,3 +159,12 @@ def test_interrupted_stream_keeps_its_text_and_exits_130():
 def test_stream_is_refused_with_json_or_several_samples(zoo, extra):
     result = zoo("sample", "gpt-char-mini", "--prompt", "x", "--stream", *extra)
     assert result.code == 1 and "--stream shows one sample" in result.err
+
+
+def test_eval_in_a_terminal_shows_its_stages_and_nothing_in_a_pipe(zoo):
+    code, shown = run_in_terminal(["eval", TINY, "--windows", "8"])
+    assert code == 0, shown
+    assert f"{TINY}: loss on 8 windows per split" in shown and f"{TINY}: bits per byte over" in shown
+    assert "validation bits per byte" in shown  # the report, after the bar
+    piped = zoo("eval", TINY, "--windows", "8")
+    assert piped.code == 0 and piped.err == ""

@@ -162,9 +162,11 @@ def load_variant(
     name = variant.name
     check_variant_budget(variant, plugins)  # first: a hostile card costs nothing
     if not has_published_weights(variant):
+        from .catalogue.suggestions import train_command
+
         raise ZooError(
             f"{variant.checkpoint_path}: checkpoint file not found; variant '{name}' has no published weights yet "
-            f"(its card records no sha256): `zoo train {name} --publish` makes them"
+            f"(its card records no sha256): {train_command(variant)}"
         )
     tokenizer = load_tokenizer(variant, plugins)
     facts = variant.facts

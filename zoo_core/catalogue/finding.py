@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Iterable
@@ -83,19 +84,63 @@ def find_variants(variants: Iterable[Variant], criteria: VariantFilter, sort: st
     return sort_variants([v for v in variants if criteria.accepts(v)], sort)
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+_NEGATIONS = {"no": "no", "without": "no", "non": "no"}
+
+
+def words(text: str) -> list[str]:
+    """``text`` as search words: lower-case runs of letters and digits, a plural's
+    final s dropped (``positions`` finds ``position``), ``without`` read as ``no``.
+    Whole words only: ``no`` must not find ``pre-norm``."""
+    found = []
+    for word in _WORD.findall(text.lower()):
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        found.append(_NEGATIONS.get(word, word))
+    return found
+
+
+def card_words(variant: Variant) -> list[str]:
+    """What search looks through, in order: name, description, tags, architecture,
+    then the components the card's config names (``positions = "none"`` reads
+    ``positions none no positions``, the way a person asks for it)."""
+    card = variant.facts
+    text = [card.name, card.description, *card.tags, card.architecture]
+    for key, value in (card.config or {}).items():
+        if isinstance(value, str) or value is False:
+            text.append(f"{key} {value}" + (f" no {key}" if value in ("none", False) else ""))
+    return [word for part in text for word in [*words(part), "|"]]  # "|": a phrase never spans two fields
+
+
+def _terms(wanted: list[str]) -> list[list[str]]:
+    """The query's words, a negation bound to the word after it: ``no positions``
+    asks for cards saying *no position*, not for cards holding both words apart
+    (``no dropout`` beside ``positions learned``)."""
+    terms: list[list[str]] = []
+    for word in wanted:
+        if terms and terms[-1] == ["no"]:
+            terms[-1].append(word)
+        else:
+            terms.append([word])
+    return terms
+
+
+def _holds(haystack: list[str], phrase: list[str]) -> bool:
+    return any(haystack[i : i + len(phrase)] == phrase for i in range(len(haystack) - len(phrase) + 1))
+
+
 def search_variants(variants: Iterable[Variant], text: str) -> list[Variant]:
-    """Variants whose name, description or tags hold every word of ``text``
-    (case-insensitive); those holding the words as one phrase first, then those
-    that match in the name."""
-    words = text.lower().split()
-    if not words:
+    """Variants whose name, description, tags or components hold every word of
+    ``text`` (whole words, case-insensitive); those holding the words as one
+    phrase first, then those that match in the name."""
+    wanted = words(text)
+    if not wanted:
         raise ZooError("the search text is empty; give a word to look for, e.g. `zoo search rope`")
+    terms = _terms(wanted)
     found: list[tuple[bool, int, int, Variant]] = []
     for variant in variants:
-        card = variant.facts
-        haystack = " ".join([card.name, card.description, *card.tags, card.architecture]).lower()
-        if all(word in haystack for word in words):
-            phrase = " ".join(words) in haystack
-            in_name = sum(word in card.name.lower() for word in words)
-            found.append((not phrase, -in_name, len(found), variant))
+        haystack = card_words(variant)
+        if all(_holds(haystack, term) for term in terms):
+            in_name = sum(word in words(variant.name) for word in wanted)
+            found.append((not _holds(haystack, wanted), -in_name, len(found), variant))
     return [variant for *_, variant in sorted(found, key=lambda item: item[:3])]

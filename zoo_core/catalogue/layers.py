@@ -10,6 +10,10 @@ Variants come from, in this order:
 4. ``extra``: files named by ``ZOO_REGISTRY`` (a list separated like ``PATH``)
    and by ``--registry FILE`` (repeatable), in that order.
 
+``--only-registry FILE`` reads that file alone (no other layer): how a run
+written with `zoo train NAME --out DIR` is used when NAME is also declared
+elsewhere (the command `zoo train` prints then says so).
+
 Extra files add variants; none replaces another layer. A name lives in one
 layer only: a later declaration of a name already taken is refused, and the
 refusal names both files (`zoo list` prints it, `zoo verify` fails on it). A
@@ -31,12 +35,15 @@ from .registry import Catalogue, read_registry_file
 
 LAYERS = ("built-in", "plugin", "user", "extra")
 
-# Files given with `--registry` on the command line (the CLI sets this once).
+# Files given with `--registry` on the command line (the CLI sets this once),
+# and the one `--only-registry` names (then the only file read).
 _command_line_registries: list[Path] = []
+_only_registry: list[Path] = []
 
 
-def set_command_line_registries(paths: list[Path] | None) -> None:
+def set_command_line_registries(paths: list[Path] | None, only: Path | None = None) -> None:
     _command_line_registries[:] = [Path(p) for p in paths or []]
+    _only_registry[:] = [Path(only)] if only is not None else []
 
 
 def command_line_registries() -> list[Path]:
@@ -57,6 +64,8 @@ class RegistryFile(NamedTuple):
 
 def registry_files(plugins: PluginSet) -> list[RegistryFile]:
     """Every registry file of every layer, in layer order, each file once."""
+    if _only_registry:
+        return [RegistryFile(_only_registry[0].expanduser().resolve(), "extra", "extra")]
     files: list[RegistryFile] = []
     for path, plugin in plugins.variant_files:
         layer = "built-in" if plugins.plugins[plugin].builtin else "plugin"

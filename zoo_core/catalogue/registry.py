@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -232,6 +230,9 @@ class Catalogue:
     def __init__(self, variants: Iterable[Variant] = ()):
         self._variants: dict[str, Variant] = {}
         self.problems: list[str] = []  # declarations refused (a name already taken by an earlier layer)
+        # Names declared in two layers, with the line naming both files: resolving
+        # one is refused, since neither declaration is surely the one meant.
+        self._declared_twice: dict[str, str] = {}
         for variant in variants:
             self.add(variant)
 
@@ -251,11 +252,12 @@ class Catalogue:
         if existing is None:
             self._variants[variant.name] = variant
             return
-        message = (
+        clash = (
             f"variant '{variant.name}' is declared twice: in the {existing.layer} catalogue ({existing.source}) "
-            f"and in the {variant.layer} catalogue ({variant.source}); the second is ignored until one is renamed or removed"
+            f"and in the {variant.layer} catalogue ({variant.source})"
         )
-        self.problems.append(message)
+        self.problems.append(f"{clash}; the second is ignored until one is renamed or removed")
+        self._declared_twice.setdefault(variant.name, f"{clash}; rename or remove one")
 
     def add_all(self, variants: list[Variant]) -> None:
         """Add one registry file's variants: all of them, or (on a clash) none."""
@@ -278,6 +280,9 @@ class Catalogue:
         return self._variants.get(name)
 
     def get(self, name: str) -> Variant:
+        """The variant ``name`` resolves to; a name declared in two layers is refused, naming both files."""
+        if name in self._declared_twice:
+            raise ZooError(self._declared_twice[name])
         try:
             return self._variants[name]
         except KeyError:
@@ -294,45 +299,16 @@ class Catalogue:
 
 # --- writing -------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _table(lines: list[str], header: str, data: dict[str, Any]) -> None:
-    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    lines.append(f"[{header}]")
-    lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
-    lines.append("")
-    for key, sub in tables.items():
-        _table(lines, f"{header}.{_key(key)}", sub)
-
 
 def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
     """TOML text for cards, one table per variant, in the order given."""
-    lines = [f"# {line}".rstrip() for line in preamble.splitlines()]
-    if lines:
-        lines.append("")
+    from ..storage.toml_text import render_toml
+
+    document = {}
     for card in cards:
         data = card.model_dump(mode="json", exclude_none=True)
-        name = data.pop("name")
-        _table(lines, _key(name), data)
-    return "\n".join(lines).rstrip() + "\n"
+        document[data.pop("name")] = data
+    return render_toml(document, preamble)
 
 
 def upsert_registry_entry(path: Path, card: ModelCard) -> None:

@@ -103,6 +103,13 @@ def _global_parser() -> argparse.ArgumentParser:
         help="also read variants from this registry file (repeatable; added after ZOO_REGISTRY)",
     )
     parser.add_argument(
+        "--only-registry",
+        type=Path,
+        metavar="FILE",
+        help="read variants from this registry file alone, no other layer: e.g. a `zoo train --out` run "
+        "whose name the catalogue also has",
+    )
+    parser.add_argument(
         "--max-parameters",
         metavar="N",
         help="refuse to build a variant estimated above N parameters (default 1,000,000,000; env ZOO_MAX_PARAMETERS)",
@@ -205,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..catalogue.layers import set_command_line_registries
 
-    set_command_line_registries([*args.registry, *args.sub_registry])
+    set_command_line_registries([*args.registry, *args.sub_registry], args.only_registry)
 
     changed: dict[str, str | None] = {}
     try:

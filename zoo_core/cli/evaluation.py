@@ -47,16 +47,29 @@ def cmd_eval(args) -> int:
     if args.data is not None and args.dataset is not None:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     data = args.dataset if args.dataset is not None else args.data
+    if args.record:  # refused before any scoring: a card in an installed package is never rewritten
+        from ..api import get_variant
+        from ..evaluation.scoring import recordable_registry
+
+        if data is not None or args.text_chars is not None:
+            raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
+        recordable_registry(get_variant(args.name))
     model = load_on_threads(args)
     if hasattr(model.network, "evaluate"):
         report = model.network.evaluate(model.tokenizer)
     else:
-        report = evaluate_language_model(model, windows=args.windows, data=data, text_chars=args.text_chars)
+        from ..training.progress import WorkProgress
+
+        progress = WorkProgress(model.name, enabled=not args.json)
+        try:
+            report = evaluate_language_model(
+                model, windows=args.windows, data=data, text_chars=args.text_chars, progress=progress
+            )
+        finally:
+            progress.close()
         if args.record:
             from ..evaluation.scoring import record_bits_per_byte
 
-            if data is not None or args.text_chars is not None:
-                raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
             print(f"recorded bits per byte in {record_bits_per_byte(model, report)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"name": model.name, **report}, indent=2))
@@ -143,7 +156,7 @@ def cmd_compare(args) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if in_bits:
-        print(f"{report['reason']}.\nscored text: {report['text']}, identical for every model")
+        print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
         print(f"method: {report['method']}")
         rows = [
             [

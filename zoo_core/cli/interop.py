@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ZooError
+
 
 def export_arguments(commands) -> None:
     p = commands.add_parser("export", help="write a variant for Hugging Face transformers or ONNX Runtime")
@@ -23,13 +25,11 @@ def cmd_export(args) -> int:
 
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
     if args.format == "hf":
-        from ..interop.hf import export_hf
-
-        written, checks = export_hf(model, args.out)
+        from ..interop.hf import export_hf as export
     else:
-        from ..interop.onnx import export_onnx
+        from ..interop.onnx import export_onnx as export
 
-        written, checks = export_onnx(model, args.out)
+    written, checks = _written_whole(args.out, lambda folder: export(model, folder))
     print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
     print(
         f"  checked: logits on the first {checks['logit_tokens']} validation tokens within "
@@ -41,6 +41,35 @@ def cmd_export(args) -> int:
         )
     )
     return 0
+
+
+def _written_whole(out: Path, write):
+    """``write(folder)`` into a fresh folder beside ``out``, moved into ``out`` only
+    once it returned (the exporters check what they wrote against the zoo last):
+    a failed or interrupted export leaves ``out`` as it was, with no partial files."""
+    import shutil
+    import tempfile
+
+    from ..storage.files import make_folder
+
+    out = out.expanduser().absolute()
+    if out.exists() and not out.is_dir():
+        raise ZooError(f"{out}: --out names a file; give a folder")
+    make_folder(out.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        written, checks = write(staging)
+        if not out.exists():
+            staging.rename(out)  # the whole folder appears at once
+        else:
+            for path in sorted(staging.rglob("*")):
+                if path.is_file():
+                    target = out / path.relative_to(staging)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    path.replace(target)
+        return [out / path.relative_to(staging) for path in written], checks
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def import_arguments(commands) -> None:

@@ -21,11 +21,13 @@ def render_table(headers: list[str], rows: Sequence[Sequence[object]], right: Co
     from rich.console import Console
     from rich.table import Table
 
+    from .text import plain
+
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     for index, header in enumerate(headers):
-        table.add_column(str(header), justify="right" if index in right else "left", no_wrap=not sys.stdout.isatty())
+        table.add_column(plain(header), justify="right" if index in right else "left", no_wrap=not sys.stdout.isatty())
     for row in rows:
-        table.add_row(*(str(cell) for cell in row))
+        table.add_row(*(plain(cell) for cell in row))
     terminal = sys.stdout.isatty()
     buffer = io.StringIO()
     console = Console(

@@ -268,11 +268,26 @@ def cmd_train(args) -> int:
         )
     print(f"  card in {registry_file}")
     if not job.publish:
-        print(
-            f"  use it: zoo --registry {registry_file} sample {card.name} --prompt ...  "
-            f"(beside a variant of the same name: train with --name NEW)"
-        )
+        print(f"  use it: {_use_it_command(registry_file, card.name)} sample {card.name} --prompt ...")
     return 0
+
+
+def _use_it_command(registry_file: Path, name: str) -> str:
+    """The `zoo` that resolves ``name`` to the run just written: `--registry` adds
+    the run's file to the catalogue, unless the name is declared elsewhere too
+    (say a shipped variant retrained into --out), which every command refuses;
+    then `--only-registry` reads the run's file alone."""
+    import shlex
+
+    from ..catalogue.layers import build_catalogue
+
+    try:
+        holder = build_catalogue().find(name)
+        elsewhere = holder is not None and holder.source != registry_file.resolve()
+    except ZooError:  # an unreadable layer: the run's file alone still works
+        elsewhere = True
+    option = "--only-registry" if elsewhere else "--registry"
+    return f"zoo {option} {shlex.quote(str(registry_file))}"
 
 
 def log_to_option(parser, default: str) -> None:
@@ -336,6 +351,8 @@ def cmd_experiment(args) -> int:
             setattr(study, key, getattr(args, key))
     if min(study.steps, study.eval_every, study.eval_targets) < 1 or not study.seeds:
         raise ZooError("--steps, --eval-every and --eval-targets must be at least 1, and --seeds needs a seed")
+    if min(study.milestones, default=1) < 1:
+        raise ZooError(f"--milestones must be steps of at least 1, not {min(study.milestones)}")
     if args.eval_every is None:  # enough points for a curve whatever --steps is
         study.eval_every = curve_eval_every(study.steps, study.eval_every)
     out = args.out or Path("runs") / "experiments" / study.name

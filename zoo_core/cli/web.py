@@ -62,6 +62,8 @@ def serve_arguments(commands) -> None:
 def cmd_serve(args) -> int:
     from ..web.server import Limits, serve
 
+    if not 0 <= args.port <= 65535:  # before the gallery is written, not after
+        raise ZooError(f"--port must be from 0 to 65535, not {args.port}")
     if args.max_tokens_limit < 1 or args.max_concurrent < 1:
         raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
     limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import shlex
 from datetime import datetime, timezone
@@ -43,8 +42,8 @@ DEFAULT_TRAIN_FRACTION = 0.9
 _MAX_FILE_BYTES = 16 * 1024**2  # datasets.toml: a few lines per dataset
 _FIELDS = {"kind", "source", "size", "sha256", "train_fraction", "description", "added"}
 _HEADER = (
-    "# Datasets of your own, by name: `zoo datasets add` and `zoo datasets remove` write this file.\n"
-    "# The files of each are found again from its source, and checked against its sha256, whenever it is read.\n"
+    "Datasets of your own, by name: `zoo datasets add` and `zoo datasets remove` write this file.\n"
+    "The files of each are found again from its source, and checked against its sha256, whenever it is read."
 )
 
 
@@ -209,27 +208,23 @@ def _dataset(path: Path, name: str, table: object) -> Dataset:
     return Dataset(name, Path(source), sha256, float(fraction), description, USER, kind, size, added)
 
 
-def _toml_string(value: str) -> str:
-    # JSON's escapes are TOML's; DEL is the one control character JSON leaves as it is.
-    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
 def render_user_datasets(datasets: list[Dataset]) -> str:
     """datasets.toml's text: one table per dataset, in the order given."""
-    lines = [_HEADER]
-    for d in datasets:
-        lines += [
-            f"[{_toml_string(d.name)}]",  # quoted: a '.' in a bare key would make a nested table
-            f"kind = {_toml_string(d.kind)}",
-            f"source = {_toml_string(str(d.path))}",
-            f"size = {d.size}",
-            f"sha256 = {_toml_string(d.sha256)}",
-            f"train_fraction = {d.train_fraction!r}",
-            f"description = {_toml_string(d.description)}",
-            f"added = {_toml_string(d.added)}",
-            "",
-        ]
-    return "\n".join(lines)
+    from ..storage.toml_text import render_toml
+
+    document = {
+        d.name: {
+            "kind": d.kind,
+            "source": str(d.path),
+            "size": d.size,
+            "sha256": d.sha256,
+            "train_fraction": d.train_fraction,
+            "description": d.description,
+            "added": d.added,
+        }
+        for d in datasets
+    }
+    return render_toml(document, _HEADER, quoted_names=True)
 
 
 def _check_name(name: str) -> None:

@@ -33,8 +33,9 @@ METHOD = (
 
 
 @torch.no_grad()
-def summed_nll(network, ids: list[int], first: int, context: int, batch_size: int = 64) -> float:
-    """Nats to predict ``ids[first:]``, each from at most ``context`` preceding tokens."""
+def summed_nll(network, ids: list[int], first: int, context: int, batch_size: int = 64, progress=None) -> float:
+    """Nats to predict ``ids[first:]``, each from at most ``context`` preceding tokens
+    (``progress``: a WorkProgress told of each batch)."""
     if first < 1:
         raise ZooError("the first token has no history to be predicted from; give preceding text")
     stride = max(1, context // 2)
@@ -51,7 +52,12 @@ def summed_nll(network, ids: list[int], first: int, context: int, batch_size: in
     try:
         full = [w for w in windows if w[2] - 1 - w[0] == context]
         ragged = [w for w in windows if w[2] - 1 - w[0] != context]
-        for group in [full[i : i + batch_size] for i in range(0, len(full), batch_size)] + [[w] for w in ragged]:
+        groups = [full[i : i + batch_size] for i in range(0, len(full), batch_size)] + [[w] for w in ragged]
+        if progress is not None:
+            progress.stage(f"bits per byte over {len(ids) - first:,} tokens", len(groups))
+        for group in groups:
+            if progress is not None:
+                progress.advance()
             inputs = torch.stack([tokens[s : e - 1] for s, _, e in group])
             logits, _ = network(inputs)
             log_probs = F.log_softmax(logits.float(), dim=-1)
@@ -63,7 +69,7 @@ def summed_nll(network, ids: list[int], first: int, context: int, batch_size: in
     return total
 
 
-def bits_per_byte(model, text: str, before: str) -> dict:
+def bits_per_byte(model, text: str, before: str, progress=None) -> dict:
     """Score ``text`` (preceded by ``before``) with a loaded zoo model."""
     if not text:
         raise ZooError("no text to score")
@@ -73,7 +79,7 @@ def bits_per_byte(model, text: str, before: str) -> dict:
     if not history:  # nothing before: the first token is context, not scored
         history, ids = ids[:1], ids[1:]
         text = model.tokenizer.decode(history + ids)[len(model.tokenizer.decode(history)) :]
-    nats = summed_nll(model.network, history + ids, len(history), context)
+    nats = summed_nll(model.network, history + ids, len(history), context, progress=progress)
     bits = nats / math.log(2)
     return {
         "bits_per_byte": bits / len(text.encode("utf-8")),

@@ -11,7 +11,9 @@ text, by the method of `zoo_core.evaluation.bits`.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -64,6 +66,17 @@ def shared_text(models, override: Path | str | None) -> ResolvedText:
     return texts[0]
 
 
+@contextlib.contextmanager
+def _scoring(names: list[str], text: ResolvedText) -> Iterator[None]:
+    """A text a model cannot score (characters its vocabulary lacks) is refused
+    naming the model and the text, not only the characters."""
+    try:
+        yield
+    except ZooError as exc:
+        who = " and ".join(f"'{name}'" for name in names)
+        raise ZooError(f"{who} cannot be scored on {text.name}: {exc}") from None
+
+
 def shared_windows(tokens: torch.Tensor, context: int, count: int, generator: torch.Generator):
     starts = torch.randint(len(tokens) - context, (count,), generator=generator)
     return windows_at(tokens, starts, context)
@@ -86,6 +99,8 @@ def compare_variants(
         raise ZooError("compare needs at least two variants")
     if windows < 1:
         raise ZooError(f"windows must be at least 1, not {windows}")
+    if text_chars is not None and text_chars < 1:
+        raise ZooError(f"--text-chars must be at least 1, not {text_chars}")
     # Every model draws its sample with these same settings (temperature 1).
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
     models = [load(name, device=device, dtype=dtype) for name in names]
@@ -102,7 +117,8 @@ def compare_variants(
     # text without them, as it was trained: every model sees the same tokens.
     skip_unknown = any(model.card.recipe.skip_unknown for model in models)
     source = encodable_text(text.text, first.tokenizer) if skip_unknown else text.text
-    corpus = Corpus.from_text(source, first.tokenizer, first.card.recipe.train_fraction)
+    with _scoring([model.name for model in models], text):
+        corpus = Corpus.from_text(source, first.tokenizer, first.card.recipe.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
     generator = seeded_generator(seed)
     batches = {
@@ -144,10 +160,12 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) ->
     from .bits import METHOD, bits_per_byte, validation_text
 
     first = models[0]
-    text, before = validation_text(variant_text(first.variant, data).text, first.card.recipe.train_fraction, text_chars)
+    source = shared_text(models, data)  # never silently the first one's text: theirs differ, or it is named
+    text, before = validation_text(source.text, first.card.recipe.train_fraction, text_chars)
     results = []
     for model in models:
-        score = bits_per_byte(model, text, before)
+        with _scoring([model.name], source):
+            score = bits_per_byte(model, text, before)
         results.append(
             {
                 "name": model.name,
@@ -163,6 +181,8 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) ->
         "unit": "bits per byte",
         "reason": (why + "; scored in bits per byte instead") if why else "bits per byte requested",
         "method": METHOD,
+        "dataset": source.name,
+        "dataset_sha256": source.sha256,
         "text": f"the first {len(text):,} characters ({len(text.encode('utf-8')):,} bytes) of the validation split",
         "seed": sampling.seed,
         "prompt": prompt or before[:100],

@@ -7,17 +7,25 @@ from pathlib import Path
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..corpus.datasets import variant_text
+from ..errors import ZooError
 
 
 def evaluate_language_model(
-    model, windows: int | None = None, data: Path | str | None = None, text_chars: int | None = None
+    model,
+    windows: int | None = None,
+    data: Path | str | None = None,
+    text_chars: int | None = None,
+    progress=None,
 ) -> dict:
     """Train and validation loss (nats per token) and perplexity, next to the
     uniform baseline ln(V) that a model which learned nothing would score; and
     bits per byte and per character of the validation text (all of it, or its
-    first ``text_chars`` characters), which compare across tokenizers."""
+    first ``text_chars`` characters), which compare across tokenizers.
+    ``progress`` (a training.progress.WorkProgress) is told of each stage."""
     from .bits import bits_per_byte, validation_text
 
+    if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
+        raise ZooError(f"--windows must be at least 1, not {windows}")
     card = model.card
     recipe = card.recipe
     text = variant_text(model.variant, data)
@@ -25,13 +33,16 @@ def evaluate_language_model(
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
-    losses = {
-        split: mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
-        for split in ("train", "validation")
-    }
+    losses = {}
+    if progress is not None:
+        progress.stage(f"loss on {count} windows per split", 2)
+    for split in ("train", "validation"):
+        losses[split] = mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
+        if progress is not None:
+            progress.advance()
     uniform = math.log(card.tokenizer.vocab_size)
     scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
-    bits = bits_per_byte(model, scored, before)
+    bits = bits_per_byte(model, scored, before, progress=progress)
     return {
         "train_loss": losses["train"],
         "validation_loss": losses["validation"],
@@ -48,17 +59,37 @@ def evaluate_language_model(
     }
 
 
+def recordable_registry(variant) -> Path:
+    """The registry file `zoo eval --record` may rewrite for ``variant``: one of the
+    user's own (their catalogue, a file they named, a checkout's registry.toml).
+    A card shipped inside an installed package (the zoo's wheel, a plugin) is
+    refused before any scoring, saying how to record on a copy of one's own: pip
+    owns those files, and declaring the name again in the user's catalogue
+    would be refused as declared twice."""
+    from ..storage.locations import inside_installed_package
+
+    if variant.layer == "plugin" or inside_installed_package(variant.source):
+        name = variant.name
+        raise ZooError(
+            f"--record: '{name}' is declared in {variant.source}, inside an installed package, which the zoo never "
+            f"rewrites; `zoo eval {name} --json` keeps the measurement, or record it on a copy of your own: "
+            f"`zoo pack {name}`, `zoo install {name}.zoo --name my-{name}`, `zoo eval my-{name} --record`"
+        )
+    return variant.source
+
+
 def record_bits_per_byte(model, report: dict) -> Path:
     """Write the measured bits per byte and per character into the variant's
-    card in its own registry file. The checkpoint is not rewritten: these
-    metrics are left out when its header's card is compared with the registry's."""
+    card in its own registry file (``recordable_registry``). The checkpoint is
+    not rewritten: these metrics are left out when its header's card is
+    compared with the registry's."""
     from ..catalogue.registry import upsert_registry_entry
     from ..storage.files import exclusive_lock
 
+    registry = recordable_registry(model.variant)
     card = model.card.model_copy(deep=True)
     card.metrics.validation_bits_per_byte = round(report["validation_bits_per_byte"], 4)
     card.metrics.validation_bits_per_character = round(report["validation_bits_per_character"], 4)
-    registry = model.variant.source
     with exclusive_lock(registry):
         upsert_registry_entry(registry, card)
     return registry

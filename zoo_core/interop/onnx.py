@@ -70,9 +70,14 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
             )
     except Exception as exc:  # torch.onnx raises many kinds; the user needs one line
         raise ZooError(f"cannot export '{model.name}' to ONNX: {' '.join(str(exc).split())[:300]}") from None
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     batch = torch.tensor([ids, ids[::-1]])  # two rows: a dynamic batch, a length other than the example's
-    (theirs,) = session.run(["logits"], {"input_ids": batch.numpy()})
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (theirs,) = session.run(["logits"], {"input_ids": batch.numpy()})
+    except Exception as exc:  # a plugin's operation onnxruntime cannot run: its own error types, one line here
+        raise ZooError(
+            f"cannot export '{model.name}' to ONNX: onnxruntime cannot run it: {' '.join(str(exc).split())[:300]}"
+        ) from None
     with torch.no_grad():
         ours = wrapper(batch)
     difference = float((torch.from_numpy(theirs) - ours).abs().max())

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..catalogue.suggestions import train_command
 from ..errors import ZooError
 from .manager import PluginSet, get_plugins
 from .protocols import conformance_problem
@@ -390,7 +391,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
                     subject,
                     "loads with verified weights",
                     "skip",
-                    f"no weights yet: `zoo train {variant.name} --publish` makes them",
+                    f"no weights yet: {train_command(variant)}",
                 )
             )
             continue

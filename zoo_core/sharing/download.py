@@ -254,7 +254,7 @@ class _progress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
         bar = self.bar = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # a file or variant name: data, not markup
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),

@@ -14,7 +14,6 @@ plain web server.
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -92,11 +91,12 @@ def _read() -> list[Remote]:
 
 
 def _render(remotes: list[Remote]) -> str:
-    # JSON strings are valid TOML basic strings (the same escapes).
-    lines = ["# The zoo's remotes, in the order `zoo pull` looks through them (`zoo remote add/remove`)."]
-    for remote in remotes:
-        lines += ["", f"[remotes.{remote.name}]", f"url = {json.dumps(remote.url)}"]
-    return "\n".join(lines) + "\n"
+    from ..storage.toml_text import render_toml
+
+    return render_toml(
+        {"remotes": {remote.name: {"url": remote.url} for remote in remotes}},
+        "The zoo's remotes, in the order `zoo pull` looks through them (`zoo remote add/remove`).",
+    )
 
 
 def _change(change) -> list[Remote]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import glob
 import os
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -320,13 +320,13 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
         ) from None
     with lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            _lock(lock, shared=False, wait=wait)
         except BlockingIOError:
             raise ZooError(f"{path} is being written by another zoo process; wait for it to finish") from None
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            _unlock(lock)
 
 
 @contextlib.contextmanager
@@ -345,8 +345,43 @@ def shared_lock(path: Path) -> Iterator[None]:
         yield
         return
     with lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
+        _lock(lock, shared=True, wait=True)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            _unlock(lock)
+
+
+# The platform's lock call is imported where it is used, not at the top: the
+# CLI must start where fcntl does not exist (Windows).
+def _lock(file, shared: bool, wait: bool) -> None:
+    """flock on POSIX. Windows' msvcrt locks a byte range and has no shared mode,
+    so a reader there takes the lock exclusively (safe, only less concurrent)."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        file.seek(0)
+        while True:
+            try:
+                msvcrt.locking(file.fileno(), msvcrt.LK_LOCK if wait else msvcrt.LK_NBLCK, 1)
+                return
+            except OSError:
+                if not wait:
+                    raise BlockingIOError(errno.EAGAIN, "locked") from None
+                # LK_LOCK gives up after ten tries a second apart: a writer may take longer
+    else:
+        import fcntl
+
+        fcntl.flock(file, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+
+
+def _unlock(file) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        file.seek(0)
+        msvcrt.locking(file.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(file, fcntl.LOCK_UN)

@@ -39,3 +39,13 @@ def user_datasets_path() -> Path:
 def cache_dir() -> Path:
     explicit = os.environ.get("ZOO_CACHE")
     return Path(explicit).expanduser().resolve() if explicit else _xdg("XDG_CACHE_HOME", ".cache") / "zoo"
+
+
+def inside_installed_package(path: Path) -> bool:
+    """Whether ``path`` lies in the interpreter's site-packages: a file there
+    belongs to pip, and the zoo never rewrites it (an upgrade would replace it)."""
+    import sysconfig
+
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    path = Path(path).resolve()
+    return any(folder == path or folder in path.parents for folder in installed)

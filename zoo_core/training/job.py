@@ -73,6 +73,9 @@ class TrainingJob:
             raise ZooError("a training job names the variant to train (or, handed to a trainer, carries its recipe)")
         if self.seed is not None:
             check_seed(self.seed)
+        for flag, value in (("--steps", self.steps), ("--log-every", self.log_every)):
+            if value is not None and value < 1:
+                raise ZooError(f"{flag} must be at least 1, not {value}")
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ZooError(f"--checkpoint-every must be a number of steps (0: never), not {self.checkpoint_every}")
         if self.grad_accum < 1:

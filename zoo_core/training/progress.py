@@ -19,6 +19,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from ..cli.text import plain
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -149,7 +151,9 @@ class TrainingProgress:
         )
         if losses:
             bar.console.print(
-                f"{self.name}: step {step}/{self.total}  train {losses['train']:.4f}  val {losses['validation']:.4f}",
+                plain(
+                    f"{self.name}: step {step}/{self.total}  train {losses['train']:.4f}  val {losses['validation']:.4f}"
+                ),
                 highlight=False,
             )
 
@@ -159,7 +163,7 @@ class TrainingProgress:
 
         console = Console(file=self.stream, force_terminal=True)
         self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),  # the name is data, not markup
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[loss]}"),
@@ -187,7 +191,53 @@ class TrainingProgress:
     def message(self, text: str) -> None:
         """A line above the bar (or in the log)."""
         if self._bar is not None:
-            self._bar.console.print(text, highlight=False)
+            self._bar.console.print(plain(text), highlight=False)
         else:
             self.stream.write(text + "\n")
             self.stream.flush()
+
+
+class WorkProgress:
+    """Progress of work counted in units, in stages (`zoo eval`: the loss windows,
+    then bits per byte over the validation text): a rich bar on stderr naming the
+    variant and the stage, on a terminal only. Off a terminal, or when disabled
+    (``--json``), it shows nothing: a log needs the result, not the bar."""
+
+    def __init__(self, name: str, stream: TextIO | None = None, enabled: bool = True, interactive: bool | None = None):
+        self.name = name
+        self.stream = stream or sys.stderr
+        self.shown = enabled and (self.stream.isatty() if interactive is None else interactive)
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def stage(self, what: str, total: int) -> None:
+        """Start counting ``total`` units of ``what``."""
+        if not self.shown:
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}", markup=False),  # the name is data, not markup
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream, force_terminal=True),
+                transient=True,  # the report replaces it
+            )
+            self._bar.start()
+            atexit.register(self.close)  # a live display left running hides the cursor
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+        self._task = self._bar.add_task(f"{self.name}: {what}", total=total)
+
+    def advance(self, units: int = 1) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.advance(self._task, units)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+            atexit.unregister(self.close)

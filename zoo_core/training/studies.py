@@ -172,6 +172,31 @@ def curve_eval_every(steps: int, eval_every: int) -> int:
     return max(1, min(eval_every, steps // CURVE_POINTS))
 
 
+class StudyProgress:
+    """One progress display for a whole study, named after it: every seed's
+    steps count towards one total, so the ETA covers the study and a log gets
+    about twenty lines, not a bar (and an evaluation line) per seed. The curve's
+    evaluations are left in the average step time: they recur every few steps."""
+
+    def __init__(self, study: StudyConfig, arms: int, enabled: bool = True):
+        self.study, self.arms = study, arms
+        self.display = TrainingProgress(f"experiment {study.name}", study.steps * len(study.seeds), enabled=enabled)
+        self.started = time.perf_counter()
+
+    def seed_started(self, seed: int) -> None:
+        done = self.study.seeds.index(seed)
+        if self.display.enabled:
+            self.display.message(f"experiment {self.study.name}: seed {seed} ({done + 1} of {len(self.study.seeds)})")
+
+    def step(self, seed: int, step: int, loss: float) -> None:
+        done = self.study.seeds.index(seed) * self.study.steps + step
+        tokens = done * self.study.tokens_per_update * self.arms
+        self.display.update(done, time.perf_counter() - self.started, tokens, batch_loss=loss)
+
+    def close(self) -> None:
+        self.display.close()
+
+
 def run_study(
     study: StudyConfig,
     out: Path,
@@ -222,23 +247,27 @@ def run_study(
     prepare_run_logs(log_to, out / LOGS, study.name)
     runs = []
     if jobs == 1 or len(study.seeds) == 1:
-        for seed in study.seeds:
-            runs.extend(
-                _run_seed(
-                    study,
-                    arms,
-                    corpus,
-                    targets,
-                    prompt_ids,
-                    tokenizer,
-                    seed,
-                    out,
-                    plugins,
-                    show_progress,
-                    placement,
-                    log_to,
+        progress = StudyProgress(study, len(arms), enabled=show_progress)
+        try:
+            for seed in study.seeds:
+                runs.extend(
+                    _run_seed(
+                        study,
+                        arms,
+                        corpus,
+                        targets,
+                        prompt_ids,
+                        tokenizer,
+                        seed,
+                        out,
+                        plugins,
+                        progress,
+                        placement,
+                        log_to,
+                    )
                 )
-            )
+        finally:
+            progress.close()
     else:
         runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress, log_to)
     contexts = sorted({arm.context for arm in arms})
@@ -292,7 +321,7 @@ def _seed_job(study, corpus, targets, prompt_ids, seed, out, placement, threads,
     plugins = get_plugins()
     arms = _arms(study.arms, plugins)
     tokenizer = load_tokenizer(arms[0].variant, plugins)
-    return _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, False, placement, log_to)
+    return _run_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, None, placement, log_to)
 
 
 def _run_seed(
@@ -305,7 +334,7 @@ def _run_seed(
     seed,
     out,
     plugins,
-    show_progress,
+    progress,
     placement=("cpu", "float32"),
     log_to=(),
 ):
@@ -317,7 +346,7 @@ def _run_seed(
             for arm in arms
         ]
         return _train_seed(
-            study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement, run_logs
+            study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, progress, placement, run_logs
         )
 
 
@@ -343,9 +372,7 @@ def _run_description(study: StudyConfig, arm: Arm, seed: int) -> RunDescription:
     return RunDescription(name=_run_stem(arm, seed), experiment=study.name, recipe=recipe, tags=tags)
 
 
-def _train_seed(
-    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, show_progress, placement, run_logs
-):
+def _train_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, progress, placement, run_logs):
     from ..devices import Placement
 
     device, dtype = torch.device(placement[0]), getattr(torch, placement[1])
@@ -368,10 +395,8 @@ def _train_seed(
     samples = [{} for _ in arms]
     # Every arm's milestone samples: the same prompt, settings and seed.
     sampling = SamplingSettings(max_new_tokens=study.sample_tokens, seed=study.sample_seed)
-    progress = TrainingProgress(
-        f"{study.name} seed {seed}", study.steps, enabled=show_progress, eval_every=study.eval_every
-    )
-    started = time.perf_counter()
+    if progress is not None:
+        progress.seed_started(seed)
     for step in range(1, study.steps + 1):
         starts = torch.randint(
             len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator
@@ -413,19 +438,8 @@ def _train_seed(
                 ids = torch.tensor([prompt_ids], device=device)
                 generated = sample_tokens(network, ids, sampling, seeded_generator(sampling.seed))
                 samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids) :].tolist())
-        shown = (
-            {"train": histories[-1][-1]["train"], "validation": histories[-1][-1]["validation"]}
-            if histories[-1] and histories[-1][-1]["step"] == step
-            else None
-        )
-        progress.update(
-            step,
-            time.perf_counter() - started,
-            step * study.tokens_per_update * len(arms),
-            shown,
-            batch_loss=loss.item(),
-        )
-    progress.close()
+        if progress is not None:
+            progress.step(seed, step, loss.item())
     runs = []
     for i, (arm, network) in enumerate(zip(arms, networks)):
         run = {

@@ -1,0 +1,68 @@
+"""Every command the zoo suggests in a message runs: each test provokes the
+message, takes the command out of its backticks and runs it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from zoo_core.catalogue.registry import read_registry_file, render_registry
+
+from .conftest import ROOT
+
+TINY = "transformer-1b-learned-ctx8"
+QUICK = ("--steps", "2", "--quiet", "--set", "eval_windows=2")  # a short run: what is tested is the command
+
+
+def _suggested(message: str) -> list[str]:
+    (command,) = re.findall(r"`(zoo [^`]+)`", message)
+    return shlex.split(command)[1:]
+
+
+def _unpublished(name: str):
+    """The tiny variant's card under ``name``, without weights."""
+    card = next(v.card for v in read_registry_file(ROOT / "registry.toml", "catalogue") if v.name == TINY)
+    checkpoint = card.checkpoint.model_copy(update={"path": f"checkpoints/{name}.safetensors", "sha256": None})
+    return card.model_copy(update={"name": name, "checkpoint": checkpoint, "metrics": None})
+
+
+def test_train_suggestions_for_a_variant_without_weights_run_in_every_layer(zoo, private_catalogue, private_home, tmp_path):
+    private_catalogue.write_text(private_catalogue.read_text() + "\n" + render_registry([_unpublished("shipped-bare")]))
+    private_home.mkdir(parents=True)
+    (private_home / "checkpoints").mkdir()
+    (private_home / "checkpoints" / "bpe-1024.tiktoken").write_bytes((ROOT / "checkpoints" / "bpe-1024.tiktoken").read_bytes())
+    (private_home / "registry.toml").write_text(render_registry([_unpublished("mine-bare")]))
+    extra = tmp_path / "extra" / "registry.toml"
+    (extra.parent / "checkpoints").mkdir(parents=True)
+    (extra.parent / "checkpoints" / "bpe-1024.tiktoken").write_bytes((ROOT / "checkpoints" / "bpe-1024.tiktoken").read_bytes())
+    extra.write_text(render_registry([_unpublished("extra-bare")]))
+
+    for name, loads, registry in (
+        ("shipped-bare", "my-shipped-bare", ()),  # a shipped card: trained into your catalogue under a new name
+        ("mine-bare", "mine-bare", ()),
+        ("extra-bare", "extra-bare", ("--registry", str(extra))),
+    ):
+        refused = zoo(*registry, "load", name)
+        assert refused.code == 1 and "no published weights yet" in refused.err, refused.err
+        command = _suggested(refused.err)
+        assert command[:2] == ["train", name]
+        trained = zoo(*command, *QUICK)
+        assert trained.code == 0, (command, trained.err)
+        assert zoo(*registry, "load", loads).code == 0
+
+
+def test_remote_suggestions_run(zoo, tmp_path):
+    folder = tmp_path / "shared"
+    published = zoo("remote", "publish", str(folder), TINY)
+    assert published.code == 0, published.err
+    command = _suggested(published.out)
+    assert command[:3] == ["remote", "add", "NAME"]
+    added = zoo("remote", "add", "team", folder.as_uri())
+    assert added.code == 0
+    command = _suggested(added.out)
+    assert command[:2] == ["list", "--remote"] and zoo(*command).code == 0
+    again = zoo("remote", "add", "team", folder.as_uri())
+    assert again.code == 1
+    command = _suggested(again.err)
+    assert command == ["remote", "remove", "team"] and zoo(*command).code == 0
+    assert zoo("remote", "add", "team", folder.as_uri()).code == 0

@@ -1,0 +1,23 @@
+"""Names are data, not markup.
+
+Every string the zoo shows came from somewhere it does not control: a card, a
+checkpoint's tensor names, a plugin, the command line. rich reads ``[bold]``,
+``[/]`` or ``[link=...]`` in a plain string as markup, so a name holding them
+would be rendered (colours, terminal hyperlinks) or end in a MarkupError. Every
+table cell and every line printed through rich goes through ``plain``, which
+hands rich a Text object: rich never parses it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+
+def plain(value: object, style: str = "") -> Text:
+    """``value`` as text that rich shows exactly as it is."""
+    from rich.text import Text
+
+    return Text(str(value), style=style)
