@@ -30,15 +30,19 @@ from tests.web_support import SMALL, ZOO, Server, free_port  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "serving.md"
 HEADER_TIMEOUT = 3  # seconds: short, so the slow clients are cut off within the test
+BODY_TIMEOUT = 2
 SLOW_CLIENTS = 1000
 MAX_CONNECTIONS = SLOW_CLIENTS + 50
 
 
 @pytest.fixture(scope="module")
 def server():
-    server = Server("--header-timeout", str(HEADER_TIMEOUT), "--max-connections", str(MAX_CONNECTIONS))
+    server = Server("--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
+                    "--max-connections", str(MAX_CONNECTIONS))
     yield server
+    output = server.output()
     server.stop()
+    assert "Traceback" not in output, output[-3000:]  # every attack above is answered without one
 
 
 def _completion(**extra) -> dict:
@@ -197,6 +201,23 @@ def test_slow_header_clients_are_cut_off_and_health_stays_answered(server):
     finally:
         for s in slow:
             s.close()
+
+
+def test_a_trickling_body_and_a_silent_client_are_cut_off(server):
+    [trickling, silent] = _connect(server.port, 2)
+    try:
+        opened = time.monotonic()
+        trickling.send(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 100\r\n\r\n{")
+        time.sleep(1)
+        trickling.send(b" ")
+        assert _closed_by_server([trickling, silent], 0.01) == 0
+        assert _closed_by_server([trickling], BODY_TIMEOUT + 3) == 1
+        assert time.monotonic() - opened < BODY_TIMEOUT + 3
+        assert _closed_by_server([silent], HEADER_TIMEOUT + 3) == 1
+    finally:
+        trickling.close()
+        silent.close()
 
 
 def test_connections_beyond_the_cap_are_closed_on_arrival(server):

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -407,6 +407,11 @@ def create_app(
             kind="not_found_error" if exc.status_code == 404 else "invalid_request_error",
         )
 
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        # The client left (or was cut off for sending its body too slowly) while
+        # its body was read: nobody to answer, and nothing worth a traceback.
+        return Response(status_code=400)
+
     async def server_error(request: Request, exc: Exception) -> Response:
         return _error(500, f"internal error: {type(exc).__name__}", kind="server_error")
 
@@ -427,7 +432,9 @@ def create_app(
     # Counted first, so that refused requests show in the metrics too.
     middleware = [Middleware(MetricsMiddleware, metrics=metrics), *security_middleware(security)]
     return Starlette(
-        routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error, Exception: server_error}
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={HTTPException: http_error, ClientDisconnect: client_gone, Exception: server_error},
     )
 
 
