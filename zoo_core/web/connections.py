@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-# Descriptors the process needs besides its connections: model and archive files,
-# the listening socket, logs, torch's threads.
+# Descriptors the process needs besides its connections: the listening socket, the
+# event loop's own, standard streams, model and archive files being read.
 RESERVED_DESCRIPTORS = 64
 
 
@@ -48,7 +48,8 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: str | None = None
         if len(self.connections) > self.limits.max_connections:
-            # Not abort(): a polite close still frees the descriptor at once.
+            # Closed before any byte is read: the descriptor is free again on the
+            # loop's next turn, and the client sees the connection end.
             transport.close()
             return
         self._watch()

@@ -38,7 +38,7 @@ class Security:
 
     allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line or traceback
     hosts: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
