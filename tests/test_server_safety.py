@@ -136,6 +136,18 @@ def test_a_bind_beyond_loopback_with_a_key_says_so_in_one_line():
     assert bind_notice("127.0.0.1", Security()) is None and bind_notice("::1", Security()) is None
 
 
+def test_which_host_names_are_answered():
+    from zoo_core.web.security import Security, host_name
+
+    default, listed, anything = Security(), Security(allowed_hosts=("Zoo.LAN:8000",)), Security(allowed_hosts=("*",))
+    for header in ("localhost:8000", "127.0.0.1", "[::1]:8000", "192.168.1.5:8000", "[fe80::1]"):
+        assert default.answers_host(host_name(header)), header
+    for header in ("evil.example", "zoo.lan", "localhost.evil.example", ""):
+        assert not default.answers_host(host_name(header)), header
+    assert listed.answers_host(host_name("zoo.lan:8000")) and listed.answers_host(host_name("ZOO.lan"))
+    assert anything.answers_host(host_name("evil.example"))
+
+
 def _raise_descriptor_limit(wanted: int) -> int:
     """Raise this process's soft descriptor limit toward ``wanted`` (up to the hard limit); the limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -258,9 +270,9 @@ def test_running_out_of_descriptors_is_logged_once_per_interval(tmp_path):
                 assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
                 time.sleep(0.3)
         # Four times what the server may hold, all kept open: it runs out and goes
-        # on trying to accept the rest for five seconds.
+        # on trying to accept the rest for three seconds.
         held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4 * limit)]
-        time.sleep(5)
+        time.sleep(3)
         for s in held:
             s.close()
         # The server recovers once the descriptors are free again.
@@ -333,10 +345,35 @@ def test_the_api_key_guards_the_api_and_metrics_only(keyed):
     refused = httpx.post(keyed.url + "/v1/completions", json=_completion(), timeout=30)
     assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
     assert httpx.post(keyed.url + "/v1/completions", json=_completion(), headers=good, timeout=60).status_code == 200
-    for path in ("/health", "/sample", "/static/sample.js", "/catalogue/index.json"):
+    # The catalogue stays open too (test_the_api_key_guard_passes_the_catalogue: building
+    # its index here would double this test's time).
+    for path in ("/health", "/sample", "/static/sample.js"):
         assert httpx.get(keyed.url + path, timeout=120).status_code == 200, path
     assert 'id="api_key"' in httpx.get(keyed.url + "/sample", timeout=30).text  # the page asks for the key
     assert 'id="api_key"' not in httpx.get(keyed.url + "/health", timeout=30).text
+
+
+def test_the_api_key_guard_passes_the_catalogue():
+    import asyncio
+
+    from zoo_core.web.security import ApiKeyGuard
+
+    async def answered(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def status(path: str) -> int:
+        sent: list[dict] = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": []}
+        asyncio.run(ApiKeyGuard(answered, api_key="k")(scope, None, send))
+        return sent[0]["status"]
+
+    assert status("/catalogue/index.json") == 200 and status("/catalogue/archives/x.zoo") == 200
+    assert status("/v1/models") == 401 and status("/metrics") == 401
 
 
 def test_an_allowed_origin_gets_cors_and_others_do_not(keyed):

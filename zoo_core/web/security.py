@@ -42,7 +42,7 @@ class Security:
     hosts: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        names = {_host_name(name) for name in self.allowed_hosts}
+        names = {host_name(name) for name in self.allowed_hosts}
         object.__setattr__(self, "hosts", frozenset(LOOPBACK_NAMES | names))
 
     def answers_host(self, name: str) -> bool:
@@ -88,7 +88,7 @@ def _is_ip(name: str) -> bool:
         return False
 
 
-def _host_name(host: str) -> str:
+def host_name(host: str) -> str:
     """``Host`` header value (or an origin's netloc) without its port, lower case, IPv6 unbracketed."""
     host = host.strip().lower()
     if host.startswith("["):
@@ -125,7 +125,7 @@ class HostGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             host = _header(scope, b"host")
-            if host is None or not self.security.answers_host(_host_name(host)):
+            if host is None or not self.security.answers_host(host_name(host)):
                 shown = "no Host header" if host is None else f"Host '{host[:100]}'"
                 await _refuse(send, 400, f"{shown} is not a name this server answers (--allowed-host adds one)")
                 return
