@@ -152,3 +152,45 @@ def test_whole_zoo_gallery_from_disk(browser, tmp_path, artifacts):
     watched.page.goto((tmp_path / "site" / "puzzle.html").as_uri())
     assert watched.image_count() == 7 and watched.broken_images() == []
     assert watched.errors == []
+
+
+def test_sampling_page_with_an_api_key_and_a_cross_origin_page(browser, monkeypatch):
+    """A keyed server: the page asks for the key and sends it; a page of another origin
+    (here `localhost` for a server reached as `127.0.0.1`) cannot make it compute."""
+    import json
+    import urllib.request
+
+    monkeypatch.setenv("ZOO_API_KEY", "browser-key")
+    server = Server()
+    try:
+        watched = _Watched(browser)
+        page = watched.page
+        page.goto(server.url + "/sample")
+        page.select_option("#model", SMALL)
+        page.fill("#max_tokens", "5")
+        page.click("#generate")
+        page.wait_for_selector("#status[data-state]", timeout=60_000)
+        assert "API key" in page.inner_text("#status")  # refused, and the page says why
+        page.fill("#api_key", "browser-key")
+        page.click("#generate")
+        page.wait_for_function("document.getElementById('status').dataset.state === 'done'", timeout=60_000)
+
+        def refused_before_routing() -> float:
+            request = urllib.request.Request(server.url + "/metrics", headers={"Authorization": "Bearer browser-key"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                text = response.read().decode()
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("zoo_http_requests_total{") and 'status="403"' in line)
+
+        before = refused_before_routing()
+        other = browser.new_page()
+        other.goto(f"http://localhost:{server.port}/health")  # another origin, same machine
+        body = json.dumps({"model": SMALL, "prompt": "ROMEO:", "max_tokens": 5})
+        # The "simple request" any page may send: no preflight, the answer unreadable.
+        other.evaluate("""([url, body]) => fetch(url, {method: "POST", mode: "no-cors", body: body,
+                          headers: {"Content-Type": "text/plain"}}).catch(() => null)""",
+                       [server.url + "/v1/completions", body])
+        assert refused_before_routing() == before + 1
+        other.close()
+    finally:
+        server.stop()

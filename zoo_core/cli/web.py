@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -56,17 +57,76 @@ def serve_arguments(commands) -> None:
         metavar="N",
         help="generations at once; more get HTTP 429 (default: %(default)s)",
     )
+    safety = p.add_argument_group("network safety (docs/serving.md)")
+    safety.add_argument(
+        "--api-key",
+        default=os.environ.get("ZOO_API_KEY"),
+        metavar="KEY",
+        help="bearer token /v1/* and /metrics require; needed to bind beyond loopback "
+        "(default: $ZOO_API_KEY, which, unlike this flag, other users' `ps` does not show)",
+    )
+    safety.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to answer besides localhost and IP addresses (repeatable; '*': any)",
+    )
+    safety.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin (https://app.example) whose pages may call the API (repeatable)",
+    )
+    safety.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a request's headers may take (default: %(default)s)",
+    )
+    safety.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds a request's body may take after its headers (default: %(default)s)",
+    )
+    safety.add_argument(
+        "--keep-alive-timeout",
+        type=int,
+        default=5,
+        metavar="S",
+        help="seconds an idle connection stays open between requests (default: %(default)s)",
+    )
+    safety.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="open connections at once; more are closed on arrival (default: %(default)s)",
+    )
     p.set_defaults(run=cmd_serve)
 
 
 def cmd_serve(args) -> int:
+    from ..web.connections import ConnectionLimits
+    from ..web.security import Security, check_bind
     from ..web.server import Limits, serve
 
     if not 0 <= args.port <= 65535:  # before the gallery is written, not after
         raise ZooError(f"--port must be from 0 to 65535, not {args.port}")
     if args.max_tokens_limit < 1 or args.max_concurrent < 1:
         raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
+    if min(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections) <= 0:
+        raise ZooError("--header-timeout, --body-timeout, --keep-alive-timeout and --max-connections must be positive")
+    check_bind(args.host, args.api_key)  # before the gallery is written: refusing should be instant
     limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)
+    security = Security(tuple(args.allowed_host), tuple(args.cors_origin), args.api_key or None)
+    connections = ConnectionLimits(
+        args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections
+    )
     site = args.site
     if site is None and not args.no_gallery:
         from ..web.gallery import default_cache_folder, write_gallery
@@ -75,5 +135,5 @@ def cmd_serve(args) -> int:
         site = default_cache_folder().parent / "site"
         print(f"zoo serve: writing the gallery to {site} ...", file=sys.stderr, flush=True)
         write_gallery(site, quiet=True)
-    serve(args.host, args.port, site, limits)
+    serve(args.host, args.port, site, limits, security, connections)
     return 0

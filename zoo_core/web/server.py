@@ -3,6 +3,7 @@
 - ``GET /`` the gallery (built by `zoo gallery`), ``GET /sample`` the sampling page
 - ``GET /v1/models``, ``POST /v1/completions`` (``"stream": true`` answers with
   server-sent events: ``data: {chunk}`` lines, then ``data: [DONE]``)
+- ``GET /metrics``: Prometheus' text format (zoo_core.web.metrics)
 - ``GET /catalogue/index.json`` and ``GET /catalogue/archives/NAME.zoo``: the
   read-only catalogue other machines pull from (`zoo pull`, see zoo_core.sharing);
   archives carry their sha256 as a strong ETag and answer byte ranges
@@ -10,12 +11,15 @@
 Every model is loaded once and shared. Generation runs in worker threads, so the
 event loop keeps answering while tokens are drawn; a client that goes away stops
 its generation at the next token. Nothing here writes to a catalogue.
+Which requests are answered at all (Host, Origin, API key) is zoo_core.web.security;
+how slow a client may be and how many may connect, zoo_core.web.connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import time
 import uuid
@@ -23,17 +27,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import ZooError
 from ..inference.settings import OPTION_NAMES, SamplingSettings
+from .connections import ConnectionLimits
 from .generation import ModelCache, answer_text, is_task_model
+from .metrics import MetricsMiddleware, ServerMetrics
+from .security import Security, bind_notice, check_bind
+from .security import middleware as security_middleware
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -64,7 +73,7 @@ class CompletionRequest(BaseModel):
 
     model: str
     prompt: str | list[str]
-    max_tokens: int = Field(16, ge=1)
+    max_tokens: StrictInt = Field(16, ge=1)
     temperature: float = Field(1.0, ge=0, le=100, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=1)
@@ -118,13 +127,20 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(site: Path | None = None, limits: Limits = Limits(), cache: ModelCache | None = None) -> Starlette:
+def create_app(
+    site: Path | None = None,
+    limits: Limits = Limits(),
+    cache: ModelCache | None = None,
+    security: Security = Security(),
+    metrics: ServerMetrics | None = None,
+) -> Starlette:
     """The ASGI app; ``site`` is a folder written by `zoo gallery` (optional)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     from ..api import catalogue
 
     cache = cache or ModelCache()
+    metrics = metrics or ServerMetrics()
     variants = {v.name: v for v in catalogue()}
     servable = {name for name, v in variants.items() if _has_weights(v)}
     generations = {"running": 0}
@@ -140,6 +156,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
                     f"too many generations at once: the limit max_concurrent_generations={limits.max_concurrent_generations} is reached; retry later",
                 )
             generations["running"] += 1
+        metrics.generation_started()
 
     def release_slot() -> None:
         with generation_lock:
@@ -225,7 +242,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             claim_slot()
         except LimitExceeded as exc:
             return _error(exc.status, exc.message, limit=exc.limit)
-        ident, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        ident, created, started = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time()), time.perf_counter()
         stop = threading.Event()
         usage = {"completion_tokens": 0}
         if is_task_model(model):
@@ -257,17 +274,22 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             finally:
                 pieces.close() if hasattr(pieces, "close") else None
                 release_slot()
+                metrics.generation_finished(params.model, usage["completion_tokens"])
 
         worker = loop.run_in_executor(None, produce)
 
         async def pieces_out():
             try:
+                first = True
                 while True:
                     item = await queue.get()
                     if item is done:
                         return
                     if isinstance(item, ZooError):
                         raise item
+                    if first:
+                        metrics.first_token(params.model, time.perf_counter() - started)
+                        first = False
                     yield item
             finally:
                 stop.set()  # the client left (or we finished): the worker stops at its next token
@@ -328,13 +350,19 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
 
     async def sample_page(request: Request) -> Response:
         names = sorted(servable)
-        page = templates.get_template("sample.html").render(variants=names, limits=limits, gallery=site is not None)
+        page = templates.get_template("sample.html").render(
+            variants=names, limits=limits, gallery=site is not None, needs_key=bool(security.api_key)
+        )
         return Response(page, media_type="text/html")
 
     async def index(request: Request) -> Response:
         if site is not None and (site / "index.html").is_file():
             return FileResponse(site / "index.html")
         return RedirectResponse("/sample")
+
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, headers={"Content-Type": content_type})
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "loaded": cache.loaded(), "generations": generations["running"]})
@@ -379,6 +407,11 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
             kind="not_found_error" if exc.status_code == 404 else "invalid_request_error",
         )
 
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        # The client left (or was cut off for sending its body too slowly) while
+        # its body was read: nobody to answer, and nothing worth a traceback.
+        return Response(status_code=400)
+
     async def server_error(request: Request, exc: Exception) -> Response:
         return _error(500, f"internal error: {type(exc).__name__}", kind="server_error")
 
@@ -386,6 +419,7 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
         Route("/", index),
         Route("/sample", sample_page),
         Route("/health", health),
+        Route("/metrics", metrics_page),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/v1/models", models),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -395,7 +429,13 @@ def create_app(site: Path | None = None, limits: Limits = Limits(), cache: Model
     ]
     if site is not None:
         routes.append(Mount("/", StaticFiles(directory=site, html=True), name="gallery"))
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    # Counted first, so that refused requests show in the metrics too.
+    middleware = [Middleware(MetricsMiddleware, metrics=metrics), *security_middleware(security)]
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={HTTPException: http_error, ClientDisconnect: client_gone, Exception: server_error},
+    )
 
 
 def _has_weights(variant) -> bool:
@@ -404,15 +444,48 @@ def _has_weights(variant) -> bool:
     return has_published_weights(variant)
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, site: Path | None = None, limits: Limits = Limits()) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    site: Path | None = None,
+    limits: Limits = Limits(),
+    security: Security = Security(),
+    connections: ConnectionLimits = ConnectionLimits(),
+) -> None:
     import uvicorn
 
+    from .connections import descriptor_shortage, protocol_for
+    from .exhaustion_log import log_exhaustion_once_per
+
+    check_bind(host, security.api_key)
     if site is not None and not (site / "index.html").is_file():
         raise ZooError(f"{site}: no gallery here (index.html missing); write one with `zoo gallery --out {site}`")
-    app = create_app(site, limits)
+    app = create_app(site, limits, security=security)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        http=protocol_for(connections),
+        loop="zoo_core.web.connections:OneAcceptPerTurnLoop",
+        timeout_keep_alive=connections.keep_alive_timeout,
+    )
+    log_exhaustion_once_per()  # after uvicorn.Config, which sets up uvicorn's loggers
     print(
         f"zoo serve: http://{host}:{port}/  (sampling page /sample, API /v1/completions, "
         "catalogue /catalogue/index.json)",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    notice = bind_notice(host, security)
+    if notice:
+        print(notice, flush=True)
+    descriptors = descriptor_shortage(connections)
+    if descriptors is not None:
+        print(
+            f"zoo serve: warning: the descriptor limit (ulimit -n) is {descriptors}, too few for --max-connections "
+            f"{connections.max_connections} and the server's own files; accepting may fail under load",
+            file=sys.stderr,
+            flush=True,
+        )
+    uvicorn.Server(config).run()

@@ -49,8 +49,12 @@
     stopButton.disabled = false;
     controller = new AbortController();
     try {
+      // The key (when the server asks for one) stays in this page: never stored.
+      const headers = { "Content-Type": "application/json" };
+      const key = document.getElementById("api_key");
+      if (key && key.value) headers.Authorization = "Bearer " + key.value;
       const response = await fetch("/v1/completions", {
-        method: "POST", headers: { "Content-Type": "application/json" },
+        method: "POST", headers: headers,
         body: JSON.stringify(body), signal: controller.signal,
       });
       if (!response.ok) {
