@@ -54,7 +54,14 @@ def serve_arguments(commands) -> None:
         type=int,
         default=4,
         metavar="N",
-        help="generations at once; more get HTTP 429 (default: %(default)s)",
+        help="rows one variant's running batch decodes together; more wait (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=64,
+        metavar="N",
+        help="rows that may wait for a place in a batch; more get HTTP 429 (default: %(default)s)",
     )
     p.set_defaults(run=cmd_serve)
 
@@ -64,7 +71,13 @@ def cmd_serve(args) -> int:
 
     if args.max_tokens_limit < 1 or args.max_concurrent < 1:
         raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
-    limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)
+    if args.max_queue < 0:
+        raise ZooError("--max-queue must be 0 or more")
+    limits = Limits(
+        max_tokens=args.max_tokens_limit,
+        max_concurrent_generations=args.max_concurrent,
+        max_queued_generations=args.max_queue,
+    )
     site = args.site
     if site is None and not args.no_gallery:
         from ..web.gallery import default_cache_folder, write_gallery
