@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import ZooError
 from ..inference.settings import SamplingSettings
@@ -99,10 +99,10 @@ class Row:
     cancel: threading.Event
     top_logprobs: int | None = None  # None: no log-probabilities wanted
     ids: list[int] = field(default_factory=list)
-    cache: object = None  # the row's own cache while it is not in the row batch
+    cache: Any = None  # the row's own cache while it is not in the row batch
     in_batch: bool = False
-    text: object = None  # sampling.TextRow
-    generator: object = None
+    text: Any = None  # sampling.TextRow, once the row runs
+    generator: Any = None
 
 
 class Batcher:
@@ -115,7 +115,7 @@ class Batcher:
         self.window = network.context_length
         self.cached = getattr(network, "supports_kv_cache", False)
         make = getattr(network, "make_row_batch", None)
-        self.batch = make(max_rows) if self.cached and make is not None else None
+        self.batch: Any = make(max_rows) if self.cached and make is not None else None
         self.rows: list[Row] = []
         self.waiting: list[Row] = []
         self._wake = threading.Condition()

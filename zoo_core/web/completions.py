@@ -1,6 +1,7 @@
 """`POST /v1/completions`: OpenAI's legacy completions request, as its clients send it.
 
-Honoured: ``prompt`` (a string or a list of strings), ``max_tokens`` (0 with
+Honoured: ``prompt`` (a string, a list of strings, or token ids: a list of
+ids or a list of such lists), ``max_tokens`` (0 with
 ``echo`` scores the prompt), ``n`` (choice ``i`` of prompt ``p`` is drawn with
 seed ``seed + p * n + i``, the rule of `zoo sample --num-samples`), ``stop``
 (a string or a list; the text ends before it, finish_reason "stop"), ``echo``,
@@ -51,7 +52,7 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]  # text, or token ids (what lm-eval sends)
     suffix: None = None  # given, it is refused with its own message (see parse)
     max_tokens: int = Field(16, ge=0)
     temperature: float = Field(1.0, ge=0, le=100, allow_inf_nan=False)
@@ -117,7 +118,8 @@ class Completions:
         """Requests being answered (their rows running or waiting)."""
         return self.admission.requests
 
-    def parse(self, body: bytes) -> tuple[CompletionRequest, list[str]]:
+    def parse(self, body: bytes) -> tuple[CompletionRequest, list]:
+        """The request and its prompts (each a string or a list of token ids)."""
         try:
             raw = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -131,12 +133,15 @@ class Completions:
             request = CompletionRequest.model_validate(raw)
         except ValidationError as exc:
             raise Refused(400, _describe(exc)) from None
-        prompts = [request.prompt] if isinstance(request.prompt, str) else request.prompt
+        given = request.prompt
+        one = isinstance(given, str) or (given and isinstance(given[0], int))
+        prompts: list = [given] if one else list(given)
         if not prompts:
             raise Refused(400, "field 'prompt': give at least one prompt")
         for prompt in prompts:
             if not prompt:
                 raise Refused(400, "field 'prompt': the prompt is empty")
+            # A token stands for at least one character: the same bound for ids as for text.
             if len(prompt) > self.limits.max_prompt_chars:
                 raise Refused(
                     400,
@@ -182,10 +187,8 @@ class Completions:
                 raise Refused(500, f"cannot load '{params.model}': {exc}", kind="server_error") from None
             if is_task_model(model):
                 return await self._answer(model, params, prompts)
-            try:
-                encoded = [model.encode_prompt(prompt) for prompt in prompts]
-            except ZooError as exc:
-                raise Refused(400, str(exc)) from None
+            encoded = [_token_ids(model, prompt) for prompt in prompts]
+            prompts = [prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt) for prompt in prompts]
             rows = len(prompts) * params.n
             try:
                 self.admission.claim(rows)
@@ -231,6 +234,18 @@ class Completions:
         ]
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         return JSONResponse({**_head(params.model), "choices": choices, "usage": usage})
+
+
+def _token_ids(model, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, str):
+        try:
+            return model.encode_prompt(prompt)
+        except ZooError as exc:
+            raise Refused(400, str(exc)) from None
+    vocabulary = model.tokenizer.vocab_size
+    if not all(0 <= token < vocabulary for token in prompt):
+        raise Refused(400, f"field 'prompt': token ids must be from 0 to {vocabulary - 1} for '{model.name}'")
+    return list(prompt)
 
 
 def _head(model: str) -> dict:
