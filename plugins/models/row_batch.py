@@ -118,4 +118,3 @@ def _attend(attention: CausalSelfAttention, encoding, positions, rows, buffer, l
 
 def _feed_forward(feed_forward: FeedForward, x: torch.Tensor) -> torch.Tensor:
     return feed_forward.down.forward(feed_forward.activation(feed_forward.up.forward(x)))
-

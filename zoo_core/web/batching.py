@@ -139,7 +139,11 @@ class Batcher:
                 try:
                     self._round(joining)
                 except Exception as exc:  # a failed round ends its rows with one line each, never the thread
-                    error = exc if isinstance(exc, ZooError) else ZooError(f"generation failed: {type(exc).__name__}: {exc}")
+                    error = (
+                        exc
+                        if isinstance(exc, ZooError)
+                        else ZooError(f"generation failed: {type(exc).__name__}: {exc}")
+                    )
                     for row in self.rows + joining:
                         self._leave(row)
                         row.deliver(error)

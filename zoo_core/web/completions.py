@@ -127,7 +127,9 @@ class Completions:
         if not isinstance(raw, dict):
             raise Refused(400, "the body must be a JSON object")
         if raw.get("suffix") not in (None, ""):
-            raise Refused(400, "field 'suffix' is not supported: these models only continue text (no fill-in-the-middle)")
+            raise Refused(
+                400, "field 'suffix' is not supported: these models only continue text (no fill-in-the-middle)"
+            )
         raw.pop("suffix", None)
         try:
             request = CompletionRequest.model_validate(raw)
@@ -249,7 +251,12 @@ def _token_ids(model, prompt: str | list[int]) -> list[int]:
 
 
 def _head(model: str) -> dict:
-    return {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()), "model": model}
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+    }
 
 
 class _Choice:
@@ -363,7 +370,11 @@ class _Run:
     def _usage(self) -> dict:
         prompt_tokens = sum(len(ids) for ids in self.encoded)
         completion = sum(len(c.finished.tokens) for c in self.choices if c.finished)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
 
     async def reply(self, request: Request) -> Response:
         async def watch_for_departure():
@@ -396,11 +407,21 @@ class _Run:
                 text = prompt + text
                 if logprobs is not None and scores is not None:
                     logprobs = {key: scores[key] + logprobs[key] for key in logprobs}
-            out.append({"text": text, "index": choice.index, "logprobs": logprobs, "finish_reason": choice.finished.finish_reason})
+            out.append(
+                {
+                    "text": text,
+                    "index": choice.index,
+                    "logprobs": logprobs,
+                    "finish_reason": choice.finished.finish_reason,
+                }
+            )
         return JSONResponse({**self.head, "choices": out, "usage": self._usage()})
 
     def _chunk(self, choice: _Choice, text: str, logprobs: dict | None, finish: str | None) -> str:
-        body = {**self.head, "choices": [{"text": text, "index": choice.index, "logprobs": logprobs, "finish_reason": finish}]}
+        body = {
+            **self.head,
+            "choices": [{"text": text, "index": choice.index, "logprobs": logprobs, "finish_reason": finish}],
+        }
         return f"data: {json.dumps(body)}\n\n"
 
     async def events(self):
