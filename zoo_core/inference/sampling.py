@@ -94,9 +94,10 @@ def _draw(logits: torch.Tensor, settings: SamplingSettings, generator) -> torch.
     return _draw_with(probabilities, generator)
 
 
-def draw_token(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None) -> int:
-    """One row's next token from its (V,) logits, exactly as ``stream_tokens`` draws it for that row."""
-    return int(_draw(logits.float().unsqueeze(0), settings, [generator]))
+def draw_tokens(logits: torch.Tensor, settings: SamplingSettings, generators: Sequence[torch.Generator]) -> list[int]:
+    """The next token of each row of (B, V) logits, each drawn with its own
+    generator, exactly as ``stream_tokens`` draws it (rows sampled together or alone)."""
+    return _draw(logits.float(), settings, list(generators))[:, 0].tolist()
 
 
 def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:

@@ -22,6 +22,7 @@ waiting across all variants; past that a request is refused (HTTP 429).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -90,12 +91,13 @@ class Finished:
 class Row:
     """One sample being drawn: its prompt, its settings (with its own seed) and where its tokens go.
 
-    ``deliver`` is called from the scheduler thread with each ``Drawn``, then a
+    ``deliver`` is called in the event loop ``loop`` with each ``Drawn``, then a
     ``Finished`` (or a ``ZooError``); setting ``cancel`` drops the row at the next round."""
 
     prompt_ids: list[int]
     settings: SamplingSettings
     deliver: Callable[[object], None]
+    loop: asyncio.AbstractEventLoop
     cancel: threading.Event
     top_logprobs: int | None = None  # None: no log-probabilities wanted
     ids: list[int] = field(default_factory=list)
@@ -118,6 +120,7 @@ class Batcher:
         self.batch: Any = make(max_rows) if self.cached and make is not None else None
         self.rows: list[Row] = []
         self.waiting: list[Row] = []
+        self._outbox: list[tuple[Row, object]] = []
         self._wake = threading.Condition()
         threading.Thread(target=self._run, name=f"zoo-batch-{model.name}", daemon=True).start()
 
@@ -144,24 +147,35 @@ class Batcher:
                         if isinstance(exc, ZooError)
                         else ZooError(f"generation failed: {type(exc).__name__}: {exc}")
                     )
-                    for row in self.rows + joining:
+                    for row in dict.fromkeys(self.rows + joining):
                         self._leave(row)
-                        row.deliver(error)
+                        self._outbox.append((row, error))
                     self.rows = []
+                self._send()
+
+    def _send(self) -> None:
+        """Hand the round's tokens to their requests: one wake-up of each event loop per
+        round, not one per token, which would cost the loop more than the tokens."""
+        by_loop: dict = {}
+        for row, item in self._outbox:
+            by_loop.setdefault(row.loop, []).append((row, item))
+        self._outbox = []
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_deliver_all, items)
 
     def _round(self, joining: list[Row]) -> None:
         """One token for every running row, then the first token of every joining row."""
         for row in [r for r in self.rows if r.cancel.is_set()]:
             self._leave(row)
         network = self.model.network
-        for row, logits in self._step(network):
-            self._take(row, logits)
+        drawn = self._step(network)
         for row in joining:
             self.rows.append(row)
             if row.cancel.is_set():
                 self._leave(row)
                 continue
-            self._take(row, self._feed_prompt(network, row))
+            drawn.append((row, self._feed_prompt(network, row)))
+        self._take(drawn)
 
     def _feed_prompt(self, network, row: Row):
         import torch
@@ -211,12 +225,27 @@ class Batcher:
             done += zip(rows, network(ids)[0][:, -1])
         return done
 
-    def _take(self, row: Row, logits) -> None:
+    def _take(self, drawn: list) -> None:
+        """Draw each row's token from its logits: rows that sample alike are filtered
+        together, each still drawing with its own generator from its own row."""
         import torch
 
-        from ..inference.sampling import draw_token
+        from ..inference.sampling import draw_tokens
 
-        token = draw_token(logits, row.settings, row.generator)
+        alike: dict = {}
+        for row, logits in drawn:
+            s = row.settings
+            alike.setdefault((s.temperature, s.top_k, s.top_p, s.min_p), []).append((row, logits))
+        for group in alike.values():
+            rows = [row for row, _ in group]
+            stacked = torch.stack([logits for _, logits in group])
+            tokens = draw_tokens(stacked, rows[0].settings, [row.generator for row in rows])
+            for row, logits, token in zip(rows, stacked, tokens):
+                self._record(row, logits, token)
+
+    def _record(self, row: Row, logits, token: int) -> None:
+        import torch
+
         row.ids.append(token)
         logprob = top = None
         if row.top_logprobs is not None:
@@ -227,11 +256,11 @@ class Batcher:
                 best = torch.topk(logprobs, min(row.top_logprobs, logprobs.shape[-1]))
                 top = dict(zip(best.indices.tolist(), best.values.tolist()))
         offset = len(row.text.text)
-        row.deliver(Drawn(token, row.text.advance(token), offset, logprob, top))
+        self._outbox.append((row, Drawn(token, row.text.advance(token), offset, logprob, top)))
         if row.text.stopped or len(row.text.tokens) >= row.settings.max_new_tokens:
             self._leave(row)
             reason = "stop" if row.text.stopped else "length"
-            row.deliver(Finished(row.text.flush(), row.text.tokens, row.text.text, reason))
+            self._outbox.append((row, Finished(row.text.flush(), row.text.tokens, row.text.text, reason)))
 
     def _leave(self, row: Row) -> None:
         if row in self.rows:
@@ -240,6 +269,11 @@ class Batcher:
             self.batch.remove(row)
             row.in_batch = False
         row.cache = None
+
+
+def _deliver_all(items: list) -> None:
+    for row, item in items:
+        row.deliver(item)
 
 
 def _device(network):

@@ -334,12 +334,12 @@ class _Run:
         rows = []
         for choice in self.choices:
 
-            def deliver(item, choice=choice):
-                loop.call_soon_threadsafe(self.queue.put_nowait, (choice, item))
+            def deliver(item, choice=choice):  # called in this loop (batching.Batcher._send)
+                self.queue.put_nowait((choice, item))
 
             settings = self.params.sampling_settings(choice.seed, self.params.max_tokens)
             ids = self.encoded[choice.index // self.params.n]
-            rows.append(Row(ids, settings, deliver, self.cancel, self.params.logprobs))
+            rows.append(Row(ids, settings, deliver, loop, self.cancel, self.params.logprobs))
         self.service._batcher(self.model).submit(rows)
 
     def close(self) -> None:
@@ -349,19 +349,29 @@ class _Run:
             self.service.admission.release(self.rows_held)
 
     async def _items(self):
-        """(choice, text, released tokens, finished?) as the rows draw; ends when every row has finished."""
+        """(choice, text, released tokens, finished?) as the rows draw; ends when every row has finished.
+
+        Whatever arrived since the last look is joined per choice: a client that
+        reads slower than the tokens come gets fewer, longer chunks, not a backlog."""
         left = len(self.choices)
         while left:
-            choice, item = await self.queue.get()
-            if isinstance(item, ZooError):
-                raise item
-            if isinstance(item, Finished):
-                left -= 1
-                text, released = choice.finish(item)
-                yield choice, text, released, True
-            else:
-                text, released = choice.take(item)
-                yield choice, text, released, False
+            arrived = [await self.queue.get()]
+            while not self.queue.empty():
+                arrived.append(self.queue.get_nowait())
+            joined: dict[_Choice, tuple[str, list[Drawn], bool]] = {}
+            for choice, item in arrived:
+                if isinstance(item, ZooError):
+                    raise item
+                text, released, finished = joined.get(choice, ("", [], False))
+                if isinstance(item, Finished):
+                    left -= 1
+                    more, newly = choice.finish(item)
+                    finished = True
+                else:
+                    more, newly = choice.take(item)
+                joined[choice] = (text + more, released + newly, finished)
+            for choice, (text, released, finished) in joined.items():
+                yield choice, text, released, finished
 
     def _echo(self, choice: _Choice) -> tuple[str, dict | None]:
         """The echoed prompt and its log-probabilities (its first token has none)."""
