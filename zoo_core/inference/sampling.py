@@ -192,8 +192,8 @@ class TextRow:
     taken back. Shared by ``SampleStream`` and the server's continuous batches.
     """
 
-    def __init__(self, tokenizer, stop: Sequence[str] = ()):
-        self.tokenizer, self.stop = tokenizer, tuple(stop)
+    def __init__(self, tokenizer, stop_strings: Sequence[str] = ()):
+        self.tokenizer, self.stop = tokenizer, tuple(stop_strings)
         self.tokens: list[int] = []
         self.text = ""
         self.emitted = 0  # characters of text already handed out
