@@ -55,7 +55,9 @@ class RowBatch:
         if not self._buffers:
             for layer in cache.layers:
                 _, _, heads, capacity, width = layer.keys_values.shape
-                self._buffers.append(layer.keys_values.new_empty(2, self.max_rows, heads, capacity, width))
+                # Zeros, not uninitialised memory: a masked key's weight is 0, and 0 × NaN
+                # in a slot nothing wrote yet would still be NaN.
+                self._buffers.append(layer.keys_values.new_zeros(2, self.max_rows, heads, capacity, width))
         for buffer, layer in zip(self._buffers, cache.layers):
             buffer[:, slot, :, : cache.length].copy_(layer.keys_values[:, 0, :, : cache.length])
         self.rows.append(handle)
