@@ -54,8 +54,9 @@ def _zoo_sample_json(name: str, prompt: str, *options: str) -> dict:
 
 
 # Prompts of different lengths, seeds and lengths of answer, some past the context
-# window, on models that batch (learned positions, RoPE) and one whose window is
-# 8 tokens (most of its tokens are recomputed over the window, rows of one length together).
+# window, on models that batch (learned positions, RoPE), one whose window is
+# 8 tokens (most of its tokens are recomputed over the window, rows of one length
+# together) and the bigram, which has no cache.
 CONCURRENT = [
     (MINI, "ROMEO:", 1, 40, {}),
     (MINI, "First Citizen:\nBefore we proceed", 2, 90, {}),
@@ -65,6 +66,7 @@ CONCURRENT = [
     (ROPE, "MENENIUS:", 6, 75, {}),
     (ROPE, "Th", 7, 30, {"top_p": 0.9}),
     (SMALL, "KING", 8, 20, {"min_p": 0.05}),
+    ("bigram", "ROMEO:", 9, 20, {}),  # no cache: every token recomputed over its window
 ]
 
 
