@@ -224,3 +224,12 @@ def test_the_queue_bounds_waiting_rows_and_429_comes_only_past_it():
         for client in clients:
             client.close()
         server.stop()
+
+
+def test_rows_past_the_batch_size_wait_and_join_as_others_leave(client):
+    # Twelve rows for batches of eight, of different lengths (a stop string ends some
+    # early): the last four join the running batch as places free up.
+    answer = client.completions.create(model=MINI, prompt="KING RICHARD:", n=12, seed=40, max_tokens=45, stop=" the")
+    expected = _sample(MINI, "KING RICHARD:", seed=40, max_new_tokens=45, num_samples=12, stop=" the")
+    assert [choice.text for choice in answer.choices] == [sample.text for sample in expected]
+    assert answer.usage.completion_tokens == sum(len(sample.tokens) for sample in expected)
