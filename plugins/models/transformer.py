@@ -122,6 +122,12 @@ class TransformerLanguageModel(nn.Module):
         """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""
         return GenerationCache(len(self.blocks), self.context_length)
 
+    def make_row_batch(self, max_rows: int):
+        """Rows of different lengths decoded together (`zoo serve`'s continuous batching; see row_batch)."""
+        from .row_batch import RowBatch
+
+        return RowBatch(self, max_rows)
+
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):
         one_new_token = (
             cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length

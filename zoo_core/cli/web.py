@@ -55,7 +55,14 @@ def serve_arguments(commands) -> None:
         type=int,
         default=4,
         metavar="N",
-        help="generations at once; more get HTTP 429 (default: %(default)s)",
+        help="rows one variant's running batch decodes together; more wait (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=64,
+        metavar="N",
+        help="rows that may wait for a place in a batch; more get HTTP 429 (default: %(default)s)",
     )
     safety = p.add_argument_group("network safety (docs/serving.md)")
     safety.add_argument(
@@ -119,10 +126,16 @@ def cmd_serve(args) -> int:
         raise ZooError(f"--port must be from 0 to 65535, not {args.port}")
     if args.max_tokens_limit < 1 or args.max_concurrent < 1:
         raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
+    if args.max_queue < 0:
+        raise ZooError("--max-queue must be 0 or more")
     if min(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections) <= 0:
         raise ZooError("--header-timeout, --body-timeout, --keep-alive-timeout and --max-connections must be positive")
     check_bind(args.host, args.api_key)  # before the gallery is written: refusing should be instant
-    limits = Limits(max_tokens=args.max_tokens_limit, max_concurrent_generations=args.max_concurrent)
+    limits = Limits(
+        max_tokens=args.max_tokens_limit,
+        max_concurrent_generations=args.max_concurrent,
+        max_queued_generations=args.max_queue,
+    )
     security = Security(tuple(args.allowed_host), tuple(args.cors_origin), args.api_key or None)
     connections = ConnectionLimits(
         args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections

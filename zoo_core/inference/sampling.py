@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Generator, Iterator, Sequence
 
 import torch
@@ -92,6 +92,12 @@ def _draw(logits: torch.Tensor, settings: SamplingSettings, generator) -> torch.
         # same tokens on a GPU as on the CPU.
         return _draw_with(probabilities.to(first.device), generator).to(logits.device)
     return _draw_with(probabilities, generator)
+
+
+def draw_tokens(logits: torch.Tensor, settings: SamplingSettings, generators: Sequence[torch.Generator]) -> list[int]:
+    """The next token of each row of (B, V) logits, each drawn with its own
+    generator, exactly as ``stream_tokens`` draws it (rows sampled together or alone)."""
+    return _draw(logits.float(), settings, list(generators))[:, 0].tolist()
 
 
 def _draw_with(probabilities: torch.Tensor, generator) -> torch.Tensor:
@@ -178,12 +184,50 @@ class Sample:
         return asdict(self)
 
 
-@dataclass
-class _Row:
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    emitted: int = 0  # characters of text already handed out
-    stopped: bool = False
+class TextRow:
+    """One row's drawn tokens as text, handed out piece by piece and cut at stop strings.
+
+    A piece is held back while it might be the start of a stop string or the
+    first bytes of an incomplete character, so what was shown never has to be
+    taken back. Shared by ``SampleStream`` and the server's continuous batches.
+    """
+
+    def __init__(self, tokenizer, stop_strings: Sequence[str] = ()):
+        self.tokenizer, self.stop = tokenizer, tuple(stop_strings)
+        self.tokens: list[int] = []
+        self.text = ""
+        self.emitted = 0  # characters of text already handed out
+        self.stopped = False
+
+    def advance(self, token: int) -> str:
+        """Take one drawn token; return the text that can now be shown."""
+        if self.stopped:
+            return ""
+        self.tokens.append(token)
+        self.text = self.tokenizer.decode(self.tokens)
+        cut = min((i for i in (self.text.find(s) for s in self.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            self.text, self.stopped = self.text[:cut], True
+            return self.flush()
+        shown = len(self.text) - self._held_back(self.text)
+        piece, self.emitted = self.text[self.emitted : shown], max(self.emitted, shown)
+        return piece
+
+    def _held_back(self, text: str) -> int:
+        """How many trailing characters might still change: the start of a stop
+        string, or a replacement character standing for an unfinished byte sequence."""
+        held = len(text) - len(text.rstrip("\ufffd"))
+        for stop in self.stop:
+            for length in range(min(len(stop) - 1, len(text)), held, -1):
+                if text.endswith(stop[:length]):
+                    held = length
+                    break
+        return held
+
+    def flush(self) -> str:
+        """Everything not yet shown (the row is finished)."""
+        piece, self.emitted = self.text[self.emitted :], len(self.text)
+        return piece
 
 
 class SampleStream:
@@ -218,7 +262,7 @@ class SampleStream:
         self.prompts = list(prompts) if prompts is not None else [tokenizer.decode(ids) for ids in self.prompt_ids]
         self.seeds = list(seeds)
         self.stop = self.settings.stop
-        self._rows = [_Row() for _ in self.prompt_ids]
+        self._rows = [TextRow(tokenizer, self.stop) for _ in self.prompt_ids]
         self.samples: list[Sample] = []
 
     def __iter__(self) -> Generator[list[str], None, None]:
@@ -228,45 +272,16 @@ class SampleStream:
         tokens = stream_tokens(self.model, ids, self.settings, generators)
         try:
             for step in tokens:
-                pieces = [self._advance(row, int(token)) for row, token in zip(self._rows, step.tolist())]
+                pieces = [row.advance(int(token)) for row, token in zip(self._rows, step.tolist())]
                 yield pieces
                 if all(row.stopped for row in self._rows):
                     break
         finally:
             tokens.close()
             self._finish()
-        tail = [self._flush(row) for row in self._rows]
+        tail = [row.flush() for row in self._rows]
         if any(tail):
             yield tail
-
-    def _advance(self, row: _Row, token: int) -> str:
-        if row.stopped:
-            return ""
-        row.tokens.append(token)
-        row.text = self.tokenizer.decode(row.tokens)
-        cut = min((i for i in (row.text.find(s) for s in self.stop) if i >= 0), default=-1)
-        if cut >= 0:
-            row.text, row.stopped = row.text[:cut], True
-            return self._flush(row)
-        shown = len(row.text) - self._held_back(row.text)
-        piece, row.emitted = row.text[row.emitted : shown], max(row.emitted, shown)
-        return piece
-
-    def _held_back(self, text: str) -> int:
-        """How many trailing characters might still change: the start of a stop
-        string, or a replacement character standing for an unfinished byte sequence."""
-        held = len(text) - len(text.rstrip("\ufffd"))
-        for stop in self.stop:
-            for length in range(min(len(stop) - 1, len(text)), held, -1):
-                if text.endswith(stop[:length]):
-                    held = length
-                    break
-        return held
-
-    @staticmethod
-    def _flush(row: _Row) -> str:
-        piece, row.emitted = row.text[row.emitted :], len(row.text)
-        return piece
 
     def _finish(self) -> None:
         self.samples = [

@@ -1,8 +1,9 @@
 """Loaded models shared between requests, and task models' answers.
 
-The server continues prompts through `zoo_core.inference.sampling.stream_text`,
-the sampler behind `ZooModel.generate` (and so `zoo sample`): the same seed and
-settings give the same text.
+The server continues prompts through its continuous batches
+(zoo_core.web.batching), which draw each row as the sampler behind
+`ZooModel.generate` (and so `zoo sample`) draws it: the same seed and settings
+give the same text.
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ class ServerMetrics:
             buckets=FIRST_TOKEN_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge("zoo_generations_in_flight", "Generations running now", registry=r)
-        self.queue_depth = Gauge("zoo_generation_queue_depth", "Generations waiting to start", registry=r)
-        self.batch_size = Gauge("zoo_batch_size", "Rows in the batch the model last stepped", registry=r)
+        self.in_flight = Gauge("zoo_generations_in_flight", "Requests being answered", registry=r)
+        self.queue_depth = Gauge(
+            "zoo_generation_queue_depth", "Rows waiting for a place in a running batch", registry=r
+        )
+        self.batch_size = Gauge("zoo_batch_size", "Rows decoding together now", registry=r)
 
     # What the generation code calls.
 
