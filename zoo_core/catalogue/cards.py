@@ -300,7 +300,10 @@ class ModelCard(_Strict):
     config: dict[str, Any] = Field(
         default_factory=dict,
         json_schema_extra=WEIGHTS,
-        description="the architecture's settings (for 'transformer': d_model, n_layer, n_head, d_ff, positions, block, norm, dropout, bias)",
+        description="the architecture's settings (for 'transformer' and 'gpt': d_model, n_layer, n_head, d_ff, "
+        "positions, block, norm, dropout, bias; activation 'relu', 'gelu', 'gelu-tanh' or 'relu2' (ReLU squared); "
+        "qk_norm = true RMS-normalises each head's queries and keys; logit_softcap = C bounds the logits to "
+        "C·tanh(logits / C); layer_bias, tie_embeddings, norm_eps)",
     )
     tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
     context_length: int = Field(
