@@ -28,6 +28,8 @@ LAYOUTS = [
     dict(positions="rope", block="pre-norm", activation="gelu-tanh", layer_bias=True),
     dict(positions="rope", block="post-norm", norm="rmsnorm", layer_bias=False),
     dict(positions="learned", block="pre-norm", layer_bias=False, tie_embeddings=True, bias=False, norm_eps=1e-6),
+    dict(positions="rope", block="pre-norm", activation="relu2", qk_norm=True, logit_softcap=15.0),
+    dict(positions="learned", block="post-norm", qk_norm=True),
 ]
 
 

@@ -130,11 +130,11 @@ def _dropout_variant() -> Variant:
     return Variant(card=card, source=variant.source, plugin=variant.plugin)
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_resumed_trainer_matches_uninterrupted_with_dropout(tmp_path, corpus, optimizer):
+@pytest.mark.parametrize("optimizer, schedule", [("adamw", "cosine"), ("sgd", "cosine"), ("muon", "wsd")])
+def test_resumed_trainer_matches_uninterrupted_with_dropout(tmp_path, corpus, optimizer, schedule):
     variant = _dropout_variant()
     recipe = Recipe(optimizer=optimizer, steps=30, eval_every=10, eval_windows=16, seed=3, weight_decay=0.01,
-                    grad_clip=1.0, lr_schedule="cosine", warmup_steps=5, batch_size=8)
+                    grad_clip=1.0, lr_schedule=schedule, warmup_steps=5, batch_size=8)
     identity = run_identity(variant.card, recipe, "the same text")
     saved = {}
 

@@ -65,6 +65,11 @@ class KVCache:
         return self.keys_values.narrow(3, 0, self.length), self.positions.narrow(0, 0, self.length)
 
 
+def normalise_heads(t: torch.Tensor) -> torch.Tensor:
+    """RMS norm over each head's channels (the last dimension), without a learned scale."""
+    return F.rms_norm(t, (t.shape[-1],))
+
+
 class CausalSelfAttention(nn.Module):
     """Heads side by side in one projection: (B, T, C) -> (B, T, C).
 
@@ -74,9 +79,13 @@ class CausalSelfAttention(nn.Module):
     The position encoding may rotate queries and keys or bias the scores.
     With a ``cache``, the new keys and values are appended to it and the queries
     attend to everything cached; causality is then decided by position.
+    ``qk_norm`` RMS-normalises each head's queries and keys (no learned scale)
+    before positions rotate them, as the nanoGPT speedrun does: the attention
+    logits stay bounded however large the projections grow, which lets a high
+    learning rate train without the softmax saturating.
     """
 
-    def __init__(self, d_model: int, n_head: int, dropout: float = 0.0, bias: bool = False):
+    def __init__(self, d_model: int, n_head: int, dropout: float = 0.0, bias: bool = False, qk_norm: bool = False):
         super().__init__()
         if d_model % n_head:
             raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
@@ -86,6 +95,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
         self.residual_dropout = nn.Dropout(dropout)
+        self.qk_norm = qk_norm
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache: KVCache | None = None):
         B, T, C = x.shape
@@ -93,6 +103,8 @@ class CausalSelfAttention(nn.Module):
         # backward pass the three gradients are joined by one concatenation, where
         # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
         q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        if self.qk_norm:
+            q, k = normalise_heads(q), normalise_heads(k)
         if encoding_does(encoding, "rotates"):  # most encodings do not: skip the identity call
             q, k = encoding.rotate(q, k, positions, positions)  # new keys rotate before joining the cache
         k_positions = positions

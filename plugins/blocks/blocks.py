@@ -16,11 +16,17 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
+def relu_squared(x):
+    """ReLU(x)²: the nanoGPT speedrun's activation (modded-nanogpt), as sparse as ReLU but smooth at 0."""
+    return F.relu(x).square()
+
+
 # "gelu" is the exact (erf) form, as in nanoGPT; seed 000 uses ReLU.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu-tanh": gelu_tanh,
+    "relu2": relu_squared,
 }
 
 
@@ -72,11 +78,12 @@ class _Block(nn.Module):
         activation: str = "relu",
         bias: bool | None = None,
         norm_eps: float | None = None,
+        qk_norm: bool = False,
         **_: object,
     ):
         super().__init__()
         self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
-        self.attention = CausalSelfAttention(d_model, n_head, dropout, bias=bool(bias))
+        self.attention = CausalSelfAttention(d_model, n_head, dropout, bias=bool(bias), qk_norm=qk_norm)
         self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, activation, bias=bias is not False)
 

@@ -24,7 +24,7 @@ from torch.nn.modules import module as torch_module
 
 from zoo_core.plugin_api.components import encoding_does
 
-from ..blocks.attention import CausalSelfAttention, KVCache
+from ..blocks.attention import CausalSelfAttention, KVCache, normalise_heads
 from ..blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
 
 _BLOCKS = (PreNormBlock, PostNormBlock)
@@ -77,6 +77,8 @@ def _attend(attention: CausalSelfAttention, x: torch.Tensor, positions, encoding
     H, D = attention.n_head, attention.head_size
     # (B, C) -> (B, 3, H, 1, D): the new token's queries, keys and values, split as CausalSelfAttention splits them
     qkv = attention.qkv.forward(x).view(B, 3, H, 1, D)
+    if attention.qk_norm:
+        qkv = torch.cat([normalise_heads(qkv[:, :2]), qkv[:, 2:]], dim=1)
     q = qkv[:, 0]
     if encoding_does(encoding, "rotates"):
         q, k = encoding.rotate(q, qkv[:, 1], positions, positions)
@@ -112,4 +114,4 @@ def decode(model, idx: torch.Tensor, cache) -> torch.Tensor:
             x = block.norm1.forward(x + _attend(block.attention, x, positions, encoding, layer_cache))
             x = block.norm2.forward(x + _feed_forward(block.feed_forward, x))
     cache.length += 1
-    return model.lm_head.forward(model.final_norm.forward(x)).unsqueeze(1)
+    return model.logits(model.lm_head.forward(model.final_norm.forward(x))).unsqueeze(1)

@@ -58,15 +58,23 @@ class TransformerLanguageModel(nn.Module):
         layer_bias: bool | None = None,
         tie_embeddings: bool = False,
         norm_eps: float | None = None,
+        qk_norm: bool = False,
+        logit_softcap: float | None = None,
     ):
         # bias: the vocabulary head's. activation, layer_bias (biases in every
         # block linear and norm and the final norm, or in none; unset keeps seed
         # 000's mix) and tie_embeddings (the head reuses the token embedding)
         # describe nanoGPT's and GPT-2's layout; they reach the blocks only when
         # set, so a third-party block that does not know them keeps working.
+        # qk_norm normalises each head's queries and keys (see CausalSelfAttention);
+        # logit_softcap bounds the logits smoothly to (-cap, cap), cap * tanh(logits / cap),
+        # as the nanoGPT speedrun does against over-confident early predictions.
         super().__init__()
         if n_layer < 1:
             raise ZooError("a transformer needs at least one layer")
+        if logit_softcap is not None and not logit_softcap > 0:
+            raise ZooError(f"logit_softcap must be a positive number, not {logit_softcap}")
+        self.logit_softcap = logit_softcap
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.positions = components["positions"].create(
@@ -80,6 +88,8 @@ class TransformerLanguageModel(nn.Module):
             layout["bias"] = layer_bias
         if norm_eps is not None:  # unset: torch's defaults (1e-5 for LayerNorm)
             layout["norm_eps"] = norm_eps
+        if qk_norm:
+            layout["qk_norm"] = True
         self.blocks = nn.ModuleList(
             components["blocks"].create(
                 block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm, **layout
@@ -116,7 +126,13 @@ class TransformerLanguageModel(nn.Module):
             maps.append(weights)
         if cache is not None:
             cache.length += T
-        return self.lm_head(self.final_norm(x)), maps  # (B, T, V)
+        return self.logits(self.lm_head(self.final_norm(x))), maps  # (B, T, V)
+
+    def logits(self, head_output: torch.Tensor) -> torch.Tensor:
+        """The vocabulary head's output, soft-capped where the config says so."""
+        if self.logit_softcap is None:
+            return head_output
+        return self.logit_softcap * torch.tanh(head_output / self.logit_softcap)
 
     def make_cache(self) -> GenerationCache:
         """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""

@@ -60,8 +60,18 @@ class Recipe(_Strict):
         "'hand-built' (the puzzle's hand-set weights) or a plugin's trainer",
         json_schema_extra=WEIGHTS,
     )
-    optimizer: Literal["adamw", "sgd"] = Field(
-        "adamw", description="the standard trainer's optimizer", json_schema_extra=WEIGHTS
+    optimizer: Literal["adamw", "sgd", "muon"] = Field(
+        "adamw",
+        description="the standard trainer's optimizer; 'muon': Muon for the hidden matrices (every linear weight "
+        "but the vocabulary head), AdamW for the rest, as the nanoGPT speedrun does",
+        json_schema_extra=WEIGHTS,
+    )
+    muon_learning_rate: float | None = Field(
+        None,
+        gt=0,
+        description="optimizer 'muon': the matrices' peak learning rate (default 0.02); the schedule scales it "
+        "as it scales learning_rate, which is AdamW's",
+        json_schema_extra=WEIGHTS,
     )
     learning_rate: float = Field(1e-3, gt=0, description="peak learning rate", json_schema_extra=WEIGHTS)
     weight_decay: float = Field(
@@ -72,11 +82,26 @@ class Recipe(_Strict):
     grad_clip: float | None = Field(
         None, gt=0, description="clip the gradient norm to this value", json_schema_extra=WEIGHTS
     )
-    lr_schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="constant, or linear warm-up then cosine decay", json_schema_extra=WEIGHTS
+    lr_schedule: Literal["constant", "cosine", "wsd"] = Field(
+        "constant",
+        description="constant; 'cosine': linear warm-up then cosine decay; 'wsd': linear warm-up, a flat "
+        "stretch, then a linear cool-down over the last cooldown_fraction of the steps",
+        json_schema_extra=WEIGHTS,
     )
-    warmup_steps: int = Field(0, ge=0, description="warm-up steps of the cosine schedule", json_schema_extra=WEIGHTS)
-    min_learning_rate: float = Field(0.0, ge=0, description="where the cosine schedule ends", json_schema_extra=WEIGHTS)
+    warmup_steps: int = Field(
+        0, ge=0, description="warm-up steps of the cosine or wsd schedule", json_schema_extra=WEIGHTS
+    )
+    min_learning_rate: float = Field(
+        0.0, ge=0, description="where the cosine or wsd schedule ends", json_schema_extra=WEIGHTS
+    )
+    cooldown_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="'wsd' schedule: the share of the steps over which the rate falls to min_learning_rate "
+        "(default 0.2)",
+        json_schema_extra=WEIGHTS,
+    )
     steps: int = Field(1, gt=0, description="optimizer updates", json_schema_extra=WEIGHTS)
     batch_size: int = Field(32, gt=0, description="windows per update", json_schema_extra=WEIGHTS)
     seed: int = Field(
@@ -137,6 +162,15 @@ class Recipe(_Strict):
         json_schema_extra=WEIGHTS,
     )
     notes: str = Field("", description="free text about how the weights were made")
+
+    @model_validator(mode="after")
+    def _settings_that_apply(self):
+        # A setting the run would ignore, recorded in a card, claims something that never applied.
+        if self.muon_learning_rate is not None and self.optimizer != "muon":
+            raise ValueError(f"muon_learning_rate applies to optimizer 'muon', not '{self.optimizer}'")
+        if self.cooldown_fraction is not None and self.lr_schedule != "wsd":
+            raise ValueError(f"cooldown_fraction applies to lr_schedule 'wsd', not '{self.lr_schedule}'")
+        return self
 
     @model_serializer(mode="wrap")
     def _only_what_applies(self, handler):
@@ -266,7 +300,10 @@ class ModelCard(_Strict):
     config: dict[str, Any] = Field(
         default_factory=dict,
         json_schema_extra=WEIGHTS,
-        description="the architecture's settings (for 'transformer': d_model, n_layer, n_head, d_ff, positions, block, norm, dropout, bias)",
+        description="the architecture's settings (for 'transformer' and 'gpt': d_model, n_layer, n_head, d_ff, "
+        "positions, block, norm, dropout, bias; activation 'relu', 'gelu', 'gelu-tanh' or 'relu2' (ReLU squared); "
+        "qk_norm = true RMS-normalises each head's queries and keys; logit_softcap = C bounds the logits to "
+        "C·tanh(logits / C); layer_bias, tie_embeddings, norm_eps)",
     )
     tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
     context_length: int = Field(

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -36,6 +36,7 @@ from ..corpus.batches import BatchSampler, Corpus, fixed_windows, mean_loss
 from ..devices import Placement
 from ..errors import ZooError, printable
 from .job import TrainingJob
+from .optimizers import make_optimizer, trainable_parameters  # noqa: F401 - trainable_parameters: its old home
 from .step import training_step
 
 
@@ -77,42 +78,6 @@ class TrainingState:
     update_seconds: float
     tokens_seen: int
     best: BestSoFar | None = None  # the best evaluation so far (keep="best", patience)
-
-
-def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
-    """The recipe's optimizer over every trainable parameter (``requires_grad``:
-    a frozen one, such as a base's weight under an adapter, gets no optimizer state).
-
-    AdamW is torch's fused implementation where the parameters allow it (CPU and
-    CUDA, floating point): one kernel over all tensors instead of a loop of small
-    operations per tensor, which on the zoo's small models is a visible share of a step.
-    It computes the same update; the last bits of float32 may differ from the
-    per-tensor loop, so runs are bit-for-bit reproducible against each other,
-    not against checkpoints trained before (their cards' metrics stand: they
-    are measured on the saved weights).
-    """
-    parameters = trainable_parameters(model)
-    if recipe.optimizer == "sgd":
-        return torch.optim.SGD(parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    return torch.optim.AdamW(
-        parameters,
-        lr=recipe.learning_rate,
-        betas=(recipe.beta1, recipe.beta2),
-        weight_decay=recipe.weight_decay,
-        fused=True if _fusable(parameters) else None,  # None: torch's own default
-    )
-
-
-def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters an optimizer updates, in the model's order (all of them unless some are frozen)."""
-    return [p for p in model.parameters() if p.requires_grad]
-
-
-def _fusable(parameters: Sequence[torch.Tensor]) -> bool:
-    return all(
-        p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-        for p in parameters
-    )
 
 
 def interim_windows(recipe: Recipe, requested: int | None = None) -> int:

@@ -33,7 +33,8 @@ import torch
 from ..catalogue.cards import ModelCard, Recipe, first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import one_line, read_header, shape_report
-from .loop import BestSoFar, TrainingState, trainable_parameters
+from .loop import BestSoFar, TrainingState
+from .optimizers import indexed_parameters
 
 STATE_KEY = "zoo.training_state"
 FORMAT = 1
@@ -114,7 +115,9 @@ def read_training_state(path: Path, identity: dict[str, Any], network: torch.nn.
     problem = shape_report(path, _shapes(network.state_dict()), _shapes(state.model))
     if problem:
         raise ZooError(problem)
-    _check_optimizer_shapes(path, state.optimizer, trainable_parameters(network))
+    _check_optimizer_shapes(
+        path, state.optimizer, indexed_parameters(network, identity["recipe"].get("optimizer", "adamw"))
+    )
     if state.step >= identity["recipe"]["steps"]:
         raise ZooError(
             f"{path}: the state is at step {state.step}, the run has only {identity['recipe']['steps']} steps"

@@ -20,12 +20,26 @@ if TYPE_CHECKING:
     from ..devices import Placement
 
 
+DEFAULT_COOLDOWN_FRACTION = 0.2
+
+
 def learning_rate_at(step: int, recipe: Recipe, total_steps: int) -> float:
-    """Constant, or linear warm-up then cosine decay to ``min_learning_rate``."""
+    """Constant; linear warm-up then cosine decay to ``min_learning_rate``; or
+    warm-up, stable, decay ("wsd"): linear warm-up, the peak rate held, then a
+    linear fall to ``min_learning_rate`` over the last ``cooldown_fraction`` of
+    the steps (the nanoGPT speedrun's shape: most steps at the full rate)."""
     if recipe.lr_schedule == "constant":
         return recipe.learning_rate
     if step <= recipe.warmup_steps:
         return recipe.learning_rate * step / max(1, recipe.warmup_steps)
+    if recipe.lr_schedule == "wsd":
+        cooldown = max(1, round(total_steps * (recipe.cooldown_fraction or DEFAULT_COOLDOWN_FRACTION)))
+        left = total_steps - step  # steps after this one
+        if left >= cooldown:
+            return recipe.learning_rate
+        return recipe.min_learning_rate + (recipe.learning_rate - recipe.min_learning_rate) * (left + 1) / (
+            cooldown + 1
+        )
     progress = (step - recipe.warmup_steps) / max(1, total_steps - recipe.warmup_steps)
     cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
     return recipe.min_learning_rate + cosine * (recipe.learning_rate - recipe.min_learning_rate)
@@ -67,7 +81,8 @@ def training_step(
     """
     learning_rate = learning_rate_at(step, recipe, recipe.steps)
     for group in optimizer.param_groups:
-        group["lr"] = learning_rate
+        # lr_scale: a group's peak rate over the recipe's (Muon's matrices, see optimizers.py)
+        group["lr"] = learning_rate * group.get("lr_scale", 1.0)
     call = model if forward is None else forward  # `is None`: a compiled wrapper refuses truth tests
     optimizer.zero_grad(set_to_none=True)
     slices = list(zip(inputs.chunk(micro_batches), targets.chunk(micro_batches)))

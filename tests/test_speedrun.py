@@ -1,0 +1,32 @@
+"""gpt-char-speedrun: the catalogue's time-to-quality recipe trains, publishes and samples
+through the ordinary commands; its figures against nanoGPT are measured in benchmarks/."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import zoo_core
+
+NAME = "gpt-char-speedrun"
+
+
+def test_the_recipe_is_built_from_registered_ingredients():
+    card = zoo_core.get_variant(NAME).card
+    assert (card.recipe.optimizer, card.recipe.lr_schedule) == ("muon", "wsd")
+    assert card.config["activation"] == "relu2" and card.config["qk_norm"] is True and card.config["logit_softcap"] > 0
+    network = zoo_core.build_network(zoo_core.get_variant(NAME))
+    assert all(block.attention.qk_norm for block in network.blocks)
+
+
+def test_a_short_run_of_the_recipe_trains_publishes_and_samples(zoo, tmp_path):
+    out = tmp_path / "run"
+    trained = zoo("train", NAME, "--steps", "6", "--name", "my-speedrun", "--out", str(out), "--quiet")
+    assert trained.code == 0, trained.err
+    entry = tomllib.loads((out / "registry.toml").read_text())["my-speedrun"]
+    assert entry["recipe"]["optimizer"] == "muon" and entry["recipe"]["steps"] == 6
+    assert entry["config"]["qk_norm"] is True
+    sampled = zoo("--registry", str(out / "registry.toml"), "sample", "my-speedrun", "--prompt", "ROMEO:", "--max-new-tokens", "20", "--seed", "1", "--json")
+    assert sampled.code == 0, sampled.err
+    [sample] = json.loads(sampled.out)["samples"]
+    assert sample["prompt"] == "ROMEO:" and len(sample["tokens"]) == 20
