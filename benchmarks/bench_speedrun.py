@@ -135,7 +135,8 @@ def zoo_curve() -> list[tuple[float, int, float]]:
         checkpoint_every=SNAPSHOT_EVERY, on_checkpoint=keep,
     )
     result = StandardTrainer().run(network, job)
-    snapshots.append((result.update_seconds, result.steps, network.state_dict()))
+    # a copy: scoring loads each snapshot into this same network
+    snapshots.append((result.update_seconds, result.steps, {k: v.clone() for k, v in network.state_dict().items()}))
     scored, before = validation_text(text, recipe.train_fraction)
     curve = []
     for seconds, step, weights in snapshots:
