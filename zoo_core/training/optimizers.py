@@ -47,17 +47,17 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def indexed_parameters(model: nn.Module, optimizer: str) -> list[nn.Parameter]:
+def indexed_parameters(model: nn.Module, optimizer: str) -> list[torch.Tensor]:
     """The parameters in the order the named optimizer's ``state_dict`` numbers them
     (group by group): what a saved optimizer state is checked against."""
     if optimizer != "muon":
-        return trainable_parameters(model)
+        return list(trainable_parameters(model))
     matrices = muon_matrices(model)
     chosen = {id(p) for p in matrices}
     return matrices + [p for p in trainable_parameters(model) if id(p) not in chosen]
 
 
-def muon_matrices(model: nn.Module) -> list[nn.Parameter]:
+def muon_matrices(model: nn.Module) -> list[torch.Tensor]:
     """The weights Muon updates: every trainable 2-D weight of a linear layer,
     except the vocabulary head (the module named ``lm_head``, the zoo's and
     Hugging Face's convention) and any weight shared with an embedding (a tied
@@ -130,18 +130,19 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     def _muon_step(self, group: dict) -> None:
         momentum, rate, decay = group["momentum"], group["lr"], group["weight_decay"]
-        by_shape: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         for parameter in group["params"]:
-            if parameter.grad is None:
+            grad = parameter.grad
+            if grad is None:
                 continue
             state = self.state[parameter]
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(parameter)
-            buffer = state["momentum_buffer"]
-            buffer.lerp_(parameter.grad, 1 - momentum)
-            by_shape.setdefault(tuple(parameter.shape), []).append(parameter)
-        for shape, parameters in by_shape.items():
-            nesterov = torch.stack([p.grad.lerp(self.state[p]["momentum_buffer"], momentum) for p in parameters])
+            state["momentum_buffer"].lerp_(grad, 1 - momentum)
+            by_shape.setdefault(tuple(parameter.shape), []).append((parameter, grad))
+        for shape, pairs in by_shape.items():
+            parameters = [p for p, _ in pairs]
+            nesterov = torch.stack([g.lerp(self.state[p]["momentum_buffer"], momentum) for p, g in pairs])
             updates = orthogonalise(nesterov)
             scale = rate * math.sqrt(max(1.0, shape[0] / shape[1]))
             for parameter, update in zip(parameters, updates):
