@@ -4,9 +4,13 @@ through the ordinary commands; its figures against nanoGPT are measured in bench
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import tomllib
 
 import zoo_core
+
+from .conftest import ROOT
 
 NAME = "gpt-char-speedrun"
 
@@ -30,3 +34,17 @@ def test_a_short_run_of_the_recipe_trains_publishes_and_samples(zoo, tmp_path):
     assert sampled.code == 0, sampled.err
     [sample] = json.loads(sampled.out)["samples"]
     assert sample["prompt"] == "ROMEO:" and len(sample["tokens"]) == 20
+
+
+def test_the_commands_of_docs_speedrun_md_run(zoo, tmp_path, monkeypatch):
+    # As written, with a few steps instead of the recipe's (the full runs are benchmarks/).
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "speedrun.md").read_text(encoding="utf-8"), re.S)
+    commands = [shlex.split(line) for block in blocks for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["zoo", "train"], ["zoo", "train"]]
+    for command in commands:
+        done = zoo(*command[1:], "--steps", "4", "--quiet")
+        assert done.code == 0, (command, done.err)
+    entry = tomllib.loads((tmp_path / "runs" / "mini-muon" / "registry.toml").read_text())["mini-muon"]
+    assert (entry["recipe"]["optimizer"], entry["recipe"]["lr_schedule"]) == ("muon", "wsd")
+    assert (tmp_path / "runs" / "speedrun" / "registry.toml").is_file()
