@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from zoo_core.plugin_api.components import encoding_does
 
-from ..blocks.attention import CausalSelfAttention
+from ..blocks.attention import CausalSelfAttention, normalise_heads
 from ..blocks.blocks import FeedForward, PreNormBlock
 from .decoding import can_decode
 
@@ -100,7 +100,7 @@ class RowBatch:
                 x = block.norm1.forward(x + _attend(*attend, x))
                 x = block.norm2.forward(x + _feed_forward(block.feed_forward, x))
         self.lengths = [length + 1 for length in self.lengths]
-        return model.lm_head.forward(model.final_norm.forward(x))
+        return model.logits(model.lm_head.forward(model.final_norm.forward(x)))
 
 
 def _attend(attention: CausalSelfAttention, encoding, positions, rows, buffer, longest, mask, x) -> torch.Tensor:
@@ -108,6 +108,8 @@ def _attend(attention: CausalSelfAttention, encoding, positions, rows, buffer, l
     H, D = attention.n_head, attention.head_size
     qkv = attention.qkv.forward(x).view(B, 3, H, 1, D)
     q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+    if attention.qk_norm:
+        q, k = normalise_heads(q), normalise_heads(k)
     if encoding_does(encoding, "rotates"):
         # (B, H, 1, D) -> (1, H, B, D): the rows as a time axis, each at its own position
         q, k = (t.transpose(0, 2) for t in encoding.rotate(q.transpose(0, 2), k.transpose(0, 2), positions, positions))
