@@ -66,6 +66,7 @@ def test_transformers_loads_the_export_with_the_zoos_logits_and_ids(exported, na
     ("transformer-1b-learned-post-ctx8", "post-norm blocks"),
     ("gpt-char-mini-rope", "Llama's layout has RoPE and RMSNorm, but no bias on its vocabulary head"),
     ("bigram", "is a bigram model"),
+    ("gpt-char-speedrun", "activation 'relu2' has no GPT-2 counterpart"),
 ])
 def test_unmappable_variants_are_refused_in_one_line(zoo, tmp_path, name, reason):
     result = zoo("export", name, "--format", "hf", "--out", str(tmp_path / "out"))

@@ -61,6 +61,10 @@ def gpt2_refusal(model) -> str | None:
         return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
     if config.get("activation", "relu") not in HF_ACTIVATIONS:
         return f"'{name}': activation '{config['activation']}' has no GPT-2 counterpart"
+    if config.get("qk_norm"):
+        return f"'{name}' normalises each head's queries and keys (qk_norm); GPT-2's attention has no such step"
+    if config.get("logit_softcap") is not None:
+        return f"'{name}' soft-caps its logits (logit_softcap); GPT-2's head has no such step"
     return None
 
 
