@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import zoo_core
-from zoo_core.catalogue.registry import _key, _table
+from zoo_core.storage.toml_text import render_toml
 
 from .conftest import ROOT
 
@@ -45,12 +45,11 @@ def write_catalogue(folder: Path, cards: dict[str, dict[str, Any]], copy_files: 
         (folder / "checkpoints").mkdir()
         for name in ("bpe-1024.tiktoken", "char-65.json", f"{BASE}.safetensors"):
             shutil.copyfile(ROOT / "checkpoints" / name, folder / "checkpoints" / name)
-    lines: list[str] = []
-    for name, data in cards.items():
-        data = {key: value for key, value in copy.deepcopy(data).items() if key != "name"}
-        _table(lines, _key(name), data)
+    document = {
+        name: {key: value for key, value in copy.deepcopy(data).items() if key != "name"} for name, data in cards.items()
+    }
     registry = folder / "registry.toml"
-    registry.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    registry.write_text(render_toml(document), encoding="utf-8")
     return registry
 
 
