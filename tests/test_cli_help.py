@@ -137,7 +137,7 @@ def _names(result) -> list[str]:
 
 def test_list_matches_substrings_and_wildcards(zoo):
     assert _names(zoo("list", "rope", "--json")) == ["gpt-char-mini-rope"]
-    assert _names(zoo("list", "gpt-char-*", "--json")) == ["gpt-char-mini", "gpt-char-mini-rope"]
+    assert _names(zoo("list", "gpt-char-*", "--json")) == ["gpt-char-mini", "gpt-char-mini-rope", "gpt-char-speedrun"]
     assert "transformer-6b-sin" in _names(zoo("list", "6B", "--json"))  # case does not matter
 
 
