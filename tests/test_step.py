@@ -48,7 +48,7 @@ def _study_run(corpus, arms: list[str], steps: int, out: Path) -> list[dict]:
     longest = max(arm.context for arm in found)
     targets = {split: studies._targets(corpus.split(split), study.eval_targets, longest, seed=1234) for split in ("train", "validation")}
     tokenizer = zoo_core.load_tokenizer(found[0].variant)
-    return studies._run_seed(study, found, corpus, targets, corpus.train[:CONTEXT].tolist(), tokenizer, SEED, out, plugins, False)
+    return studies._run_seed(study, found, corpus, targets, corpus.train[:CONTEXT].tolist(), tokenizer, SEED, out, plugins, None)
 
 
 def test_a_study_and_the_standard_trainer_train_the_same_weights(corpus, tmp_path):
