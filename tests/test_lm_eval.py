@@ -23,6 +23,10 @@ from tests.web_support import Server  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 
+# About two minutes (lm-eval's import, the export, a whole scored text): with the rest
+# of the suite, CI would pass its 20-minute budget. Run with `pytest -m slow tests/test_lm_eval.py`.
+pytestmark = pytest.mark.slow
+
 SECTION = "## Evaluating through the server with lm-evaluation-harness"
 
 
