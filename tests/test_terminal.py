@@ -51,7 +51,10 @@ def run_in_terminal(args: list[str], *, interrupt_when=None, timeout: float = 24
     ``interrupt_when(output so far)`` holds. Returns the exit status and what it showed."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    process = subprocess.Popen([str(ZOO), *args], stdin=slave, stdout=slave, stderr=slave, env=_environment(), close_fds=True)
+    # SIGINT as a terminal's foreground job has it: a test run started in the background
+    # (`make test &`, nohup) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+    process = subprocess.Popen([str(ZOO), *args], stdin=slave, stdout=slave, stderr=slave, env=_environment(), close_fds=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     chunks, interrupted, deadline = [], False, time.monotonic() + timeout
     try:
