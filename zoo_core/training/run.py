@@ -34,6 +34,7 @@ from ..storage.files import (
     make_folder,
     remove_stale_temporaries,
 )
+from ..storage.locations import inside_installed_package
 from .destination import check_destination, weight_bytes
 from .job import TrainingJob
 from .loop import TrainingInterrupted, check_batch_splits, seeded_network
@@ -401,18 +402,11 @@ def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Pat
             f"variant '{target_name}' already exists in the {holder.layer} catalogue ({holder.source}); "
             f"publish under a new name with --name NEW"
         )
-    if _inside_installed_package(registry_file):
+    if inside_installed_package(registry_file):
         raise ZooError(
             f"{registry_file}: is inside an installed package; publish into your own catalogue (the default) or a file of yours"
         )
     return registry_file, registry_file.parent / "checkpoints" / f"{target_name}.safetensors"
-
-
-def _inside_installed_package(path: Path) -> bool:
-    import sysconfig
-
-    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
-    return any(folder == path or folder in path.parents for folder in installed)
 
 
 def _place_tokenizer(source: Path, folder: Path, variant_name: str) -> tuple[Path, str]:
