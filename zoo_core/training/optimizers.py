@@ -52,9 +52,15 @@ def indexed_parameters(model: nn.Module, optimizer: str) -> list[torch.Tensor]:
     (group by group): what a saved optimizer state is checked against."""
     if optimizer != "muon":
         return list(trainable_parameters(model))
+    matrices, others = muon_split(model)
+    return matrices + others
+
+
+def muon_split(model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """`muon_matrices(model)`, and every other trainable parameter (AdamW's), in the model's order."""
     matrices = muon_matrices(model)
     chosen = {id(p) for p in matrices}
-    return matrices + [p for p in trainable_parameters(model) if id(p) not in chosen]
+    return matrices, [p for p in trainable_parameters(model) if id(p) not in chosen]
 
 
 def muon_matrices(model: nn.Module) -> list[torch.Tensor]:
@@ -92,9 +98,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, model: nn.Module, recipe: Recipe, momentum: float = 0.95):
-        matrices = muon_matrices(model)
-        chosen = {id(p) for p in matrices}
-        others = [p for p in trainable_parameters(model) if id(p) not in chosen]
+        matrices, others = muon_split(model)
         muon_rate = recipe.muon_learning_rate or DEFAULT_MUON_LEARNING_RATE
         groups = [
             {"params": matrices, "muon": True, "lr": muon_rate, "lr_scale": muon_rate / recipe.learning_rate},
