@@ -59,18 +59,22 @@ def component_sources(card: Any, plugins: PluginSet) -> dict[str, dict[str, str]
     return sources
 
 
-def missing_component_problem(card: Any, plugins: PluginSet, roles: tuple[str, ...] | None = None) -> str | None:
+def missing_component_problem(
+    card: Any, plugins: PluginSet, roles: tuple[str, ...] | None = None, conflicts: bool = True
+) -> str | None:
     """Why ``card`` cannot be built now, naming what to install: for a component
     no installed plugin registers, the distribution the card records it came
     from (`zoo train` records ``components``), so a variant left behind by an
     uninstalled plugin says which package to reinstall. None when every named
-    component (of ``roles``, default all) is registered once."""
+    component (of ``roles``, default all) is registered once, or (``conflicts``
+    False) when none is missing, two plugins claiming one being left to the
+    factory's own message."""
     recorded = card.components or {}
     for role, name in named_components(card).items():
         if roles is not None and role not in roles:
             continue
         problem = plugins.components[ROLE_FAMILIES[role]].problem(name)
-        if problem is None:
+        if problem is None or (not conflicts and not problem.startswith("no ")):
             continue
         source = recorded.get(role)
         source = source if isinstance(source, dict) else getattr(source, "model_dump", lambda: None)()
