@@ -320,7 +320,9 @@ def assert_tokenizer_round_trips(tokenizer, texts: dict[str, str] | None = None)
             refused[label] = str(exc)
             continue
         outside = [i for i in ids if not 0 <= int(i) < tokenizer.vocab_size]
-        assert not outside, f"{label} text: encode gave ids outside the vocabulary of {tokenizer.vocab_size}: {outside[:3]}"
+        assert not outside, (
+            f"{label} text: encode gave ids outside the vocabulary of {tokenizer.vocab_size}: {outside[:3]}"
+        )
         back = tokenizer.decode(ids)
         assert back == text, (
             f"{label} text {text[:24]!r} decodes as {back[:24]!r}: a tokenizer that cannot represent text must "
@@ -352,7 +354,11 @@ def _check_tokenizer(plugins: PluginSet, name: str, users: list) -> list[CheckRe
     how = f"as variant '{users[0].name}' names it" if users else "from its kind alone (no variant uses it)"
     outcome = _outcome(subject, f"builds {how} and satisfies the protocol", make)
     if not outcome.passed and not users:  # it may need a file only a card can name
-        return [CheckResult(subject, "round trip", "skip", f"no variant uses it, and it needs one to build: {outcome.detail}")]
+        return [
+            CheckResult(
+                subject, "round trip", "skip", f"no variant uses it, and it needs one to build: {outcome.detail}"
+            )
+        ]
     results = [outcome]
     if outcome.passed:
         refusals: dict[str, str] = {}
@@ -380,8 +386,11 @@ def _check_dataset(plugins: PluginSet, name: str) -> CheckResult:
         train, validation = split_text(text.text, dataset.train_fraction)
         assert train and validation, f"splitting at {dataset.train_fraction} leaves a split empty"
 
-    return _outcome(f"dataset '{name}'", "readable, matches its sha256, splits into train and validation",
-                    readable_checksummed_splittable)
+    return _outcome(
+        f"dataset '{name}'",
+        "readable, matches its sha256, splits into train and validation",
+        readable_checksummed_splittable,
+    )
 
 
 def _check_adapter(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
@@ -398,8 +407,13 @@ def _check_adapter(plugins: PluginSet, name: str, users: list) -> list[CheckResu
         return [CheckResult(subject, "applies", "skip", f"needs settings no variant gives it: {outcome.detail}")]
     results = [outcome]
     if outcome.passed:
-        results.append(_outcome(subject, "applied on the fly and merged, the same logits",
-                                lambda: assert_adapter_merges_exactly(made["adapter"], tiny_transformer_builder(plugins))))
+        results.append(
+            _outcome(
+                subject,
+                "applied on the fly and merged, the same logits",
+                lambda: assert_adapter_merges_exactly(made["adapter"], tiny_transformer_builder(plugins)),
+            )
+        )
     return results
 
 
@@ -431,8 +445,9 @@ def _check_model(plugins: PluginSet, name: str, users: list) -> list[CheckResult
     subject = f"model '{name}'"
     if users:
         smallest = min(users, key=lambda v: v.facts.parameters or 0)
-        return check_network(f"{subject} as variant '{smallest.name}' builds it",
-                             lambda: build_network(smallest, plugins))
+        return check_network(
+            f"{subject} as variant '{smallest.name}' builds it", lambda: build_network(smallest, plugins)
+        )
     config = dict(TINY)
 
     def build():
@@ -440,9 +455,15 @@ def _check_model(plugins: PluginSet, name: str, users: list) -> list[CheckResult
 
     outcome = _outcome(subject, "builds from the kit's tiny config", build)
     if not outcome.passed:
-        return [CheckResult(subject, "builds", "skip",
-                            f"no variant uses it, and the kit's tiny config {TINY} does not build it: {outcome.detail}; "
-                            f"register a variant so the kit can build it")]
+        return [
+            CheckResult(
+                subject,
+                "builds",
+                "skip",
+                f"no variant uses it, and the kit's tiny config {TINY} does not build it: {outcome.detail}; "
+                f"register a variant so the kit can build it",
+            )
+        ]
     return check_network(f"{subject} with the kit's tiny config", build)
 
 
@@ -462,7 +483,9 @@ def _check_trainer(plugins: PluginSet, name: str, deep: bool) -> list[CheckResul
             )
         )
     else:
-        results.append(CheckResult(subject, "resumes exactly", "skip", "uses no corpus: it sets weights, nothing to resume"))
+        results.append(
+            CheckResult(subject, "resumes exactly", "skip", "uses no corpus: it sets weights, nothing to resume")
+        )
     return results
 
 
@@ -566,8 +589,15 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
 
 # The kinds a plugin registers, as they are named in PluginInfo.registered, and
 # how the kit names their subjects; "variant files" are checked variant by variant.
-_SUBJECTS = {"tokenizers": "tokenizer", "positions": "position", "blocks": "block", "models": "model",
-             "trainers": "trainer", "adapters": "adapter", "datasets": "dataset"}
+_SUBJECTS = {
+    "tokenizers": "tokenizer",
+    "positions": "position",
+    "blocks": "block",
+    "models": "model",
+    "trainers": "trainer",
+    "adapters": "adapter",
+    "datasets": "dataset",
+}
 
 
 def _unchecked(registered: dict[str, list[str]], results: list[CheckResult]) -> list[CheckResult]:
@@ -581,7 +611,9 @@ def _unchecked(registered: dict[str, list[str]], results: list[CheckResult]) -> 
         for registered_name in names:
             subject = f"{_SUBJECTS.get(kind, kind)} '{registered_name}'"
             if subject not in said:
-                missing.append(CheckResult(subject, "checked", "FAIL", f"the kit has no check for {kind}: nothing was checked"))
+                missing.append(
+                    CheckResult(subject, "checked", "FAIL", f"the kit has no check for {kind}: nothing was checked")
+                )
     return missing
 
 
