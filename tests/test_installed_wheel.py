@@ -628,7 +628,10 @@ def test_a_plugin_authors_path_from_the_docs_alone(installed, tmp_path):
     left = sorted(data.rglob("*"))
     assert [path.name for path in left if path.is_file()] == ["my-loop-zen.log.jsonl"], left
     assert all(any(path.iterdir()) for path in left if path.is_dir()), left
-    assert cache.is_dir()
+    assert (cache / "cards").is_dir() and (cache / "locks").is_dir()
+    cleared = author.zoo("cache", "clear").stdout
+    assert "cards/" in cleared and not (cache / "cards").exists() and not (cache / "site").exists()
+    assert (cache / "locks").is_dir()  # kept without --all
     cleared = author.zoo("cache", "clear", "--all").stdout
     assert "cards/" in cleared and "gallery/" in cleared and "site/" in cleared
     assert not cache.exists(), sorted(cache.rglob("*"))

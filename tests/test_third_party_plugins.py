@@ -427,6 +427,14 @@ def _readme_commands(readme: str) -> list[list[str]]:
     return [shlex.split(line.split("  #")[0].split(" # ")[0]) for line in lines if not line.startswith("#")]
 
 
+def _skeleton_readme(name: str) -> str:
+    from string import Template
+
+    from zoo_core.plugin_api import scaffold
+
+    return Template(scaffold._README).substitute(scaffold.plugin_names(name))
+
+
 def test_the_skeletons_readme_takes_it_from_source_to_shipped_weights(zoo, tmp_path):
     """Every command of the generated README, in order, from its folder: the
     variant is trained into the package by name of its dataset, and shipped by
@@ -457,6 +465,13 @@ def test_the_skeletons_readme_takes_it_from_source_to_shipped_weights(zoo, tmp_p
                 assert "dataset 'cope-ship-sonnets'" in done.out and "adapter 'cope-ship-head-delta'" in done.out
             if command[1] == "sample":
                 assert done.out.startswith("Shall I")
+    # docs/plugins.md's quick start is these commands, for a plugin named cope.
+    guide = (ROOT / "docs" / "plugins.md").read_text().split("## Start in ten seconds")[1].split("The skeleton uses")[0]
+    readme = _readme_commands(_skeleton_readme("cope"))
+    for command in _readme_commands(guide):
+        if command[:2] in (["zoo", "new-plugin"], ["cd", "zoo-cope"]):
+            continue
+        assert [word.replace("./zoo-cope", ".") for word in command] in readme, command
     shipped = site / "zoo_cope_ship" / "variants"
     assert (shipped / "cope-ship-tiny.safetensors").is_file()
     card = tomllib.loads((shipped / "registry.toml").read_text())["cope-ship-tiny"]

@@ -13,7 +13,7 @@ def cache_arguments(commands) -> None:
         description="Everything in the cache folder is made again when needed: clearing it costs time, never data. "
         + " ".join(f"{part.folder}/: {part.holds}." for part in CACHE_PARTS),
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, help="what to do: clear")
     clear = actions.add_parser("clear", help=f"delete what the cache holds, but {kept}")
     clear.add_argument("--all", action="store_true", help=f"also {kept}, and the cache folder itself once empty")
     p.set_defaults(run=cmd_cache)

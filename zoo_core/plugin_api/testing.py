@@ -20,6 +20,7 @@ a check that cannot run says why, with status ``skip``).
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -438,16 +439,21 @@ def assert_adapter_merges_exactly(adapter, build: Callable[[], Any], seed: int =
     assert gap <= 1e-4, f"the adapter applied on the fly and merged give logits {gap:.3g} apart"
 
 
-def _check_model(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
-    """An architecture built and run: from the smallest card using it, else the kit's tiny config."""
+def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) -> list[CheckResult]:
+    """An architecture built and run: from the smallest card using it (by its
+    recorded parameters; an untrained card's size is unknown, so it comes last),
+    else from the kit's tiny config. ``deep=False``: built and conforming only."""
     from ..api import build_network
+
+    def checks(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
+        if deep:
+            return check_network(subject, build)
+        return [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
 
     subject = f"model '{name}'"
     if users:
-        smallest = min(users, key=lambda v: v.facts.parameters or 0)
-        return check_network(
-            f"{subject} as variant '{smallest.name}' builds it", lambda: build_network(smallest, plugins)
-        )
+        smallest = min(users, key=lambda v: math.inf if v.facts.parameters is None else v.facts.parameters)
+        return checks(f"{subject} as variant '{smallest.name}' builds it", lambda: build_network(smallest, plugins))
     config = dict(TINY)
 
     def build():
@@ -464,7 +470,7 @@ def _check_model(plugins: PluginSet, name: str, users: list) -> list[CheckResult
                 f"register a variant so the kit can build it",
             )
         ]
-    return check_network(f"{subject} with the kit's tiny config", build)
+    return checks(f"{subject} with the kit's tiny config", build)
 
 
 def _check_trainer(plugins: PluginSet, name: str, deep: bool) -> list[CheckResult]:
@@ -571,7 +577,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
             results += check_network(f"{subject} in a tiny transformer", tiny_transformer_builder(plugins, block=block))
     for model_name in registered.get("models", []):
         users = [v for v in everything if v.facts.architecture == model_name and v.facts.adapter is None]
-        results += _check_model(plugins, model_name, users)
+        results += _check_model(plugins, model_name, users, deep)
     for trainer_name in registered.get("trainers", []):
         results += _check_trainer(plugins, trainer_name, deep)
     for adapter_name in registered.get("adapters", []):
