@@ -182,3 +182,37 @@ def test_the_kit_catches_a_sampler_path_that_recomputes_the_window():
     with pytest.raises(AssertionError, match=r"fed 270 positions through step\(\) \(and called the model 35 times\), not the 38"):
         testing.assert_samples_past_window_in_constant_work(model)
 
+
+
+def test_the_servers_batcher_carries_each_rows_state_one_token_per_step():
+    import asyncio
+    import threading
+    import types
+
+    from zoo_core.inference.sampling import SampleStream
+    from zoo_core.web.batching import Batcher, Finished, Row
+
+    network = _gru()
+    tokenizer = types.SimpleNamespace(decode=lambda ids: "".join(chr(65 + i) for i in ids), vocab_size=48)
+    model = types.SimpleNamespace(network=network, tokenizer=tokenizer, name="tiny-gru")
+    fed: list[int] = []
+    original = network.step
+    network.step = lambda idx, state=None: fed.append(idx.shape[1]) or original(idx, state)
+    settings = SamplingSettings(max_new_tokens=200, seed=5)
+    prompt = [1, 2, 3, 4, 5]
+
+    async def serve() -> Finished:
+        finished: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def deliver(item):
+            if isinstance(item, Finished) and not finished.done():
+                finished.set_result(item)
+
+        Batcher(model, 2).submit([Row(prompt, settings, deliver, asyncio.get_running_loop(), threading.Event())])
+        return await asyncio.wait_for(finished, 120)
+
+    served = asyncio.run(serve())
+    network.step = original
+    assert sum(fed) == len(prompt) + 200 - 1 and fed[1:] == [1] * 199  # the prompt once, then one token per step
+    (expected,) = SampleStream(network, tokenizer, [prompt], [5], settings=settings).run()
+    assert served.tokens == expected.tokens  # what `zoo sample` draws, 25 windows past the prompt

@@ -106,7 +106,9 @@ def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     def measure() -> tuple[int, int]:  # the exact count: the architecture built on the meta device
         from .sizing import measure_on_meta
 
-        return measure_on_meta(lambda: plugins.components["models"].create(facts.architecture, dict(config), plugins.components))
+        return measure_on_meta(
+            lambda: plugins.components["models"].create(facts.architecture, dict(config), plugins.components)
+        )
 
     return check_budget(facts.name, config, getattr(factory, "estimate_parameters", None), measure)
 

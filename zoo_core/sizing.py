@@ -81,7 +81,9 @@ def _elements(func, args: tuple, kwargs: dict) -> int | None:
         if func in _RANGED:
             if func is torch.arange:
                 numbers = [float(a) for a in args if isinstance(a, (int, float))]
-                start, end, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers[:2], (numbers[2:] or [1.0])[0])
+                start, end, step = (
+                    (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers[:2], (numbers[2:] or [1.0])[0])
+                )
                 return max(0, math.ceil((end - start) / step))
             return int(args[2] if len(args) > 2 else kwargs["steps"])
         if func is torch.randint:
