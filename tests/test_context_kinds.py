@@ -216,3 +216,19 @@ def test_the_servers_batcher_carries_each_rows_state_one_token_per_step():
     assert sum(fed) == len(prompt) + 200 - 1 and fed[1:] == [1] * 199  # the prompt once, then one token per step
     (expected,) = SampleStream(network, tokenizer, [prompt], [5], settings=settings).run()
     assert served.tokens == expected.tokens  # what `zoo sample` draws, 25 windows past the prompt
+
+
+def test_echoed_log_probabilities_of_an_unbounded_model_come_from_all_the_text_before():
+    import types
+
+    from zoo_core.web.scoring import prompt_logprobs
+
+    network = _gru()
+    model = types.SimpleNamespace(network=network, tokenizer=types.SimpleNamespace(decode=lambda ids: "x" * len(ids)))
+    ids = torch.randint(0, 48, (30,), generator=torch.Generator().manual_seed(6)).tolist()
+    with torch.no_grad():
+        expected = F.log_softmax(network(torch.tensor([ids[:-1]]))[0][0], dim=-1)
+    scored = prompt_logprobs(model, ids, top=0)["token_logprobs"]
+    assert scored[0] is None and len(scored) == 30
+    gaps = [abs(scored[p] - expected[p - 1, ids[p]].item()) for p in range(1, 30)]
+    assert max(gaps) <= 1e-4  # 30 tokens: past three windows of 8, every one from the whole text before it
