@@ -53,11 +53,11 @@ class _Stop(Exception):
     pass
 
 
-def _check_guard() -> None:
+def _check_guard(modules: int) -> None:
     guard = getattr(_guard, "active", None)
     if guard is None:
         return
-    guard["modules"] += 1
+    guard["modules"] += modules
     if guard["modules"] > MAX_MODULES:
         raise _Stop(f"it makes more than {MAX_MODULES:,} modules")
     if time.monotonic() > guard["deadline"]:
@@ -65,11 +65,23 @@ def _check_guard() -> None:
 
 
 def _on_module(module, name, submodule):
-    _check_guard()
+    _check_guard(1)
 
 
 def _on_parameter(module, name, parameter):
-    _check_guard()
+    _check_guard(0)
+
+
+_hooks_lock = threading.Lock()
+_hooks: list = []
+
+
+def _install_hooks() -> None:
+    # Once per process, for every thread: a hook only counts in the thread that is measuring.
+    with _hooks_lock:
+        if not _hooks:
+            _hooks.append(torch_module.register_module_module_registration_hook(_on_module))
+            _hooks.append(torch_module.register_module_parameter_registration_hook(_on_parameter))
 
 
 def _elements(func, args: tuple, kwargs: dict) -> int | None:
@@ -120,10 +132,7 @@ def measure_on_meta(build: Callable[[], Any]) -> tuple[int, int]:
     """(parameters, bytes of parameters and buffers) of what ``build()`` returns
     when every tensor it creates is on the meta device; raises CannotMeasure
     saying why when it cannot be built there."""
-    handles = [
-        torch_module.register_module_module_registration_hook(_on_module),
-        torch_module.register_module_parameter_registration_hook(_on_parameter),
-    ]
+    _install_hooks()
     _guard.active = {"modules": 0, "deadline": time.monotonic() + MAX_SECONDS}
     try:
         with _LargeOnMeta(), random_init_skipped():
@@ -135,8 +144,6 @@ def measure_on_meta(build: Callable[[], Any]) -> tuple[int, int]:
         raise CannotMeasure(f"cannot be built on the meta device: {type(exc).__name__}: {first}") from None
     finally:
         _guard.active = None
-        for handle in handles:
-            handle.remove()
     if not isinstance(network, torch.nn.Module):
         raise CannotMeasure(f"its factory returned a {type(network).__name__}, not a torch module, to count")
     parameters = list(network.parameters())  # each shared tensor once
