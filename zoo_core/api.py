@@ -105,7 +105,16 @@ def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     plugins = plugins or get_plugins()
     facts = variant.facts
     factory = plugins.components["models"].factory(facts.architecture)
-    return check_budget(facts.name, facts.architecture_config(), getattr(factory, "estimate_parameters", None))
+    config = facts.architecture_config()
+
+    def measure() -> tuple[int, int]:  # the exact count: the architecture built on the meta device
+        from .sizing import measure_on_meta
+
+        return measure_on_meta(
+            lambda: plugins.components["models"].create(facts.architecture, dict(config), plugins.components)
+        )
+
+    return check_budget(facts.name, config, getattr(factory, "estimate_parameters", None), measure)
 
 
 def build_network(variant: Variant, plugins: PluginSet | None = None):

@@ -13,6 +13,10 @@ went wrong, so it reads well inside pytest::
         testing.assert_checkpoint_round_trip(build)
         testing.assert_deterministic(build)
 
+A model that carries a state (``context_kind = "unbounded"``) is checked on
+its own terms instead of the KV cache's: ``assert_chunked_step_matches_whole``,
+``assert_state_does_not_grow``, ``assert_samples_past_window_in_constant_work``.
+
 ``check_plugin(name)`` runs every check that applies to what the plugin
 registered and returns one ``CheckResult`` per check (none is skipped silently:
 a check that cannot run says why, with status ``skip``).
@@ -31,7 +35,7 @@ import torch
 from ..catalogue.suggestions import train_command
 from ..errors import ZooError
 from .manager import PluginSet, get_plugins
-from .protocols import conformance_problem
+from .protocols import UNBOUNDED, conformance_problem, context_kind
 
 TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
 
@@ -158,6 +162,124 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     )
 
 
+# How far chunked and whole-sequence logits of an unbounded model may differ:
+# float32 kernels may sum a sequence's steps in another order when it comes in pieces.
+CARRIED_TOLERANCE = 1e-4
+
+
+def _state_size(state: Any) -> int:
+    """Elements in a model's state: its tensors, however nested in tuples, lists or dicts."""
+    if isinstance(state, torch.Tensor):
+        return state.numel()
+    if isinstance(state, dict):
+        return sum(_state_size(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_state_size(value) for value in state)
+    return 0
+
+
+@torch.no_grad()
+def assert_chunked_step_matches_whole(model, length: int | None = None, seed: int = 0) -> None:
+    """An unbounded model's ``step``, fed a sequence in pieces with the state
+    carried, gives the logits of one call on the whole sequence (within
+    ``CARRIED_TOLERANCE``), and so does ``step`` from no state in one piece."""
+    model.eval()
+    window = model.context_length
+    length = length or 3 * window + 5  # well past the training window
+    ids = _random_ids(model, length, seed)
+    whole, _ = model(ids)
+    stepped, _ = model.step(ids, None)
+    gap = (whole - stepped).abs().max().item()
+    assert gap <= CARRIED_TOLERANCE, f"step(ids, None) and model(ids) differ by {gap:.3g}: both start from no state"
+    # Uneven pieces: one token, half a window, a window and a half, then the rest.
+    cuts = [1, 1 + max(1, window // 2), 1 + max(1, window // 2) + max(1, 3 * window // 2), length]
+    pieces, state, start = [], None, 0
+    for end in cuts:
+        if end > start:
+            logits, state = model.step(ids[:, start:end], state)
+            assert logits.shape[1] == end - start, f"step returned {logits.shape[1]} positions for {end - start} tokens"
+            pieces.append(logits)
+            start = end
+    gap = (torch.cat(pieces, dim=1) - whole).abs().max().item()
+    assert gap <= CARRIED_TOLERANCE, (
+        f"feeding {length} tokens through step() in pieces ({', '.join(str(p.shape[1]) for p in pieces)}) with the "
+        f"state carried gives logits {gap:.3g} away from one call on all of them (tolerance {CARRIED_TOLERANCE})"
+    )
+
+
+@torch.no_grad()
+def assert_state_does_not_grow(model, seed: int = 0) -> None:
+    """An unbounded model's state after one window of text is as large as
+    after ten: what it carries does not grow with the text."""
+    model.eval()
+    window = model.context_length
+    ids = _random_ids(model, 10 * window, seed)
+    _, state = model.step(ids[:, :window], None)
+    first = _state_size(state)
+    for start in range(window, ids.shape[1], window):
+        _, state = model.step(ids[:, start : start + window], state)
+    last = _state_size(state)
+    assert first > 0, "step() returned a state with no tensors: nothing is carried forward"
+    assert last == first, (
+        f"the state grew from {first:,} elements after {window} tokens to {last:,} after {10 * window}"
+    )
+
+
+class _StepCounter:
+    """Counts the tokens an unbounded model's ``step`` is given, call by call,
+    and the calls of the model itself (the whole-sequence path)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.whole_calls = model, 0
+        self.steps: list[int] = []
+        original = model.step
+
+        def counted(idx, state=None):
+            self.steps.append(idx.shape[1])
+            return original(idx, state)
+
+        model.step = counted
+        self._hook = model.register_forward_pre_hook(self._count_whole)
+
+    def _count_whole(self, module, args) -> None:
+        self.whole_calls += 1
+
+    def close(self) -> None:
+        del self.model.step  # the instance attribute: the class's method shows again
+        self._hook.remove()
+
+
+def assert_samples_past_window_in_constant_work(model, new_tokens: int | None = None, seed: int = 0) -> None:
+    """Sampling an unbounded model far past its training window feeds the prompt
+    once and then exactly one token per step: the positions fed are the
+    prompt's plus one per drawn token but the last, and the state stays one size."""
+    from ..inference.sampling import sample_tokens
+    from ..inference.settings import SamplingSettings
+
+    model.eval()
+    window = model.context_length
+    prompt = _random_ids(model, max(1, window // 2), seed)
+    new_tokens = new_tokens or 4 * window + 3
+    counter = _StepCounter(model)
+    try:
+        tokens = sample_tokens(
+            model, prompt, SamplingSettings(max_new_tokens=new_tokens), torch.Generator().manual_seed(seed)
+        )
+    finally:
+        counter.close()
+    assert tokens.shape[1] == prompt.shape[1] + new_tokens, (
+        f"{tokens.shape[1] - prompt.shape[1]} tokens drawn of {new_tokens}"
+    )
+    fed = sum(counter.steps)
+    expected = prompt.shape[1] + new_tokens - 1
+    assert counter.whole_calls == 0 and fed == expected, (
+        f"sampling {new_tokens} tokens after a {prompt.shape[1]}-token prompt fed {fed:,} positions through step() "
+        f"(and called the model {counter.whole_calls} times), not the {expected:,} of one pass over the text"
+    )
+    after_prompt = counter.steps[-(new_tokens - 1) :] if new_tokens > 1 else []
+    assert all(n == 1 for n in after_prompt), "after the prompt, step() must be given one token at a time"
+
+
 def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> None:
     """Weights saved as a zoo checkpoint (safetensors) load into a fresh network
     by the same names and shapes and give the same logits."""
@@ -270,23 +392,45 @@ def _outcome(subject: str, check: str, action: Callable[[], object]) -> CheckRes
     return CheckResult(subject, check, "ok")
 
 
-def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
-    """Every model check on a buildable network: protocol, causality, KV cache, round trip, determinism."""
-    results = [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
-    if not results[0].passed:
-        return results
-    network = build()
-    results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
+def check_context(subject: str, network) -> list[CheckResult]:
+    """The checks of a network's own kind of context: for a window (bounded), the
+    KV cache against uncached sampling; for a carried state (unbounded), chunked
+    ``step`` against one call, a state that does not grow, and sampling past the
+    training window one token per step."""
+    if context_kind(network) == UNBOUNDED:
+        return [
+            _outcome(
+                subject,
+                "step() in chunks, state carried, equals one call",
+                lambda: assert_chunked_step_matches_whole(network),
+            ),
+            _outcome(subject, "the state does not grow with the text", lambda: assert_state_does_not_grow(network)),
+            _outcome(
+                subject,
+                "samples past its training window, one token per step",
+                lambda: assert_samples_past_window_in_constant_work(network),
+            ),
+        ]
     if getattr(network, "supports_kv_cache", False):
-        results.append(
+        return [
             _outcome(
                 subject,
                 "KV cache equals uncached past the window, and is used",
                 lambda: assert_kv_cache_matches_uncached(network),
             )
-        )
-    else:
-        results.append(CheckResult(subject, "KV cache", "skip", "supports_kv_cache is false: sampled uncached"))
+        ]
+    return [CheckResult(subject, "KV cache", "skip", "supports_kv_cache is false: sampled uncached")]
+
+
+def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
+    """Every model check on a buildable network: protocol, causality, its kind of
+    context (``check_context``), round trip, determinism."""
+    results = [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
+    if not results[0].passed:
+        return results
+    network = build()
+    results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
+    results += check_context(subject, network)
     results.append(_outcome(subject, "checkpoint round trip", lambda: assert_checkpoint_round_trip(build)))
     results.append(_outcome(subject, "determinism", lambda: assert_deterministic(build)))
     return results
@@ -515,14 +659,7 @@ def _check_variant(plugins: PluginSet, variant, deep: bool) -> list[CheckResult]
         network = loaded["model"].network
         if hasattr(network, "context_length") and network.context_length >= 2 and not hasattr(network, "ask"):
             results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
-            if getattr(network, "supports_kv_cache", False):
-                results.append(
-                    _outcome(
-                        subject,
-                        "KV cache equals uncached past the window, and is used",
-                        lambda: assert_kv_cache_matches_uncached(network),
-                    )
-                )
+            results += [r for r in check_context(subject, network) if r.status != "skip"]
         results.append(_outcome(subject, "samples deterministically", lambda: _assert_samples(loaded["model"])))
     return results
 
