@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,7 @@ import safetensors
 import tiktoken
 import torch
 
+from . import loop_plugin
 from .conftest import ROOT
 
 # Not marked slow: this is the product as people install it, and it runs in CI
@@ -103,6 +105,38 @@ def _get(url: str) -> tuple[int, str]:
         return response.status, response.read().decode()
 
 
+def _status(url: str) -> int:
+    try:
+        return _get(url)[0]
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _serving(installed: "Installed", site: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """`zoo serve --site SITE` on a free loopback port, once it answers."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = installed.start("serve", "--port", str(port), "--site", str(site), log=log)
+    deadline = time.monotonic() + 120
+    while True:
+        assert server.poll() is None, f"zoo serve exited {server.returncode}: {log.read_text()}"
+        assert time.monotonic() < deadline, f"zoo serve did not answer within 120 s: {log.read_text()}"
+        try:
+            _get(url + "/health")
+            return server, url
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.3)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def _requirement_names(metadata: str) -> set[str]:
     """The distributions a METADATA file's Requires-Dist lines name, outside extras."""
     lines = [line.removeprefix("Requires-Dist:").strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
@@ -121,10 +155,10 @@ class Installed:
             if not key.startswith(("ZOO_", "PYTHON", "VIRTUAL_ENV", "XDG_"))
         } | {"HOME": str(home), "OMP_NUM_THREADS": "1", "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
 
-    def zoo(self, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    def zoo(self, *args: str, expect: int = 0, cwd: Path | None = None) -> subprocess.CompletedProcess:
         self.ran.add(args[0])
         done = subprocess.run([str(self.venv / "bin" / "zoo"), *args], capture_output=True, text=True,
-                              cwd=self.workdir, env=self.environment, timeout=600)
+                              cwd=cwd or self.workdir, env=self.environment, timeout=600)
         assert done.returncode == expect, f"zoo {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
         return done
 
@@ -143,10 +177,24 @@ class Installed:
             self.unavailable |= dict.fromkeys(commands, str(skipped))
             raise
 
-    def pip(self, *args: str) -> None:
+    def pip(self, *args: str, cwd: Path | None = None) -> None:
         # The project's pins hold here too: an install that pulled dependencies would get the CPU torch.
         pins = ["--constraint", str(ROOT / "constraints.txt")] if args[0] == "install" else []
-        _pip("--python", str(self.venv / "bin" / "python"), *args, *pins)
+        _pip("--python", str(self.venv / "bin" / "python"), *args, *pins, cwd=cwd)
+
+    def python(self, code: str) -> str:
+        done = subprocess.run([str(self.venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                              cwd=self.workdir, env=self.environment, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def with_home(self, workdir: Path, home: Path) -> "Installed":
+        """The same installed zoo for a user of their own (HOME, so catalogue and
+        caches too), whose commands still count for the last test."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        other = Installed(self.venv, workdir, home)
+        other.ran, other.unavailable = self.ran, self.unavailable
+        return other
 
     def files(self) -> set[str]:
         return {str(p.relative_to(self.site)) for p in self.site.rglob("*") if "__pycache__" not in p.parts}
@@ -476,6 +524,118 @@ def test_a_new_plugin_skeleton_depends_on_this_distribution(installed):
     project = tomllib.loads((written / "pyproject.toml").read_text())["project"]
     assert [re.match(r"[A-Za-z0-9._-]+", requirement)[0] for requirement in project["dependencies"]] == [DISTRIBUTION]
     shutil.rmtree(written)
+
+
+# Counts the positions the network is run on while sampling far past its window:
+# a model that carries its state forward must be fed each token once.
+_LINEAR_SAMPLING = """
+import json, zoo_core
+model = zoo_core.load(NAME)
+network, fed = model.network, []
+step = network.step
+def counting_step(idx, state=None):
+    fed.append(idx.shape[1])
+    return step(idx, state)
+network.step = counting_step
+network.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1]))
+prompt = "The master said"
+text = model.generate(prompt, max_new_tokens=NEW, seed=1)
+print(json.dumps({"fed": sum(fed), "prompt": len(model.tokenizer.encode(prompt)), "new": len(model.tokenizer.encode(text)) - len(model.tokenizer.encode(prompt))}))
+"""
+
+
+def test_a_plugin_authors_path_from_the_docs_alone(installed, tmp_path):
+    """Issue 32's check: a plugin written outside the project (a GRU, its own
+    byte tokenizer and dataset, two variants), installed non-editable, checked,
+    trained and shipped with the commands the zoo itself suggests, sampled far
+    past its window in linear time, compared, served over HTTP, uninstalled;
+    nothing is left behind, and a variant trained from it names what to reinstall."""
+    for module in ("starlette", "uvicorn", "jinja2", "markdown"):
+        installed.needs(module, ("gallery", "serve"))
+    author = installed.with_home(tmp_path / "somewhere", tmp_path / "home")
+    data, cache = author.home / ".local" / "share" / "zoo", author.home / ".cache" / "zoo"
+    source = loop_plugin.write_loop_plugin(tmp_path / "zoo-loop")  # the author's source checkout
+    before = installed.files()
+    author.pip("install", "--no-deps", "--no-index", str(_build_wheel(source, tmp_path / "dist")))
+    with_plugin = installed.files()
+    assert "loop 0.1.0 (zoo-loop)" in author.zoo("plugins").stdout
+
+    # check-plugin: a line for everything registered, and skips that say how to go on.
+    lines = author.zoo("check-plugin", "loop").stdout.splitlines()
+    for subject in ("model 'loop-gru'", "tokenizer 'loop-bytes'", "dataset 'loop-koans'",
+                    *(f"variant '{name}'" for name in loop_plugin.VARIANTS)):
+        assert any(subject in line and line.startswith("ok") for line in lines), (subject, lines)
+    skips = [line for line in lines if line.startswith("skip") and "no weights yet" in line]
+    assert len(skips) == 2, lines
+    suggested = {name: re.findall(r"`((?:zoo|pip) [^`]+)`", next(line for line in skips if f"'{name}'" in line))
+                 for name in loop_plugin.VARIANTS}
+    registry = f"{loop_plugin.PACKAGE}/variants/registry.toml"
+    assert suggested["loop-zen"] == [f"zoo train loop-zen --publish --registry {registry}", "pip install .",
+                                     "zoo train loop-zen --publish --name my-loop-zen"]
+    # Plain --publish is refused, naming the same path.
+    refused = author.zoo("train", "loop-zen", "--publish", expect=1).stderr
+    assert suggested["loop-zen"][0] in refused and refused.count("\n") == 1
+
+    # Train into the package from its checkout, then ship: reinstall it (offline here).
+    for name in loop_plugin.VARIANTS:
+        author.zoo(*shlex.split(suggested[name][0])[1:], cwd=source)
+    card = tomllib.loads((source / registry).read_text())["loop-zen"]
+    assert card["recipe"]["data"] == "loop-koans" and card["checkpoint"]["sha256"]
+    assert card["components"]["model"]["distribution"] == loop_plugin.DISTRIBUTION
+    assert shlex.split(suggested["loop-zen"][1]) == ["pip", "install", "."]
+    author.pip("install", "--no-deps", "--no-build-isolation", "--no-index", ".", cwd=source)
+    shipped = {f"{loop_plugin.PACKAGE}/variants/{n}.safetensors" for n in loop_plugin.VARIANTS}
+    assert shipped <= installed.files() - with_plugin
+    checked = author.zoo("check-plugin", "loop").stdout
+    assert "skip variant" not in checked and "verified weights" in checked
+    assert "sha256" in author.zoo("load", "loop-zen").stdout
+
+    # Sampled far past its window, each token fed once; compared; trained into one's own catalogue.
+    new = 40 * loop_plugin.WINDOW
+    counted = json.loads(author.python(_LINEAR_SAMPLING.replace("NAME", '"loop-zen"').replace("NEW", str(new))))
+    assert counted["new"] >= new - 4 and counted["fed"] <= 2 * counted["prompt"] + new + 2, counted
+    sample = author.zoo("sample", "loop-zen", "--prompt", "The master", "--max-new-tokens", str(new), "--seed", "1")
+    assert len(sample.stdout.encode()) > new // 2
+    compared = author.zoo("compare", "loop-zen", "loop-wide").stdout
+    assert "loop-zen" in compared and "loop-wide" in compared
+    author.zoo(*shlex.split(suggested["loop-zen"][2])[1:])
+    assert (data / "checkpoints" / "my-loop-zen.safetensors").is_file()
+
+    # Served over HTTP, from a gallery of its variants.
+    site = tmp_path / "site"
+    author.zoo("gallery", "--variants", "*loop*", "--out", str(site), "--quiet")
+    server, url = _serving(author, site, tmp_path / "serve.log")
+    try:
+        assert _status(url + "/variants/loop-zen.html") == 200
+        assert "loop-zen" in {model["id"] for model in json.loads(_get(url + "/v1/models")[1])["data"]}
+    finally:
+        _stop(server)
+
+    # Uninstalled: the package's files go; the variant trained from it says what to reinstall.
+    author.pip("uninstall", "--yes", loop_plugin.DISTRIBUTION)
+    assert installed.files() == before
+    orphan = author.zoo("load", "my-loop-zen", expect=1).stderr
+    assert f"pip install {loop_plugin.DISTRIBUTION}" in orphan and "plugin 'loop'" in orphan, orphan
+    author.zoo("gallery", "--variants", "*loop*", "--out", str(site), "--quiet")  # its next build
+    server, url = _serving(author, site, tmp_path / "serve-again.log")
+    try:
+        assert _status(url + "/variants/loop-zen.html") == 404
+        assert _status(url + "/variants/my-loop-zen.html") == 200  # still yours, listed as it is
+    finally:
+        _stop(server)
+    author.zoo("remove", "my-loop-zen")
+    # No empty registry file, no empty folder: only the run's log stays, the record of what was done.
+    left = sorted(data.rglob("*"))
+    assert [path.name for path in left if path.is_file()] == ["my-loop-zen.log.jsonl"], left
+    assert all(any(path.iterdir()) for path in left if path.is_dir()), left
+    assert (cache / "cards").is_dir() and (cache / "locks").is_dir()
+    cleared = author.zoo("cache", "clear").stdout
+    assert "cards/" in cleared and not (cache / "cards").exists() and not (cache / "site").exists()
+    assert (cache / "locks").is_dir()  # kept without --all
+    cleared = author.zoo("cache", "clear", "--all").stdout
+    assert "cards/" in cleared and "gallery/" in cleared and "site/" in cleared
+    assert not cache.exists(), sorted(cache.rglob("*"))
+    assert not {path.name for path in (site / "variants").iterdir()} & {f"{n}.html" for n in loop_plugin.VARIANTS}
 
 
 # Keep this test last: it checks what the tests above ran.

@@ -136,3 +136,64 @@ def test_an_architecture_plugin_may_give_its_own_count():
     with pytest.raises(ZooError, match="variant 'x': cannot estimate its size: ZeroDivisionError"):
         check_budget("x", config, lambda config: 1 // 0)
     assert check_budget("x", config, lambda config: 7).parameters == 7
+
+
+def test_a_gru_is_counted_exactly_whatever_its_config_keys_suggest():
+    """Sizes known without guessing: the architecture is built with nothing large
+    allocated and its parameters counted, so a GRU needs no hand-written estimate."""
+    from zoo_core.catalogue.limits import COUNTED
+    from zoo_core.sizing import measure_on_meta
+
+    from .recurrent_models import TinyGRU, tiny_gru_parameters
+
+    config = {"vocab_size": 65, "context_length": 64, "d_model": 48, "hidden": 128, "n_layer": 2}
+    estimate = check_budget("gru", config, measure=lambda: measure_on_meta(lambda: TinyGRU(**config)))
+    built = sum(p.numel() for p in TinyGRU(**config).parameters())
+    assert estimate.parameters == built == tiny_gru_parameters(65, 48, 128, 2) == 178_929
+    assert estimate.method == COUNTED
+    assert estimate.memory_bytes >= 4 * built  # float32 weights, plus the window's activations
+
+
+def test_a_huge_gru_is_refused_before_anything_is_allocated():
+    from zoo_core.sizing import measure_on_meta
+
+    from .recurrent_models import TinyGRU
+
+    config = {"vocab_size": 256, "context_length": 64, "d_model": 8, "hidden": 100_000, "n_layer": 1}
+    assert estimate_cost(config).parameters == 5_752  # what the transformer-shaped guess from d_model says
+    tracemalloc.start()
+    started = time.perf_counter()
+    with pytest.raises(ZooError) as refused:
+        check_budget("gru-huge", config, measure=lambda: measure_on_meta(lambda: TinyGRU(**config)))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.perf_counter() - started < 10 and peak < 50 * 1024**2, f"{peak:,} bytes allocated"
+    assert str(refused.value) == (
+        "variant 'gru-huge': about 30,028,602,304 parameters, more than the limit of 1,000,000,000 "
+        "(raise it with --max-parameters or ZOO_MAX_PARAMETERS if you mean it)"
+    )
+
+
+def test_a_factory_that_cannot_be_counted_falls_back_to_the_estimate_and_says_so():
+    from zoo_core.sizing import MAX_MODULES, measure_on_meta
+
+    config = {"vocab_size": 2, "context_length": 3, "width": 40_000}  # not transformer-shaped: the largest size squared
+
+    def reads_its_weights():
+        import torch
+
+        return torch.nn.Linear(2000, 1000).weight.sum().item()  # 2,000,000 elements: on meta, no value to read
+
+    with pytest.raises(ZooError) as refused:
+        check_budget("opaque", config, measure=lambda: measure_on_meta(reads_its_weights))
+    assert str(refused.value).startswith("variant 'opaque': about 1,600,000,000 parameters, more than the limit")
+    assert "; estimated from the config's sizes: cannot be built on the meta device: " in str(refused.value)
+
+    def endless():
+        import torch
+
+        return torch.nn.Sequential(*(torch.nn.Identity() for _ in range(MAX_MODULES + 5)))
+
+    small = {"vocab_size": 2, "context_length": 3, "width": 4}
+    estimate = check_budget("endless", small, measure=lambda: measure_on_meta(endless))
+    assert estimate.method == f"estimated from the config's sizes: not built on the meta device: it makes more than {MAX_MODULES:,} modules"

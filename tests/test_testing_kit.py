@@ -118,3 +118,72 @@ def test_check_plugin_on_a_built_in_passes_and_an_unknown_plugin_is_one_line(zoo
     assert "ok   trainer 'trained': deterministic, and resumes exactly" in done.out
     missing = zoo("check-plugin", "nope")
     assert missing.code == 1 and missing.err.startswith("zoo: error: no plugin named 'nope' is loaded")
+
+
+class AsciiOnly:
+    """Drops what is not ASCII: every non-English text comes back changed."""
+
+    vocab_size = 128
+
+    def encode(self, text):
+        return [ord(c) for c in text if ord(c) < 128]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+class AsciiOrSaySo(AsciiOnly):
+    """The same vocabulary, honest about it."""
+
+    def encode(self, text):
+        if any(ord(c) >= 128 for c in text):
+            raise ZooError("this tokenizer spells ASCII only")
+        return super().encode(text)
+
+
+class Counter(nn.Module):
+    """An architecture no card uses: the kit builds it from its tiny config."""
+
+    def __init__(self, vocab_size, context_length, d_model, **_):
+        super().__init__()
+        self.context_length = context_length
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, idx, targets=None):
+        logits = self.head(self.embedding(idx).cumsum(dim=1))
+        return logits, None
+
+    def attention_maps(self, idx):
+        return []
+
+
+def test_check_plugin_gives_every_registered_part_a_line_and_a_silent_mangler_fails():
+    plugins = _plugins_with(
+        register_tokenizers=lambda register: [
+            register("ascii-silent", lambda spec, path: AsciiOnly()),
+            register("ascii-honest", lambda spec, path: AsciiOrSaySo()),
+            register("needs-a-file", lambda spec, path: open(path)),  # no card names its file
+        ],
+        register_models=lambda register: register("counter", lambda config, components: Counter(**config)),
+    )
+    results = testing.check_plugin("faulty", plugins=plugins)
+    lines = {(r.subject, r.status): r for r in results}
+    silent = lines[("tokenizer 'ascii-silent'", "FAIL")]
+    assert "accented Latin text" in silent.detail and "must raise ZooError" in silent.detail
+    honest = next(r for r in results if r.subject == "tokenizer 'ascii-honest'" and "round-trips" in r.check)
+    assert honest.status == "ok" and "refuses accented Latin" in honest.detail and "ASCII only" in honest.detail
+    assert "no variant uses it, and it needs one to build" in lines[("tokenizer 'needs-a-file'", "skip")].detail
+    counter = [r for r in results if r.subject.startswith("model 'counter'")]
+    assert {r.check for r in counter if r.status == "ok"} >= {"builds and satisfies the protocol", "causality"}
+    # Every name the plugin registered has at least one line.
+    assert {r.subject.split(" with ")[0] for r in results} >= {
+        "tokenizer 'ascii-silent'", "tokenizer 'ascii-honest'", "tokenizer 'needs-a-file'", "model 'counter'"}
+
+
+def test_check_plugin_fails_a_registered_name_the_kit_has_no_check_for():
+    from zoo_core.plugin_api.testing import CheckResult, _unchecked
+
+    registered = {"tokenizers": ["seen"], "widgets": ["gadget"], "variant files": ["registry.toml"]}
+    missing = _unchecked(registered, [CheckResult("tokenizer 'seen'", "round trip", "ok")])
+    assert [(r.subject, r.status) for r in missing] == [("widgets 'gadget'", "FAIL")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ class Run:
         return json.loads(self.out)
 
 
-def run_zoo(*args: str, path: tuple[Path, ...] = (), **env: str) -> Run:
+def run_zoo(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None, **env: str) -> Run:
     """`zoo ARGS` in a fresh process that sees only the packages on ``path``."""
     environment = {
         key: value for key, value in os.environ.items()
@@ -49,15 +50,17 @@ def run_zoo(*args: str, path: tuple[Path, ...] = (), **env: str) -> Run:
     if path:
         environment["PYTHONPATH"] = os.pathsep.join(map(str, path))
     environment.update(env)
-    done = subprocess.run([str(ZOO), *args], capture_output=True, text=True, env=environment, timeout=300)
+    done = subprocess.run([str(ZOO), *args], capture_output=True, text=True, env=environment, timeout=300, cwd=cwd)
     return Run(done.returncode, done.stdout, done.stderr)
 
 
-def pip_install(target: Path, *sources: Path) -> None:
-    """A real install of local packages, offline, with the zoo's own setuptools."""
+def pip_install(target: Path, *sources: Path, again: bool = False) -> None:
+    """A real install of local packages, offline, with the zoo's own setuptools
+    (``again``: over an earlier install into ``target``, as `pip install .` replaces one)."""
     command = [
         sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-build-isolation",
-        "--no-cache-dir", "--disable-pip-version-check", "--target", str(target), *map(str, sources),
+        "--no-cache-dir", "--disable-pip-version-check", "--target", str(target), *(["--upgrade"] if again else []),
+        *map(str, sources),
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode:
@@ -401,8 +404,9 @@ def test_a_generated_skeleton_installs_shows_up_and_passes_its_own_tests(zoo, tm
         "name": "cope-demo", "distribution": "zoo-cope-demo", "version": "0.1.0", "builtin": False,
         "registered": {
             "tokenizers": ["cope-demo-bytes"], "positions": ["cope-demo"], "blocks": ["cope-demo-block"],
-            "models": ["cope-demo-lm"], "trainers": ["cope-demo-trainer"],
+            "models": ["cope-demo-lm"], "trainers": ["cope-demo-trainer"], "adapters": ["cope-demo-head-delta"],
             "variant files": [str(tmp_path / "site" / "zoo_cope_demo" / "variants" / "registry.toml")],
+            "datasets": ["cope-demo-sonnets"],
         },
         "errors": [],
     }
@@ -415,6 +419,65 @@ def test_a_generated_skeleton_installs_shows_up_and_passes_its_own_tests(zoo, tm
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site"), "OMP_NUM_THREADS": "1"}, timeout=300,
     )
     assert tests.returncode == 0 and "3 passed" in tests.stdout, tests.stdout + tests.stderr
+
+
+def _readme_commands(readme: str) -> list[list[str]]:
+    """The commands of a README's indented block, comments and continuation lines dropped."""
+    lines = [line.strip() for line in readme.splitlines() if line.startswith("    ") and line.strip()]
+    return [shlex.split(line.split("  #")[0].split(" # ")[0]) for line in lines if not line.startswith("#")]
+
+
+def _skeleton_readme(name: str) -> str:
+    from string import Template
+
+    from zoo_core.plugin_api import scaffold
+
+    return Template(scaffold._README).substitute(scaffold.plugin_names(name))
+
+
+def test_the_skeletons_readme_takes_it_from_source_to_shipped_weights(zoo, tmp_path):
+    """Every command of the generated README, in order, from its folder: the
+    variant is trained into the package by name of its dataset, and shipped by
+    reinstalling it (here into a scratch folder, so `pip install .` is run as
+    an offline install into that folder)."""
+    folder = tmp_path / "zoo-cope-ship"
+    assert zoo("new-plugin", "cope-ship", "--dir", str(folder)).code == 0
+    site = tmp_path / "site"
+    commands = _readme_commands((folder / "README.md").read_text())
+    assert [command[:2] for command in commands] == [
+        ["pip", "install"], ["zoo", "plugins"], ["zoo", "check-plugin"], ["zoo", "train"], ["pip", "install"],
+        ["zoo", "sample"], ["pytest"],
+    ]
+    installs = 0
+    for command in commands:
+        if command[0] == "pip":
+            assert command == ["pip", "install", "."]
+            pip_install(site, folder, again=installs > 0)
+            installs += 1
+        elif command[0] == "pytest":
+            continue  # the skeleton's own tests: test_a_generated_skeleton_installs_shows_up_and_passes_its_own_tests
+        else:
+            done = run_zoo(*command[1:], path=(site,), cwd=folder)
+            assert done.code == 0, (command, done.out, done.err)
+            if command[1] == "check-plugin":
+                assert "no weights yet" in done.out and "`zoo train cope-ship-tiny --publish --registry " \
+                    "zoo_cope_ship/variants/registry.toml`" in done.out
+                assert "dataset 'cope-ship-sonnets'" in done.out and "adapter 'cope-ship-head-delta'" in done.out
+            if command[1] == "sample":
+                assert done.out.startswith("Shall I")
+    # docs/plugins.md's quick start is these commands, for a plugin named cope.
+    guide = (ROOT / "docs" / "plugins.md").read_text().split("## Start in ten seconds")[1].split("The skeleton uses")[0]
+    readme = _readme_commands(_skeleton_readme("cope"))
+    for command in _readme_commands(guide):
+        if command[:2] in (["zoo", "new-plugin"], ["cd", "zoo-cope"]):
+            continue
+        assert [word.replace("./zoo-cope", ".") for word in command] in readme, command
+    shipped = site / "zoo_cope_ship" / "variants"
+    assert (shipped / "cope-ship-tiny.safetensors").is_file()
+    card = tomllib.loads((shipped / "registry.toml").read_text())["cope-ship-tiny"]
+    assert card["recipe"]["data"] == "cope-ship-sonnets" and card["checkpoint"]["sha256"]
+    loaded = run_zoo("load", "cope-ship-tiny", path=(site,), cwd=tmp_path)
+    assert loaded.code == 0, loaded.err
 
 
 def test_new_plugin_writes_zoo_name_in_the_current_folder_by_default(zoo, tmp_path, monkeypatch):

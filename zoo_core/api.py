@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .catalogue.registry import Catalogue, Variant
 from .errors import ZooError
 from .plugin_api.manager import PluginSet, get_plugins
-from .plugin_api.sources import ROLE_FAMILIES, named_components
+from .plugin_api.sources import ROLE_FAMILIES, missing_component_problem
 from .storage.files import describe_os_error
 
 if TYPE_CHECKING:
@@ -38,14 +38,18 @@ def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> st
     claimed twice), from names alone: `zoo list` stays free of torch."""
     plugins = plugins or get_plugins()
     # Building needs every component the card names but its trainer.
-    needed = [
-        (ROLE_FAMILIES[role], name) for role, name in named_components(variant.facts).items() if role != "trainer"
-    ]
-    for kind, name in needed:
-        problem = plugins.components[kind].problem(name)
-        if problem:
-            return problem
-    return None
+    return missing_component_problem(variant.facts, plugins, BUILDING_ROLES)
+
+
+# The components a card names that building its network needs (all but its trainer).
+BUILDING_ROLES = tuple(role for role in ROLE_FAMILIES if role != "trainer")
+
+
+def require_components(variant: Variant, plugins: PluginSet) -> None:
+    """Refuse, naming the distribution to reinstall, a variant a component of which is not installed."""
+    problem = missing_component_problem(variant.facts, plugins, BUILDING_ROLES, conflicts=False)
+    if problem is not None:
+        raise ZooError(problem)
 
 
 def list_variants(pattern: str | None = None) -> list[ModelCard]:
@@ -101,7 +105,16 @@ def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     plugins = plugins or get_plugins()
     facts = variant.facts
     factory = plugins.components["models"].factory(facts.architecture)
-    return check_budget(facts.name, facts.architecture_config(), getattr(factory, "estimate_parameters", None))
+    config = facts.architecture_config()
+
+    def measure() -> tuple[int, int]:  # the exact count: the architecture built on the meta device
+        from .sizing import measure_on_meta
+
+        return measure_on_meta(
+            lambda: plugins.components["models"].create(facts.architecture, dict(config), plugins.components)
+        )
+
+    return check_budget(facts.name, config, getattr(factory, "estimate_parameters", None), measure)
 
 
 def build_network(variant: Variant, plugins: PluginSet | None = None):
@@ -160,7 +173,8 @@ def load_variant(
     target = resolve_device(device or "cpu")  # checked before any work: a missing GPU is one line
     target_dtype = resolve_dtype(dtype, target)
     name = variant.name
-    check_variant_budget(variant, plugins)  # first: a hostile card costs nothing
+    require_components(variant, plugins)  # a missing plugin is named before anything else is tried
+    check_variant_budget(variant, plugins)  # a hostile card costs nothing
     if not has_published_weights(variant):
         from .catalogue.suggestions import train_command
 

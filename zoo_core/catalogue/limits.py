@@ -9,13 +9,21 @@ two steps:
    show`, `zoo list`, `zoo load` and `zoo verify` all refuse it): the common size
    keys are positive whole numbers and the width divides into the heads. One
    line names the field.
-2. **Cost** (`check_budget`, run before a network is built): parameters and the
-   memory one forward pass over a full window needs (weights, attention scores,
-   activations, logits and the KV cache, batch 1, float32) are estimated from the
-   config and compared with limits. An architecture plugin may give its own
-   parameter count by attaching ``estimate_parameters(config) -> int`` to its
-   factory; otherwise a transformer-shaped estimate from the common keys is used,
-   which is an upper bound for the zoo's own architectures.
+2. **Cost** (`check_budget`, run before a network is built): the parameters,
+   and the memory one forward pass over a full window needs (weights, plus
+   activations, attention scores, logits and the KV cache at batch 1 in
+   float32), compared with limits. The parameters and the weights' bytes are
+   counted exactly, for any architecture, by building it on torch's meta
+   device, which allocates nothing (``zoo_core.sizing.measure_on_meta``, handed
+   in as ``measure``); the activations are estimated from the config's sizes.
+   A config whose estimate from its sizes is already far (``SCREEN_FACTOR``
+   times) beyond a limit is refused without building anything, even on meta.
+   Where the architecture cannot be built on meta, the estimate from the
+   config's sizes stands in (transformer-shaped from the common keys, an upper
+   bound for the zoo's own architectures; else the square of the largest size),
+   and a refusal says so; an architecture plugin may instead attach
+   ``estimate_parameters(config) -> int`` to its factory, which is then used
+   and nothing is built.
 
 Limits (defaults suit a laptop; raise them for bigger models):
     ZOO_MAX_PARAMETERS   or `zoo --max-parameters N`   default 1,000,000,000
@@ -73,15 +81,25 @@ def check_config_shape(config: dict[str, Any]) -> None:
         raise ShapeError("n_head", f"the width d_model = {d_model} is not divisible by {n_head} heads")
 
 
+# A config's size estimate this many times over a limit needs no count to be refused.
+SCREEN_FACTOR = 100
+ESTIMATED = "estimated from the config's sizes"
+COUNTED = "counted exactly, built with nothing large allocated"
+
+
 # A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
 class Estimate(NamedTuple):
     parameters: int
     memory_bytes: int  # weights plus one forward pass over a full window, batch 1
+    method: str = ESTIMATED  # how the parameters are known: COUNTED, or ESTIMATED (and why)
 
 
-def estimate_cost(config: dict[str, Any], estimate_parameters: Callable[[dict], int] | None = None) -> Estimate:
-    """What building ``config`` (an architecture config: the card's config plus
-    context_length and vocab_size) and running one window through it costs."""
+class CannotMeasure(Exception):
+    """A network could not be counted on the meta device; the message says why."""
+
+
+def _estimate_sizes(config: dict[str, Any]) -> tuple[int, int]:
+    """(parameters, activation values of one window) estimated from the config's sizes."""
     V = int(config.get("vocab_size", 1))
     T = int(config.get("context_length", 1))
     C = config.get("d_model")
@@ -103,9 +121,35 @@ def estimate_cost(config: dict[str, Any], estimate_parameters: Callable[[dict], 
         widest = max([1, *sizes])
         parameters = widest * widest
         activations = T * widest
+    return parameters, activations
+
+
+def estimate_cost(config: dict[str, Any], estimate_parameters: Callable[[dict], int] | None = None) -> Estimate:
+    """What building ``config`` (an architecture config: the card's config plus
+    context_length and vocab_size) and running one window through it costs,
+    estimated from its sizes (or with the architecture's own ``estimate_parameters``)."""
+    parameters, activations = _estimate_sizes(config)
     if estimate_parameters is not None:
         parameters = int(estimate_parameters(config))
+        return Estimate(parameters, BYTES_PER_VALUE * (parameters + activations), "given by the architecture")
     return Estimate(parameters, BYTES_PER_VALUE * (parameters + activations))
+
+
+def measured_cost(
+    config: dict[str, Any], measure: Callable[[], tuple[int, int]], max_parameters: int, max_memory: int
+) -> Estimate:
+    """The cost with the parameters and weight bytes ``measure()`` counts (on the
+    meta device); the estimate from the sizes when it cannot, or when that
+    estimate is already ``SCREEN_FACTOR`` times over a limit (nothing is built)."""
+    guess = estimate_cost(config)
+    if guess.parameters > SCREEN_FACTOR * max_parameters or guess.memory_bytes > SCREEN_FACTOR * max_memory:
+        return guess._replace(method=f"{ESTIMATED}, far beyond the limits: not built even on the meta device")
+    try:
+        parameters, weight_bytes = measure()
+    except CannotMeasure as exc:
+        return guess._replace(method=f"{ESTIMATED}: {exc}")
+    activations = _estimate_sizes(config)[1]
+    return Estimate(parameters, weight_bytes + BYTES_PER_VALUE * activations, COUNTED)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -133,26 +177,35 @@ def limits() -> tuple[int, int]:
 
 
 def check_budget(
-    name: str, config: dict[str, Any], estimate_parameters: Callable[[dict], int] | None = None
+    name: str,
+    config: dict[str, Any],
+    estimate_parameters: Callable[[dict], int] | None = None,
+    measure: Callable[[], tuple[int, int]] | None = None,
 ) -> Estimate:
-    """Refuse (one line) a variant whose estimated cost exceeds the limits."""
+    """Refuse (one line) a variant whose cost exceeds the limits. ``measure``
+    (zoo_core.sizing.measure_on_meta on the architecture) counts it exactly;
+    without it, or with the architecture's ``estimate_parameters``, the estimate is used."""
     max_parameters, max_memory = limits()
     try:
-        estimate = estimate_cost(config, estimate_parameters)
+        if measure is not None and estimate_parameters is None:
+            estimate = measured_cost(config, measure, max_parameters, max_memory)
+        else:
+            estimate = estimate_cost(config, estimate_parameters)
     except ZooError:
         raise
     except Exception as exc:  # a plugin's estimator is plugin code: its failure is the card's problem
         raise ZooError(f"variant '{name}': cannot estimate its size: {type(exc).__name__}: {exc}") from None
+    how = "" if estimate.method == COUNTED else f"; {estimate.method}"
     if estimate.parameters > max_parameters:
         raise ZooError(
             f"variant '{name}': about {estimate.parameters:,} parameters, more than the limit of {max_parameters:,} "
-            f"(raise it with --max-parameters or ZOO_MAX_PARAMETERS if you mean it)"
+            f"(raise it with --max-parameters or ZOO_MAX_PARAMETERS if you mean it{how})"
         )
     if estimate.memory_bytes > max_memory:
         raise ZooError(
             f"variant '{name}': needs about {_bytes(estimate.memory_bytes)} to build and run one window "
             f"(context_length {config.get('context_length')}), more than the limit of {_bytes(max_memory)} "
-            f"(raise it with --max-memory or ZOO_MAX_MEMORY if you mean it)"
+            f"(raise it with --max-memory or ZOO_MAX_MEMORY if you mean it{how})"
         )
     return estimate
 

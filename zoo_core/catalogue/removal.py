@@ -44,7 +44,29 @@ def remove_variant(name: str) -> list[Path]:
         # so a crash leaves either the variant whole or files no card names
         # (which remove_unnamed, here or at the next publish, deletes).
         atomic_write_text(registry, render_registry([v.card for v in remaining], preamble))
-        return remove_unnamed(registry, name, candidates)
+        deleted = remove_unnamed(registry, name, candidates)
+        if not remaining:  # the last one: no empty registry file or folder is left behind
+            deleted += _remove_empty_catalogue(registry)
+        return deleted
+
+
+def _remove_empty_catalogue(registry: Path) -> list[Path]:
+    """Delete the user registry that holds no card now, and the folders of the
+    user catalogue left empty (``checkpoints/``, then ``$ZOO_HOME`` itself):
+    what `zoo train --publish` creates it creates again."""
+    from .registry import read_registry_file
+
+    if read_registry_file(registry, "user", layer="user"):
+        return []
+    registry.unlink(missing_ok=True)
+    deleted = [registry]
+    for folder in (registry.parent / "checkpoints", registry.parent):
+        try:
+            folder.rmdir()  # only when empty: anything else there is the user's
+            deleted.append(folder)
+        except OSError:
+            break
+    return deleted
 
 
 def _own_files(variant, registry: Path) -> list[Path]:

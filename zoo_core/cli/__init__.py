@@ -52,6 +52,7 @@ COMMANDS = {
     "new-plugin": "plugins",
     "datasets": "catalogue",
     "remove": "catalogue",
+    "cache": "caching",
     "train-tokenizer": "training",
     "card-schema": "catalogue",
     "check-plugin": "plugins",

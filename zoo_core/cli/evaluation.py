@@ -178,6 +178,9 @@ def cmd_compare(args) -> int:
                 right={2, 3, 4, 5, 6, 7},
             )
         )
+        print("context:")
+        for model in report["models"]:
+            print(f"  {model['name']}: {model['context']}")
         print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
         for model in report["models"]:
             print(f"\n--- {model['name']} ---\n{model['sample']}")

@@ -142,10 +142,10 @@ def cmd_serve(args) -> int:
     )
     site = args.site
     if site is None and not args.no_gallery:
-        from ..web.gallery import default_cache_folder, write_gallery
+        from ..web.gallery import served_site_folder, write_gallery
 
         # Measurements are cached per checkpoint: only the first start pays for them.
-        site = default_cache_folder().parent / "site"
+        site = served_site_folder()
         print(f"zoo serve: writing the gallery to {site} ...", file=sys.stderr, flush=True)
         write_gallery(site, quiet=True)
     serve(args.host, args.port, site, limits, security, connections)

@@ -11,7 +11,11 @@ text separately with its own tokenizer (so its tokens cover exactly the scored
 bytes, no token straddles the boundary), keeps at most one context window of
 the preceding tokens as history, and predicts every token of the scored text.
 Windows slide by half the context: every token is predicted from at least half
-a context of history (a full one for the first half window). The bits are the
+a context of history (a full one for the first half window). An unbounded
+model (``context_kind = "unbounded"``, a recurrent state) has no window: it
+reads the same history and then the whole scored text in chunks of its
+context, the state carried, so every token is predicted from all the text
+before it (zoo_core.inference.carried). The bits are the
 summed negative log-likelihoods / ln 2, divided by the scored text's UTF-8 bytes
 (or characters).
 """
@@ -24,10 +28,12 @@ import torch
 from torch.nn import functional as F
 
 from ..errors import ZooError
+from ..inference.carried import carried_nll, context_description, is_unbounded
 
 METHOD = (
     "each model tokenizes the scored text with its own tokenizer, separately from the text before it "
-    "(one context of it as history), and predicts every token with windows sliding by half its context; "
+    "(one context of it as history), and predicts every token with windows sliding by half its context "
+    "(a model that carries a state reads the whole text instead, the state carried from chunk to chunk); "
     "bits = summed NLL / ln 2, per UTF-8 byte and per character of the scored text"
 )
 
@@ -35,9 +41,12 @@ METHOD = (
 @torch.no_grad()
 def summed_nll(network, ids: list[int], first: int, context: int, batch_size: int = 64, progress=None) -> float:
     """Nats to predict ``ids[first:]``, each from at most ``context`` preceding tokens
-    (``progress``: a WorkProgress told of each batch)."""
+    (``progress``: a WorkProgress told of each batch); an unbounded network
+    predicts each from all the tokens before it, read in chunks of ``context``."""
     if first < 1:
         raise ZooError("the first token has no history to be predicted from; give preceding text")
+    if is_unbounded(network):
+        return carried_nll(network, ids, first, context, progress=progress)
     stride = max(1, context // 2)
     tokens = torch.tensor(ids, dtype=torch.long)
     windows = []  # (input start, first target, end target)
@@ -88,6 +97,7 @@ def bits_per_byte(model, text: str, before: str, progress=None) -> dict:
         "tokens": len(ids),
         "bytes": len(text.encode("utf-8")),
         "characters": len(text),
+        "context": context_description(model.network, context),
     }
 
 

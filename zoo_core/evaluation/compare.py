@@ -6,7 +6,10 @@ deltas are against the first model named. Then each continues the same prompt
 with the same sampling seed. Losses per token only compare across models that
 share a tokenizer: variants with different tokenizers (or any, with
 ``bits_per_byte``) are scored instead in bits per byte on the same validation
-text, by the method of `zoo_core.evaluation.bits`.
+text, by the method of `zoo_core.evaluation.bits`; so are variants among which
+one carries a state (``context_kind = "unbounded"``): windows cut for the others
+would withhold its history, while on the validation text each model predicts
+every token with its own kind of context, and each result says which.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..api import load
 from ..corpus.batches import Corpus, encodable_text, mean_loss, windows_at
 from ..corpus.datasets import ResolvedText, variant_text
 from ..errors import ZooError
+from ..inference.carried import is_unbounded
 from ..inference.settings import SamplingSettings
 from ..seeding import seeded_generator
 
@@ -108,6 +112,12 @@ def compare_variants(
         if hasattr(model.network, "ask"):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
     different = _shared_tokenizer(models)
+    carrying = [model.name for model in models if is_unbounded(model.network)]
+    if carrying and not different:
+        different = (
+            f"{' and '.join(repr(name) for name in carrying)} carr{'ies' if len(carrying) == 1 else 'y'} a state "
+            f"rather than a window (context_kind 'unbounded'), so windows are not a shared measure"
+        )
     if different or bits_per_byte:
         return compare_in_bits_per_byte(models, different, sampling, prompt, data, text_chars)
     first = models[0]

@@ -8,6 +8,8 @@ from pathlib import Path
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..corpus.datasets import variant_text
 from ..errors import ZooError
+from ..inference.carried import carried_nll, is_unbounded
+from ..plugin_api.protocols import BOUNDED, UNBOUNDED
 
 
 def evaluate_language_model(
@@ -33,11 +35,17 @@ def evaluate_language_model(
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
+    context = card.context_length
+    unbounded = is_unbounded(model.network)
     losses = {}
     if progress is not None:
         progress.stage(f"loss on {count} windows per split", 2)
     for split in ("train", "validation"):
-        losses[split] = mean_loss(model.network, *fixed_windows(corpus.split(split), card.context_length, count))
+        tokens = corpus.split(split)
+        if unbounded:
+            losses[split] = _carried_loss(model.network, tokens, context, count)
+        else:
+            losses[split] = mean_loss(model.network, *fixed_windows(tokens, context, count))
         if progress is not None:
             progress.advance()
     uniform = math.log(card.tokenizer.vocab_size)
@@ -50,13 +58,29 @@ def evaluate_language_model(
         "uniform_loss": uniform,
         "uniform_perplexity": float(card.tokenizer.vocab_size),
         "windows": count,
+        "context_kind": UNBOUNDED if unbounded else BOUNDED,
+        "loss_context": (
+            f"the first {count} × {context} tokens of each split read as one text, state carried"
+            if unbounded
+            else f"{count} windows of {context} tokens per split, each read from its start"
+        ),
         "dataset": text.name,
         "dataset_sha256": text.sha256,
         "loss_unit": card.metrics.loss_unit,
         "validation_bits_per_byte": bits["bits_per_byte"],
         "validation_bits_per_character": bits["bits_per_character"],
         "bits_scored_characters": bits["characters"],
+        "bits_context": bits["context"],
     }
+
+
+def _carried_loss(network, tokens, context: int, count: int) -> float:
+    """Mean nats per token of an unbounded model over the first ``count`` windows'
+    worth of a split, read as one text: each token predicted from all before it."""
+    length = min(len(tokens) - 1, count * context)
+    if length < 1:
+        raise ZooError(f"a split of {len(tokens)} tokens is too short to score")
+    return carried_nll(network, tokens[: length + 1].tolist(), 1, context) / length
 
 
 def recordable_registry(variant) -> Path:

@@ -31,6 +31,7 @@ import torch
 
 from ..errors import ZooError
 from ..seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
+from .carried import feed, is_unbounded
 from .settings import SamplingSettings, resolve_settings
 
 _SMALLEST_TEMPERATURE = torch.finfo(torch.float32).tiny
@@ -123,8 +124,11 @@ def stream_tokens(
     ``settings`` (or ``options``, see ``resolve_settings``) say how to draw;
     their seed is not used here: ``generator`` is one generator for the whole
     batch, or a list with one per row (each row reproducible alone), or None
-    for torch's global one. The model only ever sees its last
-    ``context_length`` tokens, so sampling can run past the window. Models with
+    for torch's global one. A bounded model (the default ``context_kind``)
+    only ever sees its last ``context_length`` tokens, so sampling can run
+    past the window. An unbounded model reads the prompt once through
+    ``step`` and then one token per step, its state carried: the same work
+    and memory for every token, however long the sample. Models with
     ``supports_kv_cache`` (and ``make_cache()``) are sampled with a KV cache
     unless ``use_cache=False``: the same tokens, faster. Stopping early (closing
     the generator) is fine.
@@ -132,6 +136,9 @@ def stream_tokens(
     settings = resolve_settings(settings, **options)
     if isinstance(generator, (list, tuple)) and len(generator) != ids.shape[0]:
         raise ZooError(f"{len(generator)} generators for {ids.shape[0]} rows; give one per row")
+    if is_unbounded(model):
+        yield from _stream_carried(model, ids, settings, generator)
+        return
     use_cache = settings.use_cache
     cached = getattr(model, "supports_kv_cache", False) if use_cache is None else use_cache
     window = model.context_length
@@ -152,6 +159,27 @@ def stream_tokens(
                 logits, _ = model(ids[:, -window:])
             next_ids = _draw(logits[:, -1, :].float(), settings, generator)
             ids = torch.cat((ids, next_ids), dim=1)
+            yield next_ids[:, 0]
+    finally:
+        model.train(was_training)
+
+
+def _stream_carried(model, ids: torch.Tensor, settings: SamplingSettings, generator):
+    """``stream_tokens`` for an unbounded model: the prompt once (in chunks of
+    its training window, so its logits never all exist at once), then each
+    drawn token alone with the state; the drawn ids are not kept."""
+    was_training = model.training
+    model.eval()
+    next_ids = ids
+    try:
+        if settings.max_new_tokens < 1:
+            return
+        logits, state = feed(model, ids, model.context_length)
+        for drawn in range(settings.max_new_tokens):
+            if drawn:  # the token drawn last, alone: the state holds everything before it
+                step_logits, state = model.step(next_ids, state)
+                logits = step_logits[:, -1]
+            next_ids = _draw(logits.float(), settings, generator)
             yield next_ids[:, 0]
     finally:
         model.train(was_training)

@@ -78,6 +78,10 @@ def register_models(register):
     ``zoo_core.plugin_api.manager.Components``, to build registered parts by name
     (``components["blocks"].create("pre-norm", d_model=...)``); it returns an
     ``nn.Module`` satisfying ``zoo_core.plugin_api.protocols.LanguageModel``.
+    A model that carries a state forward instead of seeing a window (a
+    recurrent network) says ``context_kind = "unbounded"`` and implements
+    ``step(idx, state) -> (logits, state)``; the zoo then samples and scores it
+    with the state carried.
     """
 
 

@@ -84,9 +84,30 @@ class Block(Protocol):
         cache; a block without the parameter is simply sampled uncached."""
 
 
+# What a language model's context is (its optional ``context_kind`` attribute).
+BOUNDED, UNBOUNDED = "bounded", "unbounded"
+CONTEXT_KINDS = (BOUNDED, UNBOUNDED)
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
-    """Token ids to next-token logits."""
+    """Token ids to next-token logits.
+
+    ``context_kind`` is optional. ``"bounded"`` (the default when absent): the
+    model sees a window of at most ``context_length`` tokens; sampling crops to
+    it and scoring slides windows over a text. ``"unbounded"``: the model
+    carries a state forward (a recurrent network); ``context_length`` is then
+    only its training window (the truncated-BPTT length, and the chunk size in
+    which scoring feeds a text), and the model implements ``step``::
+
+        step(idx (B, T), state or None) -> (logits (B, T, V), new state)
+
+    where None is the start of the text. Feeding a sequence through ``step``
+    in chunks, carrying the state, gives the logits of one call on all of it;
+    ``__call__`` starts from no state. Sampling then costs the same for every
+    token however long the sample, and scoring predicts each token from all the
+    text before it.
+    """
 
     context_length: int
 
@@ -162,8 +183,30 @@ def conformance_problem(kind: str, made: Any) -> str | None:
         and hasattr(made, name)
         and (not isinstance(getattr(made, name), int) or isinstance(getattr(made, name), bool))
     ]
+    what = type(made).__name__ if made is not None else "None"
+    if kind == "models" and not missing and not wrong:
+        return _context_problem(made, what)
     if not missing and not wrong:
         return None
-    what = type(made).__name__ if made is not None else "None"
     parts = ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"needs {', '.join(wrong)}"] if wrong else [])
     return f"a {what}, which {' and '.join(parts)} (zoo_core.plugin_api.protocols.{protocol.__name__})"
+
+
+def context_kind(model: Any) -> str:
+    """``"bounded"`` or ``"unbounded"``: what ``model`` declares (bounded when it says nothing)."""
+    return getattr(model, "context_kind", BOUNDED)
+
+
+def _context_problem(made: Any, what: str) -> str | None:
+    kind = context_kind(made)
+    if kind not in CONTEXT_KINDS:
+        return (
+            f"a {what}, whose context_kind {kind!r} is neither 'bounded' nor 'unbounded' "
+            f"(zoo_core.plugin_api.protocols.LanguageModel)"
+        )
+    if kind == UNBOUNDED and not callable(getattr(made, "step", None)):
+        return (
+            f"a {what}, whose context_kind is 'unbounded' but which lacks step(idx, state) -> (logits, state) "
+            f"(zoo_core.plugin_api.protocols.LanguageModel)"
+        )
+    return None

@@ -3,13 +3,15 @@
 What it writes installs as it is (``pip install -e DIR``) and shows up in
 `zoo plugins`: a package using every hook (a position encoding named after the
 plugin as a do-nothing stub to fill in, a block, a tokenizer, an architecture,
-a trainer, and a variant with its registry file, corpus and package data),
+a trainer, an adapter, a dataset registered by name, and a variant trained on
+that dataset, with its registry file and package data),
 tests that run the zoo's testing kit, and a ``pyproject.toml`` whose ``zoo``
 entry point is the whole integration.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from string import Template
@@ -29,7 +31,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "$distribution"
 version = "0.1.0"
-description = "A zoo plugin: the '$name' position encoding, block, tokenizer, architecture, trainer and variant"
+description = "A zoo plugin: the '$name' position encoding, block, tokenizer, architecture, trainer, adapter, dataset and variant"
 readme = "README.md"
 requires-python = ">=3.11"
 dependencies = ["zoo-lm"]
@@ -41,9 +43,9 @@ $name = "$package"
 [tool.setuptools]
 packages = ["$package"]
 
-# The variant's card, corpus and (once trained) checkpoint travel inside the package.
+# The variant's card and (once trained) checkpoint, and the dataset, travel inside the package.
 [tool.setuptools.package-data]
-$package = ["variants/*.toml", "variants/*.txt", "variants/*.safetensors"]
+$package = ["variants/*.toml", "variants/*.safetensors", "data/*.txt"]
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
@@ -64,7 +66,8 @@ from zoo_core import hookimpl
 
 __version__ = "0.1.0"
 
-VARIANTS = Path(__file__).resolve().parent / "variants" / "registry.toml"
+HERE = Path(__file__).resolve().parent
+VARIANTS = HERE / "variants" / "registry.toml"
 
 
 @hookimpl
@@ -93,8 +96,20 @@ def register_trainers(register):
 
 
 @hookimpl
+def register_adapters(register):
+    register("$name-head-delta", "$package.parts:HeadDeltaAdapter")
+
+
+@hookimpl
+def register_datasets(register):
+    # Located from this file, so it works installed; the sha256 is checked on every read.
+    register("$name-sonnets", HERE / "data" / "sonnets.txt", sha256="$corpus_sha256", train_fraction=0.9,
+             description="Shakespeare's Sonnet 18, repeated: enough for a tiny byte-level run")
+
+
+@hookimpl
 def register_variants(register):
-    # Paths inside this TOML (checkpoint, corpus) are relative to it.
+    # Paths inside this TOML (the checkpoint) are relative to it.
     register(VARIANTS)
 '''
 
@@ -191,6 +206,23 @@ class $trainercls(StandardTrainer):
     def make_optimizer(self, model, recipe):
         return torch.optim.SGD(model.parameters(), lr=recipe.learning_rate, momentum=0.9, nesterov=True,
                                weight_decay=recipe.weight_decay)
+
+
+class HeadDeltaAdapter:
+    """An adapter: a trained change to the output layer's weights (an adapter
+    variant's file holds only that tensor). Applied on the fly or merged, it
+    is the same sum, so both give the same logits."""
+
+    def __init__(self, config):
+        if config:
+            raise ValueError(f"the '$name-head-delta' adapter takes no settings, got {sorted(config)}")
+
+    def tensor_shapes(self, network) -> dict[str, tuple[int, ...]]:
+        return {"lm_head.delta": tuple(network.lm_head.weight.shape)}
+
+    def apply(self, network, tensors, merge=False) -> None:
+        with torch.no_grad():
+            network.lm_head.weight += tensors["lm_head.delta"]
 '''
 
 _REGISTRY = """\
@@ -220,10 +252,10 @@ steps = 60
 batch_size = 8
 eval_every = 30
 eval_windows = 16
-data = "corpus.txt"
+data = "$name-sonnets"   # the dataset this package registers, by name (zoo datasets)
 
 [$name-tiny.checkpoint]
-path = "$name-tiny.safetensors"   # written, with its sha256, by `zoo train $name-tiny --publish`
+path = "$name-tiny.safetensors"   # written, with its sha256, by the `zoo train` in README.md
 """
 
 # Public-domain text (Shakespeare, Sonnet 18), enough for a tiny byte-level run.
@@ -294,17 +326,23 @@ _README = """\
 
 A plugin for the zoo. It uses every hook: the position encoding `$name`, the
 block `$name-block`, the tokenizer `$name-bytes`, the architecture `$name-lm`,
-the trainer `$name-trainer` and the variant `$name-tiny` (its card, corpus and,
-once trained, checkpoint live in `$package/variants/`). Delete what you do not need.
+the trainer `$name-trainer`, the adapter `$name-head-delta`, the dataset
+`$name-sonnets` (`$package/data/sonnets.txt`, registered by name with its
+sha256) and the variant `$name-tiny`, trained on that dataset by name (its card
+and, once trained, its checkpoint live in `$package/variants/`). Delete what
+you do not need.
 
-    pip install -e .                       # the zoo finds it through the `zoo` entry point
+    pip install .                          # or `pip install -e .`; the zoo finds it through the `zoo` entry point
     zoo plugins                            # shows: $name 0.1.0 ($distribution)
     zoo check-plugin $name                 # the zoo's testing kit on every part
-    zoo train $name-tiny --publish         # trains the variant into the package
+    zoo train $name-tiny --publish --registry $package/variants/registry.toml
+                                           # in this folder: trains the variant into the package
+    pip install .                          # ships the weights with the package (an editable install has them already)
     zoo sample $name-tiny --prompt "Shall I"
     pytest                                 # its tests (they use zoo_core.plugin_api.testing)
 
-Fill in `$package/positions.py` and `$package/parts.py`. See the zoo's
+`python -m build` makes the wheel to publish, weights inside. Fill in
+`$package/positions.py` and `$package/parts.py`. See the zoo's
 `docs/plugins.md` for every hook and `docs/cards.md` for the card's fields.
 """
 
@@ -323,6 +361,7 @@ def plugin_names(name: str) -> dict[str, str]:
         "cls": "".join(part.capitalize() for part in name.split("-")) + "Positions",
         "blockcls": "".join(part.capitalize() for part in name.split("-")) + "Block",
         "trainercls": "".join(part.capitalize() for part in name.split("-")) + "Trainer",
+        "corpus_sha256": hashlib.sha256(_CORPUS.encode("utf-8")).hexdigest(),
     }
 
 
@@ -357,7 +396,7 @@ def write_plugin_skeleton(name: str, directory: Path | None = None) -> tuple[Pat
         Path(names["package"]) / "positions.py": _POSITIONS,
         Path(names["package"]) / "parts.py": _PARTS,
         Path(names["package"]) / "variants" / "registry.toml": _REGISTRY,
-        Path(names["package"]) / "variants" / "corpus.txt": _CORPUS,
+        Path(names["package"]) / "data" / "sonnets.txt": _CORPUS,
         Path("tests") / f"test_{names['package']}.py": _TEST,
     }
     written = []

@@ -57,3 +57,33 @@ def component_sources(card: Any, plugins: PluginSet) -> dict[str, dict[str, str]
             continue
         sources[role] = {"name": name, "plugin": plugin, "distribution": info.distribution, "version": info.version}
     return sources
+
+
+def missing_component_problem(
+    card: Any, plugins: PluginSet, roles: tuple[str, ...] | None = None, conflicts: bool = True
+) -> str | None:
+    """Why ``card`` cannot be built now, naming what to install: for a component
+    no installed plugin registers, the distribution the card records it came
+    from (`zoo train` records ``components``), so a variant left behind by an
+    uninstalled plugin says which package to reinstall. None when every named
+    component (of ``roles``, default all) is registered once, or (``conflicts``
+    False) when none is missing, two plugins claiming one being left to the
+    factory's own message."""
+    recorded = card.components or {}
+    for role, name in named_components(card).items():
+        if roles is not None and role not in roles:
+            continue
+        problem = plugins.components[ROLE_FAMILIES[role]].problem(name)
+        if problem is None or (not conflicts and not problem.startswith("no ")):
+            continue
+        source = recorded.get(role)
+        source = source if isinstance(source, dict) else getattr(source, "model_dump", lambda: None)()
+        if problem.startswith("no ") and source and source.get("name") == name:
+            distribution = source["distribution"]
+            return (
+                f"variant '{card.name}' needs {ROLE_FAMILIES[role][:-1]} '{name}' from plugin '{source['plugin']}' "
+                f"(distribution {distribution} {source['version']}), which is not installed: "
+                f"`pip install {distribution}` brings it back (or `zoo remove {card.name}` if it is yours)"
+            )
+        return problem
+    return None

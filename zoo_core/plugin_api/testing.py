@@ -13,6 +13,10 @@ went wrong, so it reads well inside pytest::
         testing.assert_checkpoint_round_trip(build)
         testing.assert_deterministic(build)
 
+A model that carries a state (``context_kind = "unbounded"``) is checked on
+its own terms instead of the KV cache's: ``assert_chunked_step_matches_whole``,
+``assert_state_does_not_grow``, ``assert_samples_past_window_in_constant_work``.
+
 ``check_plugin(name)`` runs every check that applies to what the plugin
 registered and returns one ``CheckResult`` per check (none is skipped silently:
 a check that cannot run says why, with status ``skip``).
@@ -20,6 +24,7 @@ a check that cannot run says why, with status ``skip``).
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +35,7 @@ import torch
 from ..catalogue.suggestions import train_command
 from ..errors import ZooError
 from .manager import PluginSet, get_plugins
-from .protocols import conformance_problem
+from .protocols import UNBOUNDED, conformance_problem, context_kind
 
 TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
 
@@ -157,6 +162,124 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     )
 
 
+# How far chunked and whole-sequence logits of an unbounded model may differ:
+# float32 kernels may sum a sequence's steps in another order when it comes in pieces.
+CARRIED_TOLERANCE = 1e-4
+
+
+def _state_size(state: Any) -> int:
+    """Elements in a model's state: its tensors, however nested in tuples, lists or dicts."""
+    if isinstance(state, torch.Tensor):
+        return state.numel()
+    if isinstance(state, dict):
+        return sum(_state_size(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_state_size(value) for value in state)
+    return 0
+
+
+@torch.no_grad()
+def assert_chunked_step_matches_whole(model, length: int | None = None, seed: int = 0) -> None:
+    """An unbounded model's ``step``, fed a sequence in pieces with the state
+    carried, gives the logits of one call on the whole sequence (within
+    ``CARRIED_TOLERANCE``), and so does ``step`` from no state in one piece."""
+    model.eval()
+    window = model.context_length
+    length = length or 3 * window + 5  # well past the training window
+    ids = _random_ids(model, length, seed)
+    whole, _ = model(ids)
+    stepped, _ = model.step(ids, None)
+    gap = (whole - stepped).abs().max().item()
+    assert gap <= CARRIED_TOLERANCE, f"step(ids, None) and model(ids) differ by {gap:.3g}: both start from no state"
+    # Uneven pieces: one token, half a window, a window and a half, then the rest.
+    cuts = [1, 1 + max(1, window // 2), 1 + max(1, window // 2) + max(1, 3 * window // 2), length]
+    pieces, state, start = [], None, 0
+    for end in cuts:
+        if end > start:
+            logits, state = model.step(ids[:, start:end], state)
+            assert logits.shape[1] == end - start, f"step returned {logits.shape[1]} positions for {end - start} tokens"
+            pieces.append(logits)
+            start = end
+    gap = (torch.cat(pieces, dim=1) - whole).abs().max().item()
+    assert gap <= CARRIED_TOLERANCE, (
+        f"feeding {length} tokens through step() in pieces ({', '.join(str(p.shape[1]) for p in pieces)}) with the "
+        f"state carried gives logits {gap:.3g} away from one call on all of them (tolerance {CARRIED_TOLERANCE})"
+    )
+
+
+@torch.no_grad()
+def assert_state_does_not_grow(model, seed: int = 0) -> None:
+    """An unbounded model's state after one window of text is as large as
+    after ten: what it carries does not grow with the text."""
+    model.eval()
+    window = model.context_length
+    ids = _random_ids(model, 10 * window, seed)
+    _, state = model.step(ids[:, :window], None)
+    first = _state_size(state)
+    for start in range(window, ids.shape[1], window):
+        _, state = model.step(ids[:, start : start + window], state)
+    last = _state_size(state)
+    assert first > 0, "step() returned a state with no tensors: nothing is carried forward"
+    assert last == first, (
+        f"the state grew from {first:,} elements after {window} tokens to {last:,} after {10 * window}"
+    )
+
+
+class _StepCounter:
+    """Counts the tokens an unbounded model's ``step`` is given, call by call,
+    and the calls of the model itself (the whole-sequence path)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.whole_calls = model, 0
+        self.steps: list[int] = []
+        original = model.step
+
+        def counted(idx, state=None):
+            self.steps.append(idx.shape[1])
+            return original(idx, state)
+
+        model.step = counted
+        self._hook = model.register_forward_pre_hook(self._count_whole)
+
+    def _count_whole(self, module, args) -> None:
+        self.whole_calls += 1
+
+    def close(self) -> None:
+        del self.model.step  # the instance attribute: the class's method shows again
+        self._hook.remove()
+
+
+def assert_samples_past_window_in_constant_work(model, new_tokens: int | None = None, seed: int = 0) -> None:
+    """Sampling an unbounded model far past its training window feeds the prompt
+    once and then exactly one token per step: the positions fed are the
+    prompt's plus one per drawn token but the last, and the state stays one size."""
+    from ..inference.sampling import sample_tokens
+    from ..inference.settings import SamplingSettings
+
+    model.eval()
+    window = model.context_length
+    prompt = _random_ids(model, max(1, window // 2), seed)
+    new_tokens = new_tokens or 4 * window + 3
+    counter = _StepCounter(model)
+    try:
+        tokens = sample_tokens(
+            model, prompt, SamplingSettings(max_new_tokens=new_tokens), torch.Generator().manual_seed(seed)
+        )
+    finally:
+        counter.close()
+    assert tokens.shape[1] == prompt.shape[1] + new_tokens, (
+        f"{tokens.shape[1] - prompt.shape[1]} tokens drawn of {new_tokens}"
+    )
+    fed = sum(counter.steps)
+    expected = prompt.shape[1] + new_tokens - 1
+    assert counter.whole_calls == 0 and fed == expected, (
+        f"sampling {new_tokens} tokens after a {prompt.shape[1]}-token prompt fed {fed:,} positions through step() "
+        f"(and called the model {counter.whole_calls} times), not the {expected:,} of one pass over the text"
+    )
+    after_prompt = counter.steps[-(new_tokens - 1) :] if new_tokens > 1 else []
+    assert all(n == 1 for n in after_prompt), "after the prompt, step() must be given one token at a time"
+
+
 def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> None:
     """Weights saved as a zoo checkpoint (safetensors) load into a fresh network
     by the same names and shapes and give the same logits."""
@@ -269,37 +392,290 @@ def _outcome(subject: str, check: str, action: Callable[[], object]) -> CheckRes
     return CheckResult(subject, check, "ok")
 
 
-def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
-    """Every model check on a buildable network: protocol, causality, KV cache, round trip, determinism."""
-    results = [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
-    if not results[0].passed:
-        return results
-    network = build()
-    results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
+def check_context(subject: str, network) -> list[CheckResult]:
+    """The checks of a network's own kind of context: for a window (bounded), the
+    KV cache against uncached sampling; for a carried state (unbounded), chunked
+    ``step`` against one call, a state that does not grow, and sampling past the
+    training window one token per step."""
+    if context_kind(network) == UNBOUNDED:
+        return [
+            _outcome(
+                subject,
+                "step() in chunks, state carried, equals one call",
+                lambda: assert_chunked_step_matches_whole(network),
+            ),
+            _outcome(subject, "the state does not grow with the text", lambda: assert_state_does_not_grow(network)),
+            _outcome(
+                subject,
+                "samples past its training window, one token per step",
+                lambda: assert_samples_past_window_in_constant_work(network),
+            ),
+        ]
     if getattr(network, "supports_kv_cache", False):
-        results.append(
+        return [
             _outcome(
                 subject,
                 "KV cache equals uncached past the window, and is used",
                 lambda: assert_kv_cache_matches_uncached(network),
             )
-        )
-    else:
-        results.append(CheckResult(subject, "KV cache", "skip", "supports_kv_cache is false: sampled uncached"))
+        ]
+    return [CheckResult(subject, "KV cache", "skip", "supports_kv_cache is false: sampled uncached")]
+
+
+def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
+    """Every model check on a buildable network: protocol, causality, its kind of
+    context (``check_context``), round trip, determinism."""
+    results = [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
+    if not results[0].passed:
+        return results
+    network = build()
+    results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
+    results += check_context(subject, network)
     results.append(_outcome(subject, "checkpoint round trip", lambda: assert_checkpoint_round_trip(build)))
     results.append(_outcome(subject, "determinism", lambda: assert_deterministic(build)))
     return results
 
 
+# Text in many scripts, emoji included (a ZWJ sequence, a flag, a skin tone):
+# what a tokenizer meets once a user's own text is trained on or sampled from.
+ROUND_TRIP_TEXTS = {
+    "English": "ROMEO: But, soft! what light through yonder window breaks?",
+    "accented Latin": "Grüße aus Köln; façade, naïve café, smörgåsbord, Łódź",
+    "Greek": "Ἐν ἀρχῇ ἦν ὁ λόγος",
+    "Cyrillic": "Съешь же ещё этих мягких французских булок",
+    "Arabic": "مرحبا بالعالم",
+    "Hindi": "नमस्ते दुनिया",
+    "Chinese": "你好，世界。",
+    "Japanese": "こんにちは、世界！",
+    "emoji": "🦊🐍✨ 👩‍💻 🇫🇷 👍🏽",
+    "control and spacing": "tab\there\r\nnew line  two spaces\u00a0nbsp",
+}
+
+
+def assert_tokenizer_round_trips(tokenizer, texts: dict[str, str] | None = None) -> dict[str, str]:
+    """``decode(encode(text)) == text`` for text in many scripts and emoji, and
+    every id ``encode`` gives is below ``vocab_size``. A text the tokenizer
+    cannot represent must be refused with a ``ZooError`` saying so (never
+    silently changed); returns those refusals, by what was refused."""
+    refused: dict[str, str] = {}
+    for label, text in (texts or ROUND_TRIP_TEXTS).items():
+        try:
+            ids = list(tokenizer.encode(text))
+        except ZooError as exc:
+            refused[label] = str(exc)
+            continue
+        outside = [i for i in ids if not 0 <= int(i) < tokenizer.vocab_size]
+        assert not outside, (
+            f"{label} text: encode gave ids outside the vocabulary of {tokenizer.vocab_size}: {outside[:3]}"
+        )
+        back = tokenizer.decode(ids)
+        assert back == text, (
+            f"{label} text {text[:24]!r} decodes as {back[:24]!r}: a tokenizer that cannot represent text must "
+            f"raise ZooError saying so"
+        )
+    return refused
+
+
+def _tokenizer_spec(name: str):
+    """A tokenizer section for a tokenizer no variant uses: its kind alone (no file)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(kind=name, vocab_size=None, file=None, sha256=None)
+
+
+def _check_tokenizer(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
+    from ..api import load_tokenizer
+
+    subject = f"tokenizer '{name}'"
+    made: dict[str, Any] = {}
+
+    def make():
+        if users:
+            made["tokenizer"] = load_tokenizer(users[0], plugins)
+        else:
+            made["tokenizer"] = plugins.components["tokenizers"].create(name, _tokenizer_spec(name), None)
+        assert_conforms("tokenizers", made["tokenizer"])
+
+    how = f"as variant '{users[0].name}' names it" if users else "from its kind alone (no variant uses it)"
+    outcome = _outcome(subject, f"builds {how} and satisfies the protocol", make)
+    if not outcome.passed and not users:  # it may need a file only a card can name
+        return [
+            CheckResult(
+                subject, "round trip", "skip", f"no variant uses it, and it needs one to build: {outcome.detail}"
+            )
+        ]
+    results = [outcome]
+    if outcome.passed:
+        refusals: dict[str, str] = {}
+        results.append(
+            _outcome(
+                subject,
+                f"round-trips text in {len(ROUND_TRIP_TEXTS)} scripts and emoji",
+                lambda: refusals.update(assert_tokenizer_round_trips(made["tokenizer"])),
+            )
+        )
+        if refusals:
+            first = next(iter(refusals.values()))
+            results[-1].detail = f"refuses {', '.join(refusals)} through ZooError (first: {first})"
+    return results
+
+
+def _check_dataset(plugins: PluginSet, name: str) -> CheckResult:
+    from ..corpus.batches import split_text
+    from ..corpus.datasets import read_dataset
+
+    def readable_checksummed_splittable():
+        dataset = plugins.datasets.get(name)
+        text = read_dataset(dataset)  # reads it and checks its sha256
+        assert 0 < dataset.train_fraction < 1, f"train_fraction {dataset.train_fraction} leaves no validation text"
+        train, validation = split_text(text.text, dataset.train_fraction)
+        assert train and validation, f"splitting at {dataset.train_fraction} leaves a split empty"
+
+    return _outcome(
+        f"dataset '{name}'",
+        "readable, matches its sha256, splits into train and validation",
+        readable_checksummed_splittable,
+    )
+
+
+def _check_adapter(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
+    subject = f"adapter '{name}'"
+    config = dict(users[0].facts.adapter.config or {}) if users else {}
+    made: dict[str, Any] = {}
+
+    def make():
+        made["adapter"] = plugins.components["adapters"].create(name, config)
+
+    how = f"with variant '{users[0].name}''s settings" if users else "with no settings"
+    outcome = _outcome(subject, f"builds {how} and satisfies the protocol", make)
+    if not outcome.passed and not users:
+        return [CheckResult(subject, "applies", "skip", f"needs settings no variant gives it: {outcome.detail}")]
+    results = [outcome]
+    if outcome.passed:
+        results.append(
+            _outcome(
+                subject,
+                "applied on the fly and merged, the same logits",
+                lambda: assert_adapter_merges_exactly(made["adapter"], tiny_transformer_builder(plugins)),
+            )
+        )
+    return results
+
+
+@torch.no_grad()
+def assert_adapter_merges_exactly(adapter, build: Callable[[], Any], seed: int = 0) -> None:
+    """Tensors of the shapes the adapter declares, applied on the fly and merged
+    into the weights, give the same logits: both are the adapted model."""
+    torch.manual_seed(seed)
+    base = build().eval()
+    shapes = adapter.tensor_shapes(base)
+    assert shapes, "tensor_shapes names no tensor: an adapter variant's file would be empty"
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {n: 0.02 * torch.randn(tuple(shape), generator=generator) for n, shape in shapes.items()}
+    state = base.state_dict()
+    logits = []
+    for merge in (False, True):
+        network = build().eval()
+        network.load_state_dict(state)
+        adapter.apply(network, {n: t.clone() for n, t in tensors.items()}, merge=merge)
+        logits.append(network(_random_ids(network, min(4, network.context_length), seed))[0])
+    gap = (logits[0] - logits[1]).abs().max().item()
+    assert gap <= 1e-4, f"the adapter applied on the fly and merged give logits {gap:.3g} apart"
+
+
+def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) -> list[CheckResult]:
+    """An architecture built and run: from the smallest card using it (by its
+    recorded parameters; an untrained card's size is unknown, so it comes last),
+    else from the kit's tiny config. ``deep=False``: built and conforming only."""
+    from ..api import build_network
+
+    def checks(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
+        if deep:
+            return check_network(subject, build)
+        return [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
+
+    subject = f"model '{name}'"
+    if users:
+        smallest = min(users, key=lambda v: math.inf if v.facts.parameters is None else v.facts.parameters)
+        return checks(f"{subject} as variant '{smallest.name}' builds it", lambda: build_network(smallest, plugins))
+    config = dict(TINY)
+
+    def build():
+        return plugins.components["models"].create(name, dict(config), plugins.components)
+
+    outcome = _outcome(subject, "builds from the kit's tiny config", build)
+    if not outcome.passed:
+        return [
+            CheckResult(
+                subject,
+                "builds",
+                "skip",
+                f"no variant uses it, and the kit's tiny config {TINY} does not build it: {outcome.detail}; "
+                f"register a variant so the kit can build it",
+            )
+        ]
+    return checks(f"{subject} with the kit's tiny config", build)
+
+
+def _check_trainer(plugins: PluginSet, name: str, deep: bool) -> list[CheckResult]:
+    subject = f"trainer '{name}'"
+    outcome = _outcome(subject, "satisfies the protocol", lambda: plugins.components["trainers"].create(name))
+    results = [outcome]
+    if not deep or not outcome.passed:
+        return results
+    trainer = plugins.components["trainers"].create(name)
+    if trainer.uses_corpus:
+        results.append(
+            _outcome(
+                subject,
+                "deterministic, and resumes exactly",
+                lambda: assert_trainer_resumes_exactly(trainer, tiny_transformer_builder(plugins)),
+            )
+        )
+    else:
+        results.append(
+            CheckResult(subject, "resumes exactly", "skip", "uses no corpus: it sets weights, nothing to resume")
+        )
+    return results
+
+
+def _check_variant(plugins: PluginSet, variant, deep: bool) -> list[CheckResult]:
+    from ..api import build_network, has_published_weights, load_variant
+
+    subject = f"variant '{variant.name}'"
+    if not has_published_weights(variant):
+        return [
+            _outcome(subject, "builds from its card", lambda: build_network(variant, plugins)),
+            CheckResult(subject, "loads with verified weights", "skip", f"no weights yet: {train_command(variant)}"),
+        ]
+    loaded = {}
+
+    def load_it():
+        loaded["model"] = load_variant(variant, plugins)
+
+    outcome = _outcome(subject, "loads with verified weights", load_it)
+    results = [outcome]
+    if deep and outcome.passed and "model" in loaded:
+        network = loaded["model"].network
+        if hasattr(network, "context_length") and network.context_length >= 2 and not hasattr(network, "ask"):
+            results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
+            results += [r for r in check_context(subject, network) if r.status != "skip"]
+        results.append(_outcome(subject, "samples deterministically", lambda: _assert_samples(loaded["model"])))
+    return results
+
+
 def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None) -> list[CheckResult]:
-    """Run the kit on everything plugin ``name`` registers (``deep=False``: conformance only)."""
-    from ..api import catalogue, has_published_weights, load_tokenizer, load_variant
+    """Run the kit on everything plugin ``name`` registers (``deep=False``:
+    conformance only). Every registered name gets at least one line: checked,
+    or skipped with the reason; one the kit has no check for is a failure."""
+    from ..api import catalogue
 
     plugins = plugins or get_plugins()
     if name not in plugins.plugins:
         raise ZooError(f"no plugin named '{name}' is loaded (loaded: {', '.join(plugins.plugins)})")
     info = plugins.plugins[name]
-    variants = [v for v in catalogue(plugins) if v.plugin == name]  # first: it reports broken registry files
+    everything = list(catalogue(plugins))  # first: it reports broken registry files
+    variants = [v for v in everything if v.plugin == name]
     results = [CheckResult(f"plugin '{name}'", "loads without errors", "FAIL", error) for error in info.errors]
     results = results or [CheckResult(f"plugin '{name}'", "loads without errors", "ok")]
     registered = info.registered
@@ -336,86 +712,52 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
         )
         if deep:
             results += check_network(f"{subject} in a tiny transformer", tiny_transformer_builder(plugins, block=block))
-    for trainer_name in registered.get("trainers", []):
-        subject = f"trainer '{trainer_name}'"
-        outcome = _outcome(
-            subject, "satisfies the protocol", lambda: plugins.components["trainers"].create(trainer_name)
-        )
-        results.append(outcome)
-        if deep and outcome.passed:
-            trainer = plugins.components["trainers"].create(trainer_name)
-            if trainer.uses_corpus:
-                results.append(
-                    _outcome(
-                        subject,
-                        "deterministic, and resumes exactly",
-                        lambda: assert_trainer_resumes_exactly(trainer, tiny_transformer_builder(plugins)),
-                    )
-                )
-            else:
-                results.append(
-                    CheckResult(
-                        subject, "resumes exactly", "skip", "uses no corpus: it sets weights, nothing to resume"
-                    )
-                )
     for model_name in registered.get("models", []):
-        users = [v for v in catalogue(plugins) if v.card.architecture == model_name]
-        if not users:
-            results.append(
-                CheckResult(
-                    f"model '{model_name}'",
-                    "builds",
-                    "skip",
-                    "no variant uses it: register one so the kit can build it",
-                )
-            )
+        users = [v for v in everything if v.facts.architecture == model_name and v.facts.adapter is None]
+        results += _check_model(plugins, model_name, users, deep)
+    for trainer_name in registered.get("trainers", []):
+        results += _check_trainer(plugins, trainer_name, deep)
+    for adapter_name in registered.get("adapters", []):
+        users = [v for v in everything if v.facts.adapter is not None and v.facts.adapter.kind == adapter_name]
+        results += _check_adapter(plugins, adapter_name, users)
     for tokenizer_name in registered.get("tokenizers", []):
-        users = [v for v in catalogue(plugins) if v.card.tokenizer.kind == tokenizer_name]
-        subject = f"tokenizer '{tokenizer_name}'"
-        if not users:
-            results.append(CheckResult(subject, "round trip", "skip", "no variant uses it: its file is unknown"))
-            continue
-
-        def round_trip(variant=users[0]):
-            tokenizer = load_tokenizer(variant, plugins)
-            assert_conforms("tokenizers", tokenizer)
-            text = tokenizer.decode(tokenizer.encode(tokenizer.decode(list(range(min(8, tokenizer.vocab_size))))))
-            assert tokenizer.decode(tokenizer.encode(text)) == text, "decode(encode(text)) is not the text"
-
-        results.append(_outcome(subject, "satisfies the protocol and round-trips text", round_trip))
+        users = [v for v in everything if v.facts.tokenizer.kind == tokenizer_name]
+        results += _check_tokenizer(plugins, tokenizer_name, users)
+    for dataset_name in registered.get("datasets", []):
+        results.append(_check_dataset(plugins, dataset_name))
     for variant in variants:
-        subject = f"variant '{variant.name}'"
-        if not has_published_weights(variant):
-            results.append(
-                CheckResult(
-                    subject,
-                    "loads with verified weights",
-                    "skip",
-                    f"no weights yet: {train_command(variant)}",
-                )
-            )
+        results += _check_variant(plugins, variant, deep)
+    return results + _unchecked(registered, results)
+
+
+# The kinds a plugin registers, as they are named in PluginInfo.registered, and
+# how the kit names their subjects; "variant files" are checked variant by variant.
+_SUBJECTS = {
+    "tokenizers": "tokenizer",
+    "positions": "position",
+    "blocks": "block",
+    "models": "model",
+    "trainers": "trainer",
+    "adapters": "adapter",
+    "datasets": "dataset",
+}
+
+
+def _unchecked(registered: dict[str, list[str]], results: list[CheckResult]) -> list[CheckResult]:
+    """A failure for each registered name no line speaks of: nothing a plugin
+    registers may pass unchecked and unexplained."""
+    said = {result.subject.split(" as ")[0].split(" with ")[0].split(" in a ")[0] for result in results}
+    missing = []
+    for kind, names in registered.items():
+        if kind == "variant files":
             continue
-        loaded = {}
-
-        def load_it(v=variant):
-            loaded["model"] = load_variant(v, plugins)
-
-        outcome = _outcome(subject, "loads with verified weights", load_it)
-        results.append(outcome)
-        if deep and outcome.passed and "model" in loaded:
-            network = loaded["model"].network
-            if hasattr(network, "context_length") and network.context_length >= 2 and not hasattr(network, "ask"):
-                results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
-                if getattr(network, "supports_kv_cache", False):
-                    results.append(
-                        _outcome(
-                            subject,
-                            "KV cache equals uncached past the window, and is used",
-                            lambda: assert_kv_cache_matches_uncached(network),
-                        )
-                    )
-            results.append(_outcome(subject, "samples deterministically", lambda: _assert_samples(loaded["model"])))
-    return results
+        for registered_name in names:
+            subject = f"{_SUBJECTS.get(kind, kind)} '{registered_name}'"
+            if subject not in said:
+                missing.append(
+                    CheckResult(subject, "checked", "FAIL", f"the kit has no check for {kind}: nothing was checked")
+                )
+    return missing
 
 
 def _assert_samples(model) -> None:

@@ -25,6 +25,7 @@ from ..corpus.batches import Corpus, describe_characters, drop_characters, unkno
 from ..corpus.datasets import variant_text
 from ..errors import ZooError, printable
 from ..plugin_api.manager import get_plugins
+from ..plugin_api.sources import missing_component_problem
 from ..storage.checkpoints import load_verified, save_checkpoint, sha256_file
 from ..storage.files import (
     atomic_copy,
@@ -76,10 +77,13 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
         placement = Placement(target, resolve_dtype(job.dtype, target))
     writer = placement.rank == 0
     plugins = get_plugins()
-    variant = catalogue(plugins).get(name)
+    variant = _variant_to_train(name, job, plugins)
     card = variant.card
     overrides = recipe_overrides(job)
     kind = overrides.get("kind", card.recipe.kind)
+    missing = missing_component_problem(variant.facts, plugins, conflicts=False)  # names what to reinstall
+    if missing is not None and "kind" not in overrides:
+        raise ZooError(missing)
     trainer = plugins.components["trainers"].create(kind)  # the recipe names its trainer
     if not trainer.uses_corpus:
         given = [
@@ -384,27 +388,57 @@ def verified_base(variant: Variant) -> str:
     return sha
 
 
+def _publishing_registry() -> Path | None:
+    """The registry file `--publish` writes when one was named: the last `--registry`."""
+    from ..catalogue.layers import command_line_registries
+
+    named = command_line_registries()  # only an explicit --registry redirects publishing, not ZOO_REGISTRY
+    return named[-1].expanduser().resolve() if named else None
+
+
+def _variant_to_train(name: str, job: TrainingJob, plugins) -> Variant:
+    """The declaration of ``name`` a run trains. `zoo train NAME --publish
+    --registry FILE` where FILE itself declares NAME trains that declaration
+    into FILE: how a plugin's author, in the package's source checkout, trains
+    the package's variant whether the package is installed editable (FILE is
+    then the installed one) or not (the installed copy in site-packages
+    declares the same name, and is left alone)."""
+    from ..catalogue.registry import read_registry_file
+
+    registry_file = _publishing_registry() if job.publish and not job.new_name else None
+    if registry_file is not None and registry_file.is_file():
+        own = next((v for v in read_registry_file(registry_file, "extra", layer="extra") if v.name == name), None)
+        if own is not None:
+            return own
+    return catalogue(plugins).get(name)
+
+
 def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
     """The registry file and checkpoint a run writes."""
-    from ..catalogue.layers import command_line_registries
+    from ..catalogue.suggestions import plugin_training_advice
     from ..storage.locations import user_registry_path
 
     if not publish:
         out_dir = (out_dir or Path("runs") / target_name).resolve()
         return out_dir / "registry.toml", out_dir / f"{target_name}.safetensors"
-    named = command_line_registries()  # only an explicit --registry redirects publishing, not ZOO_REGISTRY
-    registry_file = (named[-1] if named else user_registry_path()).expanduser().resolve()
+    registry_file = _publishing_registry() or user_registry_path().expanduser().resolve()
+    if inside_installed_package(registry_file):
+        raise ZooError(
+            f"{registry_file}: is inside an installed package, which pip owns; publish into your own catalogue "
+            f"(the default), or train a plugin's variant in its source checkout (docs/plugins.md)"
+        )
     if registry_file == variant.source and target_name == variant.name:
         return registry_file, variant.checkpoint_path  # retraining a variant where it is declared
     holder = catalogue(plugins).find(target_name)
     if holder is not None and holder.source != registry_file:
+        if holder.layer == "plugin":
+            raise ZooError(
+                f"variant '{target_name}' is shipped by plugin '{holder.plugin}' ({holder.source}): "
+                f"{plugin_training_advice(holder)}"
+            )
         raise ZooError(
             f"variant '{target_name}' already exists in the {holder.layer} catalogue ({holder.source}); "
             f"publish under a new name with --name NEW"
-        )
-    if inside_installed_package(registry_file):
-        raise ZooError(
-            f"{registry_file}: is inside an installed package; publish into your own catalogue (the default) or a file of yours"
         )
     return registry_file, registry_file.parent / "checkpoints" / f"{target_name}.safetensors"
 

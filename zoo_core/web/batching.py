@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from ..errors import ZooError
 from ..inference.settings import SamplingSettings
+from ..plugin_api.protocols import UNBOUNDED, context_kind
 
 
 class QueueFull(Exception):
@@ -115,7 +116,9 @@ class Batcher:
         network = model.network
         network.eval()
         self.window = network.context_length
-        self.cached = getattr(network, "supports_kv_cache", False)
+        # An unbounded model's rows each carry their state (in ``Row.cache``), as `zoo sample` does.
+        self.carried = context_kind(network) == UNBOUNDED
+        self.cached = getattr(network, "supports_kv_cache", False) and not self.carried
         make = getattr(network, "make_row_batch", None)
         self.batch: Any = make(max_rows) if self.cached and make is not None else None
         self.rows: list[Row] = []
@@ -186,6 +189,11 @@ class Batcher:
         row.ids = list(row.prompt_ids)
         row.text = TextRow(self.model.tokenizer, row.settings.stop)
         row.generator = seeded_generator(row.settings.seed, "seed")
+        if self.carried:
+            from ..inference.carried import feed
+
+            logits, row.cache = feed(network, torch.tensor([row.ids], device=_device(network)), self.window)
+            return logits[0]
         ids = torch.tensor([row.ids[-self.window :]], device=_device(network))
         if not self.cached:
             return network(ids)[0][0, -1]
@@ -214,7 +222,10 @@ class Batcher:
         for row in self.rows:
             if row.in_batch:
                 continue
-            if row.cache is not None and row.cache.length < self.window:
+            if self.carried:  # the last token alone, with the state it was drawn from
+                logits, row.cache = network.step(torch.tensor([row.ids[-1:]], device=_device(network)), row.cache)
+                done.append((row, logits[0, -1]))
+            elif row.cache is not None and row.cache.length < self.window:
                 tokens = torch.tensor([row.ids[-1:]], device=_device(network))
                 done.append((row, network(tokens, cache=row.cache)[0][0, -1]))
             else:

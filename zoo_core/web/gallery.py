@@ -18,7 +18,6 @@ variant under the checkpoint's sha256, so a second run only re-renders.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -64,8 +63,28 @@ CACHE_VERSION = 1
 
 
 def default_cache_folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "zoo" / "gallery"
+    """Where measurements are kept: ``gallery/`` in the zoo's cache folder
+    (``$ZOO_CACHE``, else ``$XDG_CACHE_HOME/zoo``), which `zoo cache clear` empties."""
+    from ..storage.locations import cache_dir
+
+    return cache_dir() / "gallery"
+
+
+def served_site_folder() -> Path:
+    """The gallery `zoo serve` writes and serves when given no --site."""
+    from ..storage.locations import cache_dir
+
+    return cache_dir() / "site"
+
+
+def _remove_pages_not_written(folder: Path, written: set[str]) -> None:
+    """Pages (and measurements) of variants this build did not write go: a
+    variant removed or uninstalled since the last build must not stay reachable."""
+    if not folder.is_dir():
+        return
+    for page in folder.iterdir():
+        if page.is_file() and page.stem not in written:
+            page.unlink(missing_ok=True)
 
 
 def _slug(name: str) -> str:
@@ -442,6 +461,9 @@ def write_gallery(
                 flush=True,
             )
 
+    _remove_pages_not_written(out / "variants", {row["slug"] for row in rows})
+    if pattern is None:  # the whole catalogue: measurements of variants that are gone go too
+        _remove_pages_not_written(cache, {_slug(variant.name) for variant in everything})
     # Arms link to their pages only where this gallery has them (--variants may leave some out).
     introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", {r["name"] for r in rows})
     pictures = (experiments or PROJECT_ROOT / "docs" / "experiments.md").parent / "experiments"
@@ -454,6 +476,8 @@ def write_gallery(
             out / "studies" / f"{study['slug']}.html",
             environment.get_template("study.html").render(root="../", study=study, studies=studies),
         )
+    if not tasks:
+        (out / "puzzle.html").unlink(missing_ok=True)
     if tasks:
         question_answers = [
             {

@@ -1,0 +1,30 @@
+"""The cache folder: cache clear."""
+
+from __future__ import annotations
+
+
+def cache_arguments(commands) -> None:
+    from ..storage.cache_folder import CACHE_PARTS
+
+    kept = ", ".join(part.folder for part in CACHE_PARTS if part.only_with_all)
+    p = commands.add_parser(
+        "cache",
+        help="clear the zoo's cache folder (cards, plugins, gallery, served site...)",
+        description="Everything in the cache folder is made again when needed: clearing it costs time, never data. "
+        + " ".join(f"{part.folder}/: {part.holds}." for part in CACHE_PARTS),
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, help="what to do: clear")
+    clear = actions.add_parser("clear", help=f"delete what the cache holds, but {kept}")
+    clear.add_argument("--all", action="store_true", help=f"also {kept}, and the cache folder itself once empty")
+    p.set_defaults(run=cmd_cache)
+
+
+def cmd_cache(args) -> int:
+    from ..storage.cache_folder import clear_cache
+    from ..storage.locations import cache_dir
+
+    cleared = clear_cache(everything=args.all)
+    print(f"cleared {cache_dir()}:")
+    for part, files, size in cleared:
+        print(f"  {part.folder + '/':<14} {files:>5} files {size / 1e6:>9.2f} MB  {part.holds}")
+    return 0
