@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from zoo_core.plugin_api.components import encoding_does
+from zoo_core.plugin_api.hook_points import HookPoint
 
 
 class KVCache:
@@ -83,6 +84,12 @@ class CausalSelfAttention(nn.Module):
     before positions rotate them, as the nanoGPT speedrun does: the attention
     logits stay bounded however large the projections grow, which lets a high
     learning rate train without the softmax saturating.
+
+    Hook points: ``input`` (B, T, C), ``pattern`` (B, H, Tq, Tk), the softmaxed
+    weights, ``heads`` (B, T, H, D), each head's output before the output
+    projection, and ``output`` (B, T, C). The pattern is computed only when a
+    hook is set on it (or ``need_weights``); a hook that keeps it leaves the
+    output computed as without hooks, one that replaces it is attended through.
     """
 
     def __init__(self, d_model: int, n_head: int, dropout: float = 0.0, bias: bool = False, qk_norm: bool = False):
@@ -91,13 +98,18 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
         self.n_head = n_head
         self.head_size = d_model // n_head
+        self.input = HookPoint()  # hook points registered in the order a forward passes them
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.pattern = HookPoint()
+        self.heads = HookPoint()
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
         self.residual_dropout = nn.Dropout(dropout)
+        self.output = HookPoint()
         self.qk_norm = qk_norm
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache: KVCache | None = None):
+        x = self.input(x)
         B, T, C = x.shape
         # 3 × (B, H, T, D). Split along the channels, then give each its heads: in the
         # backward pass the three gradients are joined by one concatenation, where
@@ -118,16 +130,23 @@ class CausalSelfAttention(nn.Module):
         # single newest query that may see every cached key (decoding).
         plain_causal = bias is None and k.shape[2] == T
         sees_everything = bias is None and T == 1
-        if need_weights or not (plain_causal or sees_everything):
+        explicit = need_weights or self.pattern.hooked
+        if explicit or not (plain_causal or sees_everything):
             allowed = k_positions[None, :] <= positions[:, None]  # (Tq, Tk): no looking ahead
-        if need_weights:
+        weights = y = None
+        if explicit:
             scores = (q @ k.transpose(-2, -1)) * self.head_size**-0.5  # (B, H, Tq, Tk)
             if bias is not None:
                 scores = scores + bias
-            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-            y = F.dropout(weights, dropout, self.training) @ v
-        else:
-            weights = None
+            computed = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            seen = self.pattern(computed)
+            # A hook that only reads the pattern leaves the output as fast and
+            # bit for bit as without it; a replaced pattern is what is attended through.
+            if need_weights or seen is not computed:
+                y = F.dropout(seen, dropout, self.training) @ v
+            if need_weights:
+                weights = seen
+        if y is None:
             if plain_causal:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
             elif sees_everything:
@@ -137,5 +156,7 @@ class CausalSelfAttention(nn.Module):
                 if bias is not None:
                     mask = mask + bias.to(q.dtype)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        y = self.proj(y.transpose(1, 2).reshape(B, T, C))  # heads side by side again
-        return (self.residual_dropout(y) if self.training else y), weights  # identity outside training: no call
+        y = self.proj(self.heads(y.transpose(1, 2)).reshape(B, T, C))  # (B, T, H, D), then side by side again
+        if self.training:  # dropout is the identity outside training: no call
+            y = self.residual_dropout(y)
+        return self.output(y), weights

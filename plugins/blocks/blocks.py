@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo_core.plugin_api.hook_points import HookPoint
+
 from .attention import CausalSelfAttention
 
 
@@ -31,16 +33,20 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 class FeedForward(nn.Module):
-    """Position-wise: Linear(C, d_ff) -> ReLU (or GELU) -> Linear(d_ff, C), the same at every token."""
+    """Position-wise: Linear(C, d_ff) -> ReLU (or GELU) -> Linear(d_ff, C), the same at every token.
+
+    Hook points: ``hidden`` (B, T, d_ff), after the activation, and ``output`` (B, T, C)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation '{activation}' (known: {', '.join(ACTIVATIONS)})")
         self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.hidden = HookPoint()
         self.down = nn.Linear(d_ff, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
+        self.output = HookPoint()
 
     def forward(self, x):
         # On rows (B*T, C): the same products and bits as on (B, T, C), but under
@@ -49,10 +55,13 @@ class FeedForward(nn.Module):
         # more slowly than eager does, enough to make compiled training slower
         # than eager (benchmarks/bench_compile.py measures both).
         shape = x.shape
-        x = self.down(self.activation(self.up(x.reshape(-1, shape[-1])))).view(shape)
+        hidden = self.activation(self.up(x.reshape(-1, shape[-1])))
+        if self.hidden.hooked:  # hooks see (B, T, d_ff), as every other point is shaped
+            hidden = self.hidden(hidden.view(*shape[:-1], -1)).reshape(hidden.shape)
+        x = self.down(hidden).view(shape)
         # Dropout is the identity outside training: skipping the module call is
         # a measurable share of decoding one token at a time.
-        return self.dropout(x) if self.training else x
+        return self.output(self.dropout(x) if self.training else x)
 
 
 def make_norm(kind: str, d_model: int, bias: bool = True, eps: float | None = None) -> nn.Module:
@@ -66,7 +75,11 @@ def make_norm(kind: str, d_model: int, bias: bool = True, eps: float | None = No
 class _Block(nn.Module):
     """``bias`` None keeps seed 000's mix (attention without biases, FFN and
     LayerNorm with them); True or False puts biases in every linear layer and
-    LayerNorm or in none, as nanoGPT's ``bias`` setting does."""
+    LayerNorm or in none, as nanoGPT's ``bias`` setting does.
+
+    Hook points on the residual stream, (B, T, C): ``resid_pre`` (the block's
+    input), ``resid_mid`` (after the attention update) and ``resid_post`` (the
+    block's output); the attention's and feed-forward network's own are inside them."""
 
     def __init__(
         self,
@@ -82,27 +95,33 @@ class _Block(nn.Module):
         **_: object,
     ):
         super().__init__()
+        # Registered in the order a forward passes them: hook_point_names lists them so.
+        self.resid_pre = HookPoint()
         self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.attention = CausalSelfAttention(d_model, n_head, dropout, bias=bool(bias), qk_norm=qk_norm)
+        self.resid_mid = HookPoint()
         self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, activation, bias=bias is not False)
+        self.resid_post = HookPoint()
 
 
 class PreNormBlock(_Block):
     """x + Attention(Norm(x)), then x + FFN(Norm(x)): the residual stream is never normalised."""
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
+        x = self.resid_pre(x)
         update, weights = self.attention(self.norm1(x), positions, encoding, need_weights, cache)
-        x = x + update
+        x = self.resid_mid(x + update)
         x = x + self.feed_forward(self.norm2(x))
-        return x, weights
+        return self.resid_post(x), weights
 
 
 class PostNormBlock(_Block):
     """Norm(x + Attention(x)), then Norm(x + FFN(x)), as in the original Transformer (§3.1)."""
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
+        x = self.resid_pre(x)
         update, weights = self.attention(x, positions, encoding, need_weights, cache)
-        x = self.norm1(x + update)
+        x = self.resid_mid(self.norm1(x + update))
         x = self.norm2(x + self.feed_forward(x))
-        return x, weights
+        return self.resid_post(x), weights

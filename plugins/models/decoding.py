@@ -13,7 +13,9 @@ encodings).
 
 Anything else takes the blocks' own path: a third-party block, attention or
 feed-forward, an encoding that biases attention scores, training mode (dropout),
-or a hook on any submodule, which calling `forward` directly would skip.
+a torch hook on any submodule, which calling `forward` directly would skip, or
+a hook set on any hook point (zoo_core.plugin_api.hook_points), which the
+written-out arithmetic never passes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.nn import functional as F
 from torch.nn.modules import module as torch_module
 
 from zoo_core.plugin_api.components import encoding_does
+from zoo_core.plugin_api.hook_points import HookPoint
 
 from ..blocks.attention import CausalSelfAttention, KVCache, normalise_heads
 from ..blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
@@ -54,7 +57,9 @@ def _known_submodules(model) -> list[torch.nn.Module] | None:
             return None
         if type(block.attention) is not CausalSelfAttention or type(block.feed_forward) is not FeedForward:
             return None
-    return [m for m in model.modules() if m is not model]
+    # Hook points are left out: torch's hooks never run on them, and whether one
+    # of ours is set is a single look at HookPoint.active.
+    return [m for m in model.modules() if m is not model and not isinstance(m, HookPoint)]
 
 
 def can_decode(model, cache) -> bool:
@@ -64,7 +69,7 @@ def can_decode(model, cache) -> bool:
     mode at every token, as either may change between two tokens."""
     if cache.decoding_modules is None:
         cache.decoding_modules = _known_submodules(model) or []
-    if not cache.decoding_modules or model.training or _global_hooks():
+    if not cache.decoding_modules or model.training or HookPoint.active or _global_hooks():
         return False
     for module in cache.decoding_modules:
         if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
@@ -114,4 +119,4 @@ def decode(model, idx: torch.Tensor, cache) -> torch.Tensor:
             x = block.norm1.forward(x + _attend(block.attention, x, positions, encoding, layer_cache))
             x = block.norm2.forward(x + _feed_forward(block.feed_forward, x))
     cache.length += 1
-    return model.logits(model.lm_head.forward(model.final_norm.forward(x))).unsqueeze(1)
+    return model.cap_logits(model.lm_head.forward(model.final_norm.forward(x))).unsqueeze(1)

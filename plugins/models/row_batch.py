@@ -12,7 +12,10 @@ time axis of one sequence, which is what an encoding that works position by
 position computes for each row alone.
 
 Only for the blocks `decoding.decode` writes out (`can_decode`); anything else
-is decoded row by row through the model's own forward.
+is decoded row by row through the model's own forward. While a hook is set on
+any hook point (zoo_core.plugin_api.hook_points), a step feeds each row through
+the model's own cached forward too, its cache a view of the row's slot, so that
+hooks see every row's activations.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from zoo_core.plugin_api.components import encoding_does
+from zoo_core.plugin_api.hook_points import HookPoint
 
 from ..blocks.attention import CausalSelfAttention, normalise_heads
 from ..blocks.blocks import FeedForward, PreNormBlock
@@ -79,6 +83,8 @@ class RowBatch:
 
     def step(self, tokens: list[int]) -> torch.Tensor:
         """Feed one token per row (in ``rows`` order); return the next-token logits (B, V)."""
+        if HookPoint.active:
+            return self._step_through_forward(tokens)
         model = self.model
         device = self._buffers[0].device
         B = len(self.rows)
@@ -100,7 +106,25 @@ class RowBatch:
                 x = block.norm1.forward(x + _attend(*attend, x))
                 x = block.norm2.forward(x + _feed_forward(block.feed_forward, x))
         self.lengths = [length + 1 for length in self.lengths]
-        return model.logits(model.lm_head.forward(model.final_norm.forward(x)))
+        return model.cap_logits(model.lm_head.forward(model.final_norm.forward(x)))
+
+    def _step_through_forward(self, tokens: list[int]) -> torch.Tensor:
+        """`step` row by row through the model's own cached forward: each row's
+        cache is a view of its slot, so its new keys and values land there."""
+        from .transformer import GenerationCache
+
+        model, device = self.model, self._buffers[0].device
+        logits = []
+        for slot, (token, length) in enumerate(zip(tokens, self.lengths)):
+            cache = GenerationCache(len(self._buffers), model.context_length)
+            cache.length = length
+            for layer, buffer in zip(cache.layers, self._buffers):
+                layer.keys_values = buffer[:, slot : slot + 1]  # (2, 1, H, context, D), a view
+                layer.positions = torch.arange(model.context_length, device=device)
+                layer.length = length
+            logits.append(model(torch.tensor([[token]], device=device), cache=cache)[0][0, -1])
+        self.lengths = [length + 1 for length in self.lengths]
+        return torch.stack(logits)
 
 
 def _attend(attention: CausalSelfAttention, encoding, positions, rows, buffer, longest, mask, x) -> torch.Tensor:

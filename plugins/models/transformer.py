@@ -4,18 +4,24 @@ token ids -> token embedding (+ positions, for residual encodings) -> blocks
 -> final LayerNorm -> vocabulary projection -> logits. The position encoding and
 the block are looked up by name among the registered plugins, so a third-party
 encoding or block works in any variant without touching this file.
+
+Hook points (zoo_core.plugin_api.hook_points), by name: ``embed`` (the token
+embeddings), ``positions.added`` (residual encodings), each block's
+(``blocks.{i}.resid_pre`` ... ``blocks.{i}.resid_post``, see blocks.py and
+attention.py), ``final_norm.output`` and ``logits``.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from zoo_core.errors import ZooError
 from zoo_core.plugin_api.components import encoding_does
+from zoo_core.plugin_api.hook_points import HookPoint
 from zoo_core.training.losses import cross_entropy
 
 from ..blocks.attention import KVCache
@@ -77,6 +83,7 @@ class TransformerLanguageModel(nn.Module):
         self.logit_softcap = logit_softcap
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.embed = HookPoint()  # hook points are registered in the order a forward passes them
         self.positions = components["positions"].create(
             positions, d_model=d_model, n_head=n_head, context_length=context_length
         )
@@ -106,6 +113,10 @@ class TransformerLanguageModel(nn.Module):
         self.lm_head = nn.Linear(d_model, vocab_size, bias=bias)
         if tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
+        # The final norm's output is named inside it: "final_norm" is the norm's
+        # own module path, which the checkpoints' tensor names fix.
+        self.final_norm.add_module("output", HookPoint())
+        self.logits = HookPoint()
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | None = None):
         B, T = idx.shape
@@ -114,7 +125,7 @@ class TransformerLanguageModel(nn.Module):
         if window > self.context_length:
             raise ZooError(f"{window} tokens exceed the context window of {self.context_length}; crop the input")
         positions = torch.arange(start, start + T, device=idx.device)
-        x = self.token_embedding(idx)  # (B, T, C)
+        x = self.embed(self.token_embedding(idx))  # (B, T, C)
         if self._embeds_positions:
             x = self.positions.embed(x, positions)
         maps = []
@@ -126,9 +137,10 @@ class TransformerLanguageModel(nn.Module):
             maps.append(weights)
         if cache is not None:
             cache.length += T
-        return self.logits(self.lm_head(self.final_norm(x))), maps  # (B, T, V)
+        x = cast(HookPoint, self.final_norm.output)(self.final_norm(x))
+        return self.logits(self.cap_logits(self.lm_head(x))), maps  # (B, T, V)
 
-    def logits(self, head_output: torch.Tensor) -> torch.Tensor:
+    def cap_logits(self, head_output: torch.Tensor) -> torch.Tensor:
         """The vocabulary head's output, soft-capped where the config says so."""
         if self.logit_softcap is None:
             return head_output

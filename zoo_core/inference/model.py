@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 
@@ -124,3 +124,41 @@ class ZooModel:
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters())
+
+    # Looking inside: the network's named hook points (zoo_core.plugin_api.hook_points).
+
+    def hook_points(self) -> list[str]:
+        """The names of the network's hook points, in the order a forward passes them."""
+        from ..plugin_api.hook_points import hook_point_names
+
+        return hook_point_names(self.network)
+
+    def prompt_ids(self, prompt: str | torch.Tensor) -> torch.Tensor:
+        """``prompt`` as a (1, T) batch of token ids on the model's device; a string is
+        encoded with the model's tokenizer and must fit the context window."""
+        if isinstance(prompt, torch.Tensor):
+            ids = prompt if prompt.dim() == 2 else prompt.view(1, -1)
+            return ids.to(self.device)
+        encoded = self.encode_prompt(prompt)
+        window = self.card.context_length
+        if len(encoded) > window:
+            raise ZooError(f"the prompt is {len(encoded)} tokens; '{self.name}' reads at most {window}")
+        return torch.tensor([encoded], device=self.device)
+
+    def run_with_cache(
+        self, prompt: str | torch.Tensor, names: Sequence[str] | str | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The logits (1, T, V) for ``prompt`` and the activations at the hook points
+        ``names`` match (names or globs like ``"blocks.*.resid_post"``; None: all), by name."""
+        from ..plugin_api.hook_points import run_with_cache
+
+        ids = self.prompt_ids(prompt)
+        with torch.no_grad():
+            return run_with_cache(self.network, ids, names)
+
+    def hooks(self, mapping: Mapping[str, Any]) -> ContextManager[None]:
+        """``with model.hooks({"blocks.0.attention.heads": fn}):`` sets ``fn(activation, name)``
+        (None keeps the activation, a tensor replaces it) for the block, and removes it after."""
+        from ..plugin_api.hook_points import hooks
+
+        return hooks(self.network, mapping)
