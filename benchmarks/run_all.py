@@ -25,7 +25,7 @@ from benchmarks import bench_coldstart, bench_loading, bench_memory, bench_sampl
 from benchmarks.common import BENCHMARKS_PAGE, load_text, machine_load, own_sections, spread_text
 
 # Benchmarks run on their own write their own sections; this runner keeps them.
-OWN_SECTIONS = ("bench_compile", "bench_server", "bench_batching", "bench_lora", "bench_pull", "bench_speedrun")
+OWN_SECTIONS = ("bench_compile", "bench_server", "bench_batching", "bench_lora", "bench_pull", "bench_speedrun", "bench_hooks")
 
 
 def _section(name: str, run):

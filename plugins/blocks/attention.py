@@ -130,7 +130,7 @@ class CausalSelfAttention(nn.Module):
         # single newest query that may see every cached key (decoding).
         plain_causal = bias is None and k.shape[2] == T
         sees_everything = bias is None and T == 1
-        explicit = need_weights or self.pattern.hooked
+        explicit = need_weights or bool(self.pattern.functions)  # `functions`: the cheapest look at the point
         if explicit or not (plain_causal or sees_everything):
             allowed = k_positions[None, :] <= positions[:, None]  # (Tq, Tk): no looking ahead
         weights = y = None

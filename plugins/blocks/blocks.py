@@ -56,7 +56,7 @@ class FeedForward(nn.Module):
         # than eager (benchmarks/bench_compile.py measures both).
         shape = x.shape
         hidden = self.activation(self.up(x.reshape(-1, shape[-1])))
-        if self.hidden.hooked:  # hooks see (B, T, d_ff), as every other point is shaped
+        if self.hidden.functions:  # hooks see (B, T, d_ff), as every other point is shaped
             hidden = self.hidden(hidden.view(*shape[:-1], -1)).reshape(hidden.shape)
         x = self.down(hidden).view(shape)
         # Dropout is the identity outside training: skipping the module call is

@@ -45,6 +45,7 @@ COMMANDS = {
     "compare": "evaluation",
     "experiment": "training",
     "attention": "evaluation",
+    "inspect": "evaluation",
     "gallery": "web",
     "serve": "web",
     "verify": "catalogue",

@@ -1,4 +1,4 @@
-"""Scoring and looking inside variants: eval, compare, attention."""
+"""Scoring and looking inside variants: eval, compare, attention, inspect."""
 
 from __future__ import annotations
 
@@ -257,3 +257,159 @@ def cmd_attention(args) -> int:
             )
             print()
     return 0
+
+
+def inspect_arguments(commands) -> None:
+    p = commands.add_parser(
+        "inspect",
+        help="look inside a variant through its hook points: logit lens, head ablation, activation patching",
+        description="Look inside a variant through its hook points (docs/inspect.md): --logit-lens, "
+        "--ablate LAYER.HEAD and --patch --corrupt TEXT. Layers and heads count from 0, as hook point names do.",
+    )
+    p.add_argument("name", help="the variant (see `zoo list`)")
+    p.add_argument("--prompt", help="the text to inspect (the clean prompt of --patch) (default: none)")
+    p.add_argument(
+        "--logit-lens",
+        action="store_true",
+        help="the next-token prediction read from each layer's residual stream through the final norm and head",
+    )
+    p.add_argument(
+        "--ablate",
+        metavar="LAYER.HEAD[,...]",
+        help="the change in validation loss with these heads removed together, e.g. 0.1,1.0; "
+        "'each' removes every head alone in turn (default: none)",
+    )
+    p.add_argument(
+        "--ablation",
+        choices=("zero", "mean"),
+        default="zero",
+        help="how --ablate removes a head: zero its output, or put in its mean over the validation windows",
+    )
+    p.add_argument("--windows", type=int, default=None, help="validation windows for --ablate (default: the recipe's)")
+    p.add_argument(
+        "--patch",
+        action="store_true",
+        help="patch the --prompt run's residual stream into the --corrupt run, per layer and position",
+    )
+    p.add_argument("--corrupt", metavar="TEXT", help="the corrupted prompt of --patch, as many tokens (default: none)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="also draw the logit lens or the patching grid: .svg (no extra needed) or .png (the plots extra) "
+        "(default: none)",
+    )
+    p.add_argument("--json", action="store_true", help="print every view asked for as JSON")
+    device_options(p, "run the variant")
+    p.set_defaults(run=cmd_inspect)
+
+
+def _check_inspect_arguments(args) -> None:
+    if not (args.logit_lens or args.ablate or args.patch):
+        raise ZooError("choose a view: --logit-lens, --ablate LAYER.HEAD[,...] or --patch --corrupt TEXT")
+    if (args.logit_lens or args.patch) and not args.prompt:
+        raise ZooError("--logit-lens and --patch need --prompt TEXT")
+    if args.patch and not args.corrupt:
+        raise ZooError("--patch needs --corrupt TEXT, the prompt to patch the --prompt run into")
+    if args.corrupt and not args.patch:
+        raise ZooError("--corrupt is the corrupted prompt of --patch; add --patch")
+    if args.out is not None:
+        if args.logit_lens == args.patch:
+            raise ZooError("--out draws one picture: ask for --logit-lens or --patch, not both or neither")
+        if args.out.suffix.lower() not in (".svg", ".png"):
+            raise ZooError(f"--out {args.out}: write a .svg or a .png")
+
+
+def cmd_inspect(args) -> int:
+    from ..api import load
+    from ..inspection import ablation
+
+    _check_inspect_arguments(args)
+    groups = None
+    if args.ablate and args.ablate.strip() != "each":
+        groups = [ablation.parse_heads(args.ablate)]
+    model = load(args.name, device=args.device, dtype=args.dtype)
+    report: dict = {"name": model.name}
+    if args.logit_lens:
+        from ..inspection.logit_lens import logit_lens
+
+        report["logit_lens"] = logit_lens(model, args.prompt).to_dict()
+    if args.patch:
+        from ..inspection.patching import patch_residual
+
+        report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
+    if args.ablate:
+        groups = groups if groups is not None else ablation.every_head(model)
+        report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
+    if args.out is not None:
+        _draw(report, args.out)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for view, show in (("logit_lens", _show_logit_lens), ("patching", _show_patching), ("ablation", _show_ablation)):
+        if view in report:
+            show(report[view])
+    if args.out is not None:
+        print(f"written to {args.out}")
+    return 0
+
+
+def _show_logit_lens(lens: dict) -> None:
+    print("logit lens: the top next token read from each layer's residual stream (its probability)")
+    rows = [
+        [layer, *(f"{token} ({p:.2f})" for token, p in zip(predictions, probabilities)), _loss(loss)]
+        for layer, predictions, probabilities, loss in zip(
+            lens["layers"], lens["predictions"], lens["probabilities"], lens["prompt_loss"]
+        )
+    ]
+    print(format_table(["", *lens["tokens"], "prompt loss"], rows, right={len(lens["tokens"]) + 1}))
+    print()
+
+
+def _loss(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _show_patching(patching: dict) -> None:
+    columns = [c if c == k else f"{c}/{k}" for c, k in zip(patching["clean_tokens"], patching["corrupted_tokens"])]
+    print(
+        f"activation patching: answer {patching['answer']!r} against {patching['wrong']!r}; logit difference "
+        f"{patching['clean_difference']:.3f} clean, {patching['corrupted_difference']:.3f} corrupted"
+    )
+    print("fraction recovered by patching the clean residual stream in at one layer and position (clean/corrupted):")
+    rows = [
+        [layer, *(f"{value:.2f}" for value in row)] for layer, row in zip(patching["layers"], patching["recovered"])
+    ]
+    print(format_table(["", *columns], rows, right=set(range(1, len(columns) + 1))))
+    print()
+
+
+def _show_ablation(report: dict) -> None:
+    print(
+        f"head ablation ({report['method']}): validation loss on {report['windows']} windows of {report['context']} "
+        f"tokens of {report['dataset']}; intact {report['loss']:.4f}"
+    )
+    rows = [[",".join(a["heads"]), f"{a['loss']:.4f}", f"{a['delta']:+.4f}"] for a in report["ablations"]]
+    print(format_table(["heads removed", "loss", "Δ loss"], rows, right={1, 2}))
+    print()
+
+
+def _draw(report: dict, out: Path) -> None:
+    if "logit_lens" in report:
+        lens = report["logit_lens"]
+        matrix, rows, columns = lens["probabilities"], lens["layers"], lens["tokens"]
+        title = f"{report['name']}: logit lens (colour: probability of the top token)"
+        text, label = lens["predictions"], "probability of the top token"
+    else:
+        patching = report["patching"]
+        matrix, rows, columns = patching["recovered"], patching["layers"], patching["clean_tokens"]
+        title = f"{report['name']}: patching, fraction of the logit difference recovered"
+        text, label = None, "fraction recovered"
+    if out.suffix.lower() == ".png":
+        from ..evaluation.plots import grid_png
+
+        grid_png(matrix, rows, columns, title, out, cell_text=text, value_label=label)
+    else:
+        from ..storage.files import atomic_write_bytes
+        from ..web.svg import heatmap
+
+        atomic_write_bytes(out, heatmap(matrix, rows, columns, title, cell_text=text).encode("utf-8"))

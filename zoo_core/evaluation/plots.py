@@ -1,4 +1,4 @@
-"""Pictures a person would rather look at than numbers: attention maps, loss curves.
+"""Pictures a person would rather look at than numbers: attention maps, loss curves, inspection grids.
 
 matplotlib is an optional extra (`pip install 'zoo-lm[plots]'`); only the commands
 that draw need it. No pyplot: no GUI backend and no global state.
@@ -93,4 +93,31 @@ def text_panels_png(panels: Sequence[tuple[str, str]], title: str, path: Path, w
         axes.set_axis_off()
         axes.set_title(panel_title, fontsize=9)
         axes.text(0.0, 1.0, text, family="monospace", fontsize=7, va="top", ha="left", transform=axes.transAxes)
+    _save(figure, path)
+
+
+def grid_png(
+    matrix: Sequence[Sequence[float]],
+    row_labels: Sequence[str],
+    column_labels: Sequence[str],
+    title: str,
+    path: Path,
+    cell_text: Sequence[Sequence[str]] | None = None,
+    value_label: str = "",
+) -> None:
+    """Write one (rows, columns) grid of values in [0, 1] (logit lens, patching), each
+    cell showing its value or its ``cell_text``, with a colour bar."""
+    Figure = _figure_class()
+    figure = Figure(figsize=(1.6 + 0.9 * len(column_labels), 1.2 + 0.5 * len(row_labels)), layout="constrained")
+    axes = figure.subplots()
+    image = axes.imshow(matrix, vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
+    axes.set_title(title, fontsize=10)
+    axes.set_xticks(range(len(column_labels)), column_labels, rotation=60, ha="right", fontsize=8)
+    axes.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
+    for i, row in enumerate(matrix):
+        for j, value in enumerate(row):
+            text = cell_text[i][j] if cell_text is not None else f"{value:.2f}"
+            colour = "white" if value > 0.5 else "black"
+            axes.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
+    figure.colorbar(image, ax=axes, label=value_label)
     _save(figure, path)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
 from torch import Tensor, nn
+from torch.nn.modules.module import register_module_module_registration_hook
 
 from ..errors import ZooError
 
@@ -82,6 +83,21 @@ class HookPoint(nn.Module):
             kept.remove((function, name))
             self.functions = tuple(kept)
             HookPoint.active -= 1
+
+
+def _keep_in_instance_dict(module: nn.Module, name: str, child: nn.Module | None) -> None:
+    """torch's module-registration hook: a HookPoint child is also kept in its parent's
+    instance dictionary, so ``self.point`` is found there directly. Otherwise torch
+    finds children through `nn.Module.__getattr__`, which costs several times what
+    the point itself does. The point stays registered as a child (named_modules,
+    `.to()`, copies); assigning the name again replaces both."""
+    if isinstance(child, HookPoint):
+        module.__dict__[name] = child
+    elif child is None:
+        module.__dict__.pop(name, None)
+
+
+register_module_module_registration_hook(_keep_in_instance_dict)
 
 
 def hook_points(network: nn.Module) -> dict[str, HookPoint]:

@@ -1,4 +1,4 @@
-"""Pictures for the gallery as SVG text: loss curves and attention heat maps.
+"""Pictures for the gallery as SVG text: loss curves and heat maps (attention, logit lens, patching).
 
 Hand-made SVG keeps the gallery free of a plotting dependency, small, sharp at
 any zoom and readable from file:// (no fonts or scripts to fetch).
@@ -106,11 +106,19 @@ def heatmap(
     title: str,
     cell: int = 16,
     annotate: bool | None = None,
+    cell_text: Sequence[Sequence[str]] | None = None,
 ) -> str:
-    """A (rows, columns) grid of weights in [0, 1]; rows attend to columns."""
+    """A (rows, columns) grid of weights in [0, 1]; rows attend to columns.
+
+    ``cell_text`` writes a word in each cell instead of its value (the logit
+    lens's predicted tokens); the value stays in the cell's tooltip."""
     rows, columns = len(row_labels), len(column_labels)
     annotate = rows <= 12 and columns <= 12 if annotate is None else annotate
-    if annotate:
+    if cell_text is not None:
+        annotate = True
+        widest = max((len(text) for row in cell_text for text in row), default=1)
+        cell = max(cell, 30, int(8 + 6 * widest))
+    elif annotate:
         cell = max(cell, 30)
     label_width = 8 + 6.5 * max((len(label) for label in [*row_labels, *column_labels]), default=1)
     left, top = label_width, label_width + 20
@@ -137,9 +145,10 @@ def heatmap(
             )
             if annotate:
                 colour = "white" if value > 0.5 else "black"
+                text = escape(cell_text[i][j]) if cell_text is not None else f"{value:.2f}"
                 parts.append(
                     f'<text x="{left + j * cell + cell / 2:.1f}" y="{top + i * cell + cell * 0.62:.1f}" '
-                    f'text-anchor="middle" font-size="9" fill="{colour}">{value:.2f}</text>'
+                    f'text-anchor="middle" font-size="9" fill="{colour}">{text}</text>'
                 )
     parts.append("</svg>")
     return "\n".join(parts)

@@ -1,0 +1,144 @@
+"""Head ablation: the change in validation loss when attention heads are removed.
+
+A head is removed at ``blocks.{layer}.attention.heads`` (B, T, H, D), its output
+before the output projection: "zero" sets it to 0, "mean" to its mean over the
+validation windows at each position (what the head says on average there, so
+that only what it says about *this* text is lost). The loss is the mean
+next-token cross-entropy on the same fixed validation windows `zoo eval` scores.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import torch
+
+from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
+from ..corpus.datasets import variant_text
+from ..errors import ZooError
+from ..plugin_api.hook_points import hooks
+from .stream import head_counts
+
+METHODS = ("zero", "mean")
+Head = tuple[int, int]  # (layer, head), both counted from 0 as in the hook point names
+
+
+@dataclass
+class HeadAblation:
+    heads: list[str]  # "layer.head" of the heads removed together
+    loss: float
+    delta: float  # loss minus the intact model's
+
+
+@dataclass
+class AblationReport:
+    method: str
+    windows: int
+    context: int
+    dataset: str
+    loss: float  # the intact model's
+    ablations: list[HeadAblation]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_heads(text: str) -> list[Head]:
+    """``"0.1,2.0"`` -> [(0, 1), (2, 0)]."""
+    heads = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", part)
+        if match is None:
+            raise ZooError(
+                f"--ablate takes LAYER.HEAD[,LAYER.HEAD...] counted from 0, e.g. 0.1,1.0; not {part.strip()!r}"
+            )
+        heads.append((int(match.group(1)), int(match.group(2))))
+    return heads
+
+
+def check_heads(model, heads: Sequence[Head]) -> None:
+    counts = head_counts(model)
+    for layer, head in heads:
+        if layer >= len(counts):
+            raise ZooError(f"layer {layer}: '{model.name}' has {len(counts)} layers, 0 to {len(counts) - 1}")
+        if head >= counts[layer]:
+            raise ZooError(
+                f"head {layer}.{head}: layer {layer} of '{model.name}' has {counts[layer]} heads, 0 to {counts[layer] - 1}"
+            )
+
+
+def validation_windows(model, windows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The fixed validation windows `zoo eval` scores the variant on: inputs, targets, dataset name."""
+    recipe = model.card.recipe
+    if windows is not None and windows < 1:
+        raise ZooError(f"--windows must be at least 1, not {windows}")
+    text = variant_text(model.variant)
+    source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
+    corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
+    inputs, targets = fixed_windows(
+        corpus.split("validation"), model.card.context_length, windows or recipe.eval_windows
+    )
+    return inputs, targets, text.name
+
+
+def mean_head_outputs(model, layers: set[int], inputs: torch.Tensor, batch_size: int = 64) -> dict[int, torch.Tensor]:
+    """Each layer's head outputs (T, H, D) averaged over the windows, position by position."""
+    sums: dict[int, torch.Tensor] = {}
+
+    def add(activation, name):
+        layer = int(name.split(".")[1])
+        total = activation.double().sum(0)
+        sums[layer] = total if layer not in sums else sums[layer] + total
+
+    device = model.device
+    with torch.inference_mode(), hooks(model.network, {f"blocks.{layer}.attention.heads": add for layer in layers}):
+        for i in range(0, len(inputs), batch_size):
+            model.network(inputs[i : i + batch_size].to(device))
+    return {layer: (total / len(inputs)).to(model.device) for layer, total in sums.items()}
+
+
+def _replacing(heads: Sequence[Head], means: dict[int, torch.Tensor] | None):
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+
+    def remove(activation, name):
+        layer = int(name.split(".")[1])
+        ablated = activation.clone()
+        for head in by_layer[layer]:
+            if means is None:
+                ablated[:, :, head] = 0
+            else:
+                ablated[:, :, head] = means[layer][: activation.shape[1], head].to(activation.dtype)
+        return ablated
+
+    return {f"blocks.{layer}.attention.heads": remove for layer in by_layer}
+
+
+def ablate_heads(
+    model, groups: Sequence[Sequence[Head]], method: str = "zero", windows: int | None = None
+) -> AblationReport:
+    """The validation loss with each group of heads removed together (``method`` "zero" or "mean"),
+    against the intact model's, on the same windows."""
+    if method not in METHODS:
+        raise ZooError(f"--ablation is one of {', '.join(METHODS)}, not {method!r}")
+    for group in groups:
+        check_heads(model, group)
+    inputs, targets, dataset = validation_windows(model, windows)
+    means = None
+    if method == "mean":
+        means = mean_head_outputs(model, {layer for group in groups for layer, _ in group}, inputs)
+    intact = mean_loss(model.network, inputs, targets)
+    results = []
+    for group in groups:
+        with hooks(model.network, _replacing(group, means)):
+            loss = mean_loss(model.network, inputs, targets)
+        results.append(HeadAblation([f"{layer}.{head}" for layer, head in group], loss, loss - intact))
+    return AblationReport(method, len(inputs), model.card.context_length, dataset, intact, results)
+
+
+def every_head(model) -> list[list[Head]]:
+    """One group per head of the model: each head removed alone."""
+    return [[(layer, head)] for layer, count in enumerate(head_counts(model)) for head in range(count)]
