@@ -85,3 +85,21 @@ def test_without_positions_the_report_says_what_breaks(nopos):
     assert not report["holds"] and report["answers_as_rule"] == 32
     text = "\n".join(format_role_report(report, "puzzle-disobeys-nopos"))
     assert "absent: layer 1: previous-word head" in text
+
+
+def test_zoo_inspect_verify_roles(zoo):
+    import json
+
+    done = zoo("inspect", "puzzle-disobeys", "--verify-roles", "--json")
+    assert done.code == 0, done.err
+    report = json.loads(done.out)
+    assert report["name"] == "puzzle-disobeys" and report["roles"]["holds"]
+    assert [entry["verdict"] for entry in report["roles"]["roles"]] == ["holds"] * 4
+    # Without positions the check fails, as a failing test does, and the table says what broke.
+    done = zoo("inspect", "puzzle-disobeys-nopos", "--verify-roles")
+    assert done.code == 1
+    assert "layer 1: previous-word head" in done.out and "absent" in done.out
+    assert "not every role holds" in done.out
+    # A network with no stated roles: one line.
+    done = zoo("inspect", "bigram", "--verify-roles")
+    assert done.code != 0 and "states no head roles" in done.err and len(done.err.strip().splitlines()) == 1

@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from zoo_core.inspection.roles import format_role_report
+
 from .model import HEAD_TITLES, PuzzleTransformer, read_answer
 from .rule import FLIGHT_ACTIONS, OBJECT_ABILITIES, SPEECH_ACTIONS, expected_answer, well_formed_sentences
 from .slots import DISOBEYS, QUESTION
@@ -190,53 +192,4 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
     }
 
 
-def format_role_report(report: dict[str, Any], name: str = "") -> list[str]:
-    """The report as a table, one row per role, then the mismatches of the roles that fail."""
-    lines = [
-        f"{name + ': ' if name else ''}each head of the explanation zeroed over the {report['sentences']} "
-        f"well-formed sentences (the network answers {report['answers_as_rule']} of them as the rule does)",
-        "",
-    ]
-    header = ("head", "hook point", "predicted to change", "changed", "unchanged as predicted", "verdict")
-    rows = []
-    for entry in report["roles"]:
-        others = entry["sentences"] - entry["predicted_to_change"]
-        absent = entry["verdict"] == "absent"
-        rows.append(
-            (
-                entry["title"],
-                entry["hook"],
-                str(entry["predicted_to_change"]),
-                "-" if absent else f"{entry['changed_as_predicted']}/{entry['predicted_to_change']}",
-                "-" if absent else f"{entry['unchanged_as_predicted']}/{others}",
-                entry["verdict"],
-            )
-        )
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines.append("  ".join(cell.ljust(width) for cell, width in zip(header, widths)).rstrip())
-    lines.append("  ".join("-" * width for width in widths))
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines.append("")
-    for entry in report["roles"]:
-        lines.append(f"{entry['title']}: {entry['role']}")
-        if entry["verdict"] == "absent":
-            lines.append(f"  absent: {entry['note']}")
-        elif not entry["holds"]:
-            lines.append(
-                f"  fails: on {entry['mismatches_total']} of the {entry['sentences']} sentences the ablation did not "
-                "do what the role predicts; for example:"
-            )
-            for wrong in entry["mismatches"][:3]:
-                lines.append(
-                    f"    {wrong['sentence']}: predicted {wrong['predicted']}, answer {wrong['answer']} -> "
-                    f"{wrong['ablated']} ablated (the role's reading: {wrong['role_reading']})"
-                )
-    lines.append("")
-    if report["holds"]:
-        lines.append("every role holds")
-    else:
-        by_verdict: dict[str, list[str]] = {}
-        for entry in report["roles"]:
-            by_verdict.setdefault(entry["verdict"], []).append(entry["title"])
-        lines.append("not every role holds: " + "; ".join(f"{v}: {', '.join(t)}" for v, t in by_verdict.items()))
-    return lines
+__all__ = ["ROLES", "HeadRole", "format_role_report", "verify_roles"]
