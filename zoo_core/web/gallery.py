@@ -365,7 +365,11 @@ def _inspection_images(name: str, inspection: dict | None, images: Path) -> dict
     _write(
         images / file,
         svg.heatmap(
-            lens["final_token_probabilities"], lens["layers"], labels, "logit lens: p(final prediction) by layer"
+            lens["final_token_probabilities"],
+            lens["layers"],
+            labels,
+            "logit lens: top token by layer (colour: p of the final prediction)",
+            cell_text=[[_printable(token) for token in row] for row in lens["predictions"]],
         ),
     )
     figures["logit_lens"] = f"img/{file}"

@@ -175,7 +175,7 @@ def signed_heatmap(
     scale = max(values, default=0.0)
     label_width = 8 + 6.5 * max((len(label) for label in row_labels), default=1)
     left, top = label_width, 40
-    width = left + len(column_labels) * cell + 6
+    width = max(left + len(column_labels) * cell + 6, 10 + 7 * len(title))  # the title fits
     height = top + len(row_labels) * 24 + 6
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
