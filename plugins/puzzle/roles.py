@@ -6,7 +6,9 @@ therefore how the puzzle reads without it: a rewriting of the sentence that
 ablation changes comes from that reading and the rule alone, never from running
 the network. `verify_roles` then zeroes each head's ``result`` hook point over
 every well-formed sentence and compares: the sentences predicted to change must
-change (to the answer of the rule's reading), and the others must not.
+change, and the others must not. (It also counts the ablated answers that equal
+the rule's answer for the reading, ``answers_as_role_reading``: all of them
+where the rest of the network is right.)
 """
 
 from __future__ import annotations
