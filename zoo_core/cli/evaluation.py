@@ -390,15 +390,20 @@ def _loss(value) -> str:
 def _show_patching(patching: dict) -> None:
     columns = [c if c == k else f"{c}/{k}" for c, k in zip(patching["clean_tokens"], patching["corrupted_tokens"])]
     print(
-        f"activation patching: answer {patching['answer']!r} against {patching['wrong']!r}; logit difference "
+        f"activation patching: answer '{patching['answer']}' against '{patching['wrong']}'; logit difference "
         f"{patching['clean_difference']:.3f} clean, {patching['corrupted_difference']:.3f} corrupted"
     )
     print("fraction recovered by patching the clean residual stream in at one layer and position (clean/corrupted):")
     rows = [
-        [layer, *(f"{value:.2f}" for value in row)] for layer, row in zip(patching["layers"], patching["recovered"])
+        [layer, *(_fraction(value) for value in row)] for layer, row in zip(patching["layers"], patching["recovered"])
     ]
     print(format_table(["", *columns], rows, right=set(range(1, len(columns) + 1))))
     print()
+
+
+def _fraction(value: float) -> str:
+    text = f"{value:.2f}"
+    return "0.00" if text == "-0.00" else text  # a rounding's sign says nothing
 
 
 def _show_ablation(report: dict) -> None:
