@@ -103,3 +103,15 @@ def test_zoo_inspect_verify_roles(zoo):
     # A network with no stated roles: one line.
     done = zoo("inspect", "bigram", "--verify-roles")
     assert done.code != 0 and "states no head roles" in done.err and len(done.err.strip().splitlines()) == 1
+
+
+def test_docs_inspect_md_shows_what_the_nopos_check_prints(zoo):
+    """The page runs the puzzle-disobeys command itself (tests/test_inspect.py); the
+    no-position report, which exits 1, is shown as a text block checked here."""
+    from .conftest import ROOT
+
+    text = (ROOT / "docs" / "inspect.md").read_text(encoding="utf-8")
+    section = text.split("## The puzzle, proved by intervention\n", 1)[1].split("\n## ", 1)[0]
+    shown = section.split("status 1, as a failing test does, and prints:\n\n```text\n", 1)[1].split("```", 1)[0]
+    done = zoo("inspect", "puzzle-disobeys-nopos", "--verify-roles")
+    assert done.code == 1 and done.out.rstrip() == shown.rstrip()

@@ -312,7 +312,8 @@ def inspect_arguments(commands) -> None:
 def _check_inspect_arguments(args) -> None:
     if not (args.logit_lens or args.ablate or args.patch or args.verify_roles):
         raise ZooError(
-            "choose a view: --logit-lens, --ablate LAYER.HEAD[,...], --patch --corrupt TEXT or --verify-roles"
+            "choose a view: --logit-lens, --ablate LAYER.HEAD[,...] or --patch --corrupt TEXT "
+            "(or, for a network that states its heads' roles, --verify-roles)"
         )
     if (args.logit_lens or args.patch) and not args.prompt:
         raise ZooError("--logit-lens and --patch need --prompt TEXT")
