@@ -10,7 +10,7 @@ PROMPT ?= ROMEO:
 .PHONY: demo test test-all lint clean-venv
 
 # Everything the tests use: plots, the test tools, the interop extras (transformers,
-# ONNX), the run logs' (TensorBoard, MLflow) and the web extras (Starlette, uvicorn,
+# ONNX, TransformerLens), the run logs' (TensorBoard, MLflow) and the web extras (Starlette, uvicorn,
 # Playwright's bindings and the openai client; the browser itself is Debian's chromium, which .ci/run installs)
 # and lm-evaluation-harness (eval-harness). setuptools is upgraded first:
 # the packaging tests build wheels offline and need its bdist_wheel and PEP 639
@@ -18,7 +18,7 @@ PROMPT ?= ROMEO:
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt --upgrade 'setuptools>=77' wheel
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,tensorboard,mlflow,web,web-test,eval-harness]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
 	touch $@
 
 demo: $(BIN)/.installed

@@ -639,6 +639,16 @@ def test_a_plugin_authors_path_from_the_docs_alone(installed, tmp_path):
 
 
 # Keep this test last: it checks what the tests above ran.
+def test_inspect_looks_inside_from_the_installed_wheel(installed):
+    """The logit lens through the hook points, and the puzzle's roles checked by ablation
+    (zoo_plugins.puzzle.roles with zoo_core.inspection.roles), as installed."""
+    lens = json.loads(installed.zoo("inspect", "transformer-1b-learned-ctx8", "--prompt", "ROMEO:", "--logit-lens",
+                                    "--json").stdout)
+    assert lens["logit_lens"]["layers"] == ["embeddings", "block 0"]
+    roles = installed.zoo("inspect", "puzzle-disobeys", "--verify-roles").stdout
+    assert "every role holds" in roles and "layer1.previous_word_head.result" in roles
+
+
 def test_every_command_zoo_help_lists_was_run(installed, request):
     selected = {item.name for item in request.session.items if item.module is request.module}
     everything = {name for name in globals() if name.startswith("test_")}

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -96,6 +97,32 @@ def test_variant_page_shows_card_curves_samples_attention_and_bigram(site):
     assert "seed 000_c92b2adfc54d4d80" in page  # lineage
 
 
+def test_variant_page_shows_the_logit_lens_and_head_ablation(site):
+    """What zoo_core.inspection computes, drawn: the same numbers as calling it directly."""
+    import torch
+
+    from zoo_core.api import load
+    from zoo_core.inspection.ablation import ablate_heads, every_head
+    from zoo_core.inspection.logit_lens import logit_lens
+    from zoo_core.web.gallery import ABLATION_WINDOWS, ATTENTION_PROMPT
+
+    out, _, _ = site
+    path = out / "variants" / "transformer-1b-learned-ctx8.html"
+    page = path.read_text()
+    assert "<h2>Logit lens</h2>" in page and "<h2>Head ablation</h2>" in page
+    images = [r for r in _parse(path).references if r.endswith(".svg")]
+    assert any(i.endswith("-logit-lens.svg") for i in images) and any(i.endswith("-ablation.svg") for i in images)
+    model = load("transformer-1b-learned-ctx8")
+    report = ablate_heads(model, every_head(model), "zero", windows=ABLATION_WINDOWS)
+    assert len(report.ablations) == 2  # one layer of two heads
+    for ablation in report.ablations:
+        assert f"{ablation.delta:+.4f}" in page
+    lens = logit_lens(model, torch.tensor([model.encode_prompt(ATTENTION_PROMPT)[-model.card.context_length :]]))
+    assert lens.layers == ["embeddings", "block 0"]
+    for prediction in lens.predictions[-1]:
+        assert f"<code>{escape(prediction, quote=False)}</code>" in page
+
+
 def _gallery_here(capsys, out: Path, cache: Path, pattern: str) -> tuple[int, str, str]:
     """The same command in this process (torch is imported once for the module)."""
     from zoo_core.cli import main
@@ -123,6 +150,11 @@ def test_puzzle_page_shows_slots_heads_and_answers(tmp_path, capsys):
     row = re.search(r"Crow keep-flight disobeys swap-speech he-is\?</code></td>(.*?)</tr>", page).group(1)
     answers = re.findall(r"<code>(\w+)", row)
     assert len(answers) == 2 and answers[0] != answers[1]
+    # The explanation checked by ablation: every role holds with positions; without,
+    # the previous-word head is absent and the layer-2 heads' roles fail.
+    assert "The explanation, checked by ablation" in page
+    verdicts = re.findall(r'class="verdict-(\w+)"', page)
+    assert verdicts == ["holds"] * 4 + ["holds", "absent", "fails", "fails"]
 
 
 def test_no_match_is_one_clear_error(tmp_path, capsys):

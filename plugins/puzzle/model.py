@@ -25,6 +25,15 @@ X2 and Y alike, so the question's answer depends only on which words occur.
 swap-speech he-is?" hold the same words, so no weights at all could tell them
 apart; that is the seed's case for position embedding, and the variant's
 `evaluate` accuracy measures what the positions buy.
+
+Hook points (`zoo_core.plugin_api.hook_points`), named by module path: the
+residual streams ``embed`` (X), ``layer1.resid_post`` (X1), ``layer2.resid_post``
+(X2), the FFN's ``parity_ffn.hidden`` (H) and ``output`` (Y); per head, named
+after its role, ``layer1.object_head.pattern`` (its attention, (B, T, T)) and
+``layer1.object_head.result`` (what it computes: attention @ values, through its
+own output matrix for a layer-1 head; (B, T, 2) before the shared output matrix
+for a layer-2 head). Zeroing a head's ``result`` removes that head and nothing
+else, which is how `roles.verify_roles` checks the explanation.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import torch
 from torch import nn
 
 from zoo_core.errors import ZooError
+from zoo_core.plugin_api.hook_points import HookPoint
 
 from .slots import (
     ATTRIBUTES_TO_WORD,
@@ -79,13 +89,16 @@ class AttentionHead(nn.Module):
         self.key = nn.Parameter(torch.zeros(width, query_width))
         self.value = nn.Parameter(torch.zeros(width, value_width))
         self.output = nn.Parameter(torch.zeros(value_width, width)) if own_output else None
+        # Not named "output": that is the output matrix's name in the checkpoints.
+        self.pattern = HookPoint()
+        self.result = HookPoint()
 
     def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, T, C) -> what the head writes (B, T, C or value width) and its attention (B, T, T)."""
         Q, K, V = X @ self.query, X @ self.key, X @ self.value
-        attention = torch.softmax(Q @ K.transpose(-2, -1) / self.query.shape[1] ** 0.5, dim=-1)
+        attention = self.pattern(torch.softmax(Q @ K.transpose(-2, -1) / self.query.shape[1] ** 0.5, dim=-1))
         out = attention @ V
-        return (out @ self.output if self.output is not None else out), attention
+        return self.result(out @ self.output if self.output is not None else out), attention
 
 
 class LayerOne(nn.Module):
@@ -99,6 +112,7 @@ class LayerOne(nn.Module):
         self.previous_word_head = (
             AttentionHead(width, query_width=max_tokens, value_width=1, own_output=True) if positions else None
         )
+        self.resid_post = HookPoint()
 
     def forward(self, X):
         written, object_map = self.object_head(X)
@@ -107,7 +121,7 @@ class LayerOne(nn.Module):
             previous, previous_map = self.previous_word_head(X)
             written = written + previous
             maps["previous_word"] = previous_map
-        return X + written, maps
+        return self.resid_post(X + written), maps
 
 
 class LayerTwo(nn.Module):
@@ -120,11 +134,13 @@ class LayerTwo(nn.Module):
         self.flight_head = AttentionHead(width, query_width=1, value_width=2, own_output=False)
         self.speech_head = AttentionHead(width, query_width=1, value_width=2, own_output=False)
         self.output = nn.Parameter(torch.zeros(4, width))
+        self.resid_post = HookPoint()
 
     def forward(self, X1):
         flight, flight_map = self.flight_head(X1)
         speech, speech_map = self.speech_head(X1)
-        return X1 + torch.cat([flight, speech], dim=-1) @ self.output, {"flight": flight_map, "speech": speech_map}
+        X2 = self.resid_post(X1 + torch.cat([flight, speech], dim=-1) @ self.output)
+        return X2, {"flight": flight_map, "speech": speech_map}
 
 
 class ParityFFN(nn.Module):
@@ -135,9 +151,10 @@ class ParityFFN(nn.Module):
         self.W1 = nn.Parameter(torch.zeros(width, 8))
         self.b1 = nn.Parameter(torch.zeros(8))
         self.W2 = nn.Parameter(torch.zeros(8, 2))
+        self.hidden = HookPoint()
 
     def forward(self, X2):
-        hidden = torch.relu(X2 @ self.W1 + self.b1)
+        hidden = self.hidden(torch.relu(X2 @ self.W1 + self.b1))
         return hidden, hidden @ self.W2
 
 
@@ -163,9 +180,11 @@ class PuzzleTransformer(nn.Module):
         width = self.slots.width
         self.token_embedding = nn.Parameter(torch.zeros(len(VOCABULARY), width))
         self.position_embedding = nn.Parameter(torch.zeros(max_tokens, width)) if positions else None
+        self.embed = HookPoint()
         self.layer1 = LayerOne(width, max_tokens, positions)
         self.layer2 = LayerTwo(width)
         self.parity_ffn = ParityFFN(width)
+        self.output = HookPoint()
 
     @classmethod
     def hand_set(cls, positions: bool = True, max_tokens: int = 6) -> "PuzzleTransformer":
@@ -190,9 +209,11 @@ class PuzzleTransformer(nn.Module):
         X = self.token_embedding[idx]
         if self.position_embedding is not None:
             X = X + self.position_embedding[:T]
+        X = self.embed(X)
         X1, first_maps = self.layer1(X)
         X2, second_maps = self.layer2(X1)
         H, Y = self.parity_ffn(X2)
+        Y = self.output(Y)
         return {"X": X, "X1": X1, "X2": X2, "H": H, "Y": Y, "attention": {**first_maps, **second_maps}}
 
     def forward(self, idx, targets=None):
@@ -236,6 +257,13 @@ class PuzzleTransformer(nn.Module):
         from .report import evaluate_network
 
         return evaluate_network(self, tokenizer)
+
+    def verify_roles(self, tokenizer, roles=None) -> dict[str, Any]:
+        """Every head role the explanation claims, checked by ablating that head
+        (`roles.verify_roles`; ``roles`` defaults to the explanation's, `roles.ROLES`)."""
+        from .roles import ROLES, verify_roles
+
+        return verify_roles(self, tokenizer, ROLES if roles is None else roles)
 
 
 def read_answer(output: torch.Tensor) -> str:

@@ -301,14 +301,23 @@ def inspect_arguments(commands) -> None:
         help="also draw the logit lens or the patching grid: .svg (no extra needed) or .png (the plots extra) "
         "(default: none)",
     )
+    p.add_argument(
+        "--verify-roles",
+        action="store_true",
+        help="check every head role the network's explanation states by ablating that head (the puzzle): "
+        "a table, head by head; exit status 1 unless every role holds",
+    )
     p.add_argument("--json", action="store_true", help="print every view asked for as JSON")
     device_options(p, "run the variant")
     p.set_defaults(run=cmd_inspect)
 
 
 def _check_inspect_arguments(args) -> None:
-    if not (args.logit_lens or args.ablate or args.patch):
-        raise ZooError("choose a view: --logit-lens, --ablate LAYER.HEAD[,...] or --patch --corrupt TEXT")
+    if not (args.logit_lens or args.ablate or args.patch or args.verify_roles):
+        raise ZooError(
+            "choose a view: --logit-lens, --ablate LAYER.HEAD[,...] or --patch --corrupt TEXT "
+            "(or, for a network that states its heads' roles, --verify-roles)"
+        )
     if (args.logit_lens or args.patch) and not args.prompt:
         raise ZooError("--logit-lens and --patch need --prompt TEXT")
     if args.patch and not args.corrupt:
@@ -343,17 +352,27 @@ def cmd_inspect(args) -> int:
     if args.ablate:
         groups = groups if groups is not None else ablation.every_head(model)
         report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
+    if args.verify_roles:
+        from ..inspection.roles import verify_roles
+
+        report["roles"] = verify_roles(model)
     if args.out is not None:
         _draw(report, args.out)
+    # A role check that does not hold fails the command, as a failing test does.
+    status = 0 if report.get("roles", {"holds": True})["holds"] else 1
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
+        return status
     for view, show in (("logit_lens", _show_logit_lens), ("patching", _show_patching), ("ablation", _show_ablation)):
         if view in report:
             show(report[view])
+    if "roles" in report:
+        from ..inspection.roles import format_role_report
+
+        print("\n".join(format_role_report(report["roles"], model.name)))
     if args.out is not None:
         print(f"written to {args.out}")
-    return 0
+    return status
 
 
 def _show_logit_lens(lens: dict) -> None:

@@ -8,13 +8,16 @@ from ..errors import ZooError
 
 
 def export_arguments(commands) -> None:
-    p = commands.add_parser("export", help="write a variant for Hugging Face transformers or ONNX Runtime")
+    p = commands.add_parser(
+        "export", help="write a variant for Hugging Face transformers, ONNX Runtime or TransformerLens"
+    )
     p.add_argument("name", help="the variant to export")
     p.add_argument(
         "--format",
-        choices=["hf", "onnx"],
+        choices=["hf", "onnx", "transformer-lens"],
         required=True,
-        help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime",
+        help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime; "
+        "transformer-lens: config.json + model.safetensors for TransformerLens' HookedTransformer",
     )
     p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
     p.set_defaults(run=cmd_export)
@@ -26,6 +29,8 @@ def cmd_export(args) -> int:
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
     if args.format == "hf":
         from ..interop.hf import export_hf as export
+    elif args.format == "transformer-lens":
+        from ..interop.transformer_lens import export_transformer_lens as export
     else:
         from ..interop.onnx import export_onnx as export
 

@@ -3,15 +3,17 @@
 Layout of the output folder::
 
     index.html              every variant: sortable, filterable table
-    variants/NAME.html      card, lineage, loss curves, samples, attention, vs bigram
+    variants/NAME.html      card, lineage, loss curves, samples, attention, vs bigram,
+                            logit lens and head ablation (zoo_core.inspection)
     studies/NAME.html       one page per study of docs/experiments.md
-    puzzle.html             task variants: slots, heads, answers
+    puzzle.html             task variants: slots, heads, answers, head roles checked by ablation
     img/                    SVG pictures drawn here (and the studies' PNGs)
     static/zoo.css          the one style sheet
 
 Nothing is fetched at view time: data are written into the pages, pictures are
 files beside them, and there are no remote fonts, scripts or styles. What costs
-model time (samples, attention maps, the bigram comparison) is cached per
+model time (samples, attention maps, the bigram comparison, the logit lens,
+the head ablations, the puzzle's role check) is cached per
 variant under the checkpoint's sha256, so a second run only re-renders.
 """
 
@@ -58,8 +60,11 @@ PUZZLE_QUESTIONS = (
     "Rock swap-flight disobeys swap-speech he-is?",
     "Rock disobeys swap-flight swap-speech he-is?",
 )
+# Head ablation on a small fixed sample of validation windows (chosen by the
+# same seed as `zoo eval`'s): enough to rank the heads, cheap for every variant.
+ABLATION_WINDOWS = 32
 # Bump when what is cached changes shape or meaning.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def default_cache_folder() -> Path:
@@ -238,6 +243,30 @@ def _attention(model, prompt: str) -> dict | None:
     return {"prompt": prompt, "labels": labels, "panels": panels}
 
 
+def _inspection(model, prompt: str) -> dict | None:
+    """The logit lens on ``prompt`` (its last context of tokens) and every head zeroed
+    alone on the first validation windows, through the hook points; None for a
+    network without a residual stream of blocks (the bigram)."""
+    import torch
+
+    from ..inspection.ablation import ablate_heads, every_head
+    from ..inspection.logit_lens import logit_lens
+
+    ids = torch.tensor([model.encode_prompt(prompt)[-model.card.context_length :]])
+    try:
+        lens = logit_lens(model, ids).to_dict()
+        ablation = ablate_heads(model, every_head(model), "zero", windows=ABLATION_WINDOWS).to_dict()
+    except ZooError:
+        return None
+    return {"prompt": prompt, "logit_lens": lens, "ablation": ablation}
+
+
+def _role_check(model) -> dict | None:
+    """A task network's own check of its explanation by ablation (the puzzle's `verify_roles`)."""
+    verify = getattr(model.network, "verify_roles", None)
+    return verify(model.tokenizer) if verify is not None else None
+
+
 def _task_answers(model) -> list[dict]:
     answers = []
     for question in PUZZLE_QUESTIONS:
@@ -279,12 +308,14 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
     if is_task_model(model):
         measured["answers"] = _task_answers(model)
         measured["task"] = _task_structure(model)
+        measured["roles"] = _role_check(model)
         return measured
     measured["samples"] = [
         {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed))} for seed in SAMPLE_SEEDS
     ]
     measured["attention"] = _attention(model, ATTENTION_PROMPT)
     measured["comparison"] = _compare_with_baseline(model, baseline, models)
+    measured["inspection"] = _inspection(model, ATTENTION_PROMPT)
     return measured
 
 
@@ -300,6 +331,7 @@ def _cached_measure(variant, models, baseline: _Baseline, cache: Path) -> tuple[
         "windows": COMPARE_WINDOWS,
         "baseline": baseline.variant.card.checkpoint.sha256 if baseline.variant else None,
         "questions": PUZZLE_QUESTIONS,
+        "ablation_windows": ABLATION_WINDOWS,
     }
     path = cache / f"{_slug(variant.name)}.json"
     if sha is not None and path.is_file():
@@ -337,6 +369,48 @@ def _attention_images(name: str, attention: dict | None, images: Path, prefix: s
         file = f"{_slug(name)}-{prefix}attention-{i + 1}.svg"
         _write(images / file, svg.heatmap(panel["matrix"], labels, labels, panel["title"]))
         figures.append({"file": f"img/{file}", "title": panel["title"]})
+    return figures
+
+
+def _inspection_images(name: str, inspection: dict | None, images: Path) -> dict:
+    """The logit lens (the probability each layer gives the model's final prediction, a
+    heat map of layers by positions) and the loss change of each head zeroed alone."""
+    if not inspection:
+        return {}
+    figures = {}
+    lens = inspection["logit_lens"]
+    labels = [_printable(token) for token in lens["tokens"]]
+    file = f"{_slug(name)}-logit-lens.svg"
+    _write(
+        images / file,
+        svg.heatmap(
+            lens["final_token_probabilities"],
+            lens["layers"],
+            labels,
+            "logit lens: top token by layer (colour: p of the final prediction)",
+            cell_text=[[_printable(token) for token in row] for row in lens["predictions"]],
+        ),
+    )
+    figures["logit_lens"] = f"img/{file}"
+    ablation = inspection["ablation"]
+    heads: dict[int, dict[int, float]] = {}
+    for entry in ablation["ablations"]:
+        layer, head = (int(n) for n in entry["heads"][0].split("."))
+        heads.setdefault(layer, {})[head] = entry["delta"]
+    if heads:
+        width = max(len(row) for row in heads.values())
+        matrix = [[heads[layer].get(h) for h in range(width)] for layer in sorted(heads)]
+        file = f"{_slug(name)}-ablation.svg"
+        _write(
+            images / file,
+            svg.signed_heatmap(
+                matrix,
+                [f"block {layer}" for layer in sorted(heads)],
+                [f"head {h}" for h in range(width)],
+                "validation loss change, each head zeroed",
+            ),
+        )
+        figures["ablation"] = f"img/{file}"
     return figures
 
 
@@ -419,6 +493,7 @@ def write_gallery(
             "loss_chart": None,
             "measured": None,
             "attention": [],
+            "inspection": {},
             "problem": None,
         }
         if chart:
@@ -430,6 +505,7 @@ def write_gallery(
                 cached += hit
                 page["measured"] = measured
                 page["attention"] = _attention_images(variant.name, measured.get("attention"), images)
+                page["inspection"] = _inspection_images(variant.name, measured.get("inspection"), images)
                 if "task" in measured:
                     structure = measured["task"]
                     tasks.append(
@@ -438,6 +514,7 @@ def write_gallery(
                             "answers": measured["answers"],
                             "slots": structure["slots"],
                             "heads": structure["heads"],
+                            "roles": measured.get("roles"),
                             "attention": _attention_images(variant.name, structure["attention"], images, "task-"),
                         }
                     )

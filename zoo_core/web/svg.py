@@ -152,3 +152,55 @@ def heatmap(
                 )
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _diverging(value: float, scale: float) -> str:
+    """0 -> white, +scale -> dark red, -scale -> dark blue (a signed change)."""
+    share = 0.0 if scale <= 0 else min(abs(value) / scale, 1.0)
+    target = (165, 15, 21) if value > 0 else (8, 48, 107)
+    r, g, b = (int(255 + (t - 255) * share) for t in target)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def signed_heatmap(
+    matrix: Sequence[Sequence[float | None]],
+    row_labels: Sequence[str],
+    column_labels: Sequence[str],
+    title: str,
+    cell: int = 46,
+) -> str:
+    """A grid of signed numbers (a loss change per layer and head), each cell written
+    out, red above zero and blue below, scaled to the largest magnitude; None is blank."""
+    values = [abs(float(v)) for row in matrix for v in row if v is not None]
+    scale = max(values, default=0.0)
+    label_width = 8 + 6.5 * max((len(label) for label in row_labels), default=1)
+    left, top = label_width, 40
+    width = max(left + len(column_labels) * cell + 6, 10 + 7 * len(title))  # the title fits
+    height = top + len(row_labels) * 24 + 6
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{escape(title)}" font-family="monospace" font-size="10">',
+        f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
+        f'<text x="4" y="13" font-family="sans-serif" font-size="12">{escape(title)}</text>',
+    ]
+    for j, label in enumerate(column_labels):
+        parts.append(
+            f'<text x="{left + j * cell + cell / 2:.1f}" y="{top - 5}" text-anchor="middle">{escape(label)}</text>'
+        )
+    for i, (label, row) in enumerate(zip(row_labels, matrix)):
+        y = top + i * 24
+        parts.append(f'<text x="{left - 4:.1f}" y="{y + 16}" text-anchor="end">{escape(label)}</text>')
+        for j, value in enumerate(row):
+            if value is None:
+                continue
+            value = float(value)
+            colour = "white" if scale and abs(value) / scale > 0.6 else "black"
+            parts.append(
+                f'<rect x="{left + j * cell:.1f}" y="{y}" width="{cell}" height="24" fill="{_diverging(value, scale)}">'
+                f"<title>{escape(label)}, {escape(column_labels[j])}: {value:+.4f}</title></rect>"
+            )
+            parts.append(
+                f'<text x="{left + j * cell + cell / 2:.1f}" y="{y + 16}" text-anchor="middle" fill="{colour}">{value:+.3f}</text>'
+            )
+    parts.append("</svg>")
+    return "\n".join(parts)

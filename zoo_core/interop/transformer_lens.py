@@ -1,0 +1,256 @@
+"""TransformerLens: a variant as a `HookedTransformer`, built in memory or written to a folder.
+
+TransformerLens 3.x (the last line with `HookedTransformer`; 4.0 removed it in
+favour of `TransformerBridge`, which wraps a transformers model) takes a
+config built by hand and a state dict, so nothing is downloaded: the
+config names no pretrained model and no tokenizer to fetch, and the tokenizer
+given is the zoo's own, converted as for `zoo export --format hf`.
+
+What maps: ``transformer`` and ``gpt`` variants with pre-norm blocks, LayerNorm
+or RMSNorm, positions added to the input (learned; sinusoidal, written as the
+learned table of positions 0…context−1; none, a table of zeros) or rotary
+(adjacent pairs, base 10000), ReLU, ReLU², GELU or tanh GELU, QK-norm (an RMSNorm
+of unit weight) and a logit soft-cap. Unlike GPT-2, TransformerLens' unembedding
+has a bias, so the zoo's vocabulary head maps one to one (no extra channels).
+Refused, by name: post-norm blocks, score-biasing position encodings, other
+architectures.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import ZooError
+
+LOGIT_TOLERANCE = 1e-4
+# The zoo's activation names and TransformerLens' for the same function.
+TL_ACTIVATIONS = {"relu": "relu", "relu2": "relu2", "gelu": "gelu", "gelu-tanh": "gelu_new"}
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def _require_transformer_lens():
+    try:
+        import transformer_lens  # noqa: F401
+    except ImportError:
+        raise ZooError("TransformerLens export needs transformer_lens: pip install 'zoo-lm[lens]'") from None
+
+
+def transformer_lens_refusal(model) -> str | None:
+    """Why the variant has no exact `HookedTransformer` form, or None when it has one."""
+    from ..plugin_api.components import PositionEncodingBase
+
+    card, network = model.card, model.network
+    config = {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
+    name = card.name
+    if card.architecture not in ("transformer", "gpt"):
+        return f"'{name}' is a {card.architecture} model; only transformer and gpt variants map onto HookedTransformer"
+    if config["block"] != "pre-norm":
+        return f"'{name}' has {config['block']} blocks; HookedTransformer normalises before each sublayer only"
+    if config["norm"] not in ("layernorm", "rmsnorm"):
+        return f"'{name}': norm '{config['norm']}' has no HookedTransformer counterpart"
+    encoding = type(network.positions)
+    if encoding.bias is not PositionEncodingBase.bias:
+        return f"'{name}': position encoding '{config['positions']}' biases attention scores; HookedTransformer has no such step"
+    if encoding.rotate is not PositionEncodingBase.rotate and config["positions"] != "rope":
+        return f"'{name}': position encoding '{config['positions']}' rotates queries and keys in its own way; only the zoo's rope maps"
+    if config.get("activation", "relu") not in TL_ACTIVATIONS:
+        return f"'{name}': activation '{config['activation']}' has no HookedTransformer counterpart"
+    return None
+
+
+def hooked_transformer_config(model) -> dict:
+    """The `HookedTransformerConfig` fields (plain JSON values) of the variant."""
+    import torch
+
+    card, network = model.card, model.network
+    config = {"positions": "learned", "norm": "layernorm", **card.config}
+    d_model = network.token_embedding.weight.shape[1]
+    attention = network.blocks[0].attention
+    rms = config["norm"] == "rmsnorm"
+    eps = network.final_norm.eps
+    if eps is None:  # torch's RMSNorm default: the dtype's machine epsilon
+        eps = torch.finfo(torch.float32).eps
+    fields = dict(
+        model_name=card.name,
+        d_model=d_model,
+        d_head=attention.head_size,
+        n_heads=attention.n_head,
+        n_layers=len(network.blocks),
+        n_ctx=card.context_length,
+        d_vocab=network.lm_head.weight.shape[0],
+        d_mlp=network.blocks[0].feed_forward.up.weight.shape[0],
+        act_fn=TL_ACTIVATIONS[config.get("activation", "relu")],
+        normalization_type="RMS" if rms else "LN",
+        eps=float(eps),
+        positional_embedding_type="rotary" if config["positions"] == "rope" else "standard",
+        default_prepend_bos=False,  # the zoo's models have no beginning-of-text token
+        tokenizer_prepends_bos=False,
+        init_weights=False,  # every weight is loaded; no random initialisation to spend time on
+        device="cpu",
+    )
+    if config["positions"] == "rope":
+        fields.update(rotary_dim=attention.head_size, rotary_adjacent_pairs=True, rotary_base=10000)
+    if config.get("qk_norm"):
+        fields["use_qk_norm"] = True
+    if network.logit_softcap is not None:
+        fields["output_logits_soft_cap"] = float(network.logit_softcap)
+    return fields
+
+
+def hooked_transformer_state(network, fields: dict) -> dict:
+    """The zoo network's tensors under TransformerLens' names and shapes."""
+    import torch
+
+    zoo = {name: tensor.detach().to(torch.float32) for name, tensor in network.state_dict().items()}
+    d_model, n_heads, d_head = fields["d_model"], fields["n_heads"], fields["d_head"]
+    rms = fields["normalization_type"] == "RMS"
+
+    def norm(theirs: str, ours: str) -> dict:
+        out = {f"{theirs}.w": zoo[f"{ours}.weight"]}
+        if not rms:
+            out[f"{theirs}.b"] = zoo.get(f"{ours}.bias", torch.zeros(d_model))
+        return out
+
+    def per_head_in(weight):  # Linear (H*D, C) -> (H, C, D)
+        return weight.view(n_heads, d_head, d_model).transpose(1, 2).contiguous()
+
+    state = {"embed.W_E": zoo["token_embedding.weight"]}
+    if fields["positional_embedding_type"] == "standard":
+        with torch.no_grad():
+            table = network.positions.embed(torch.zeros(1, fields["n_ctx"], d_model), torch.arange(fields["n_ctx"]))[0]
+        state["pos_embed.W_pos"] = table.to(torch.float32)
+    for i in range(fields["n_layers"]):
+        ours, theirs = f"blocks.{i}", f"blocks.{i}"
+        state.update(norm(f"{theirs}.ln1", f"{ours}.norm1"))
+        state.update(norm(f"{theirs}.ln2", f"{ours}.norm2"))
+        qkv = zoo[f"{ours}.attention.qkv.weight"].split(d_model)  # queries, keys, values, heads side by side
+        qkv_bias = zoo.get(f"{ours}.attention.qkv.bias", torch.zeros(3 * d_model)).split(d_model)
+        for part, weight, bias in zip("QKV", qkv, qkv_bias):
+            state[f"{theirs}.attn.W_{part}"] = per_head_in(weight)
+            state[f"{theirs}.attn.b_{part}"] = bias.view(n_heads, d_head)
+        proj = zoo[f"{ours}.attention.proj.weight"]  # (C, H*D)
+        state[f"{theirs}.attn.W_O"] = proj.T.reshape(n_heads, d_head, d_model).contiguous()
+        state[f"{theirs}.attn.b_O"] = zoo.get(f"{ours}.attention.proj.bias", torch.zeros(d_model))
+        if fields.get("use_qk_norm"):  # the zoo's QK-norm has no learned scale
+            for which in ("q_norm", "k_norm"):
+                state[f"{theirs}.attn.{which}.w"] = torch.ones(d_head)
+        up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C)
+        state[f"{theirs}.mlp.W_in"] = up.T.contiguous()
+        state[f"{theirs}.mlp.b_in"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(up.shape[0]))
+        state[f"{theirs}.mlp.W_out"] = zoo[f"{ours}.feed_forward.down.weight"].T.contiguous()
+        state[f"{theirs}.mlp.b_out"] = zoo.get(f"{ours}.feed_forward.down.bias", torch.zeros(d_model))
+    state.update(norm("ln_final", "final_norm"))
+    state["unembed.W_U"] = zoo["lm_head.weight"].T.contiguous()
+    state["unembed.b_U"] = zoo.get("lm_head.bias", torch.zeros(fields["d_vocab"]))
+    return state
+
+
+@contextmanager
+def _quiet_construction():
+    """HookedTransformer's constructor warns that the class is deprecated (in 3.x,
+    pointing to 4.0's TransformerBridge); that is TransformerLens' news, not the user's."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*HookedTransformer is deprecated.*")
+        yield
+
+
+def _tokenizer(model):
+    """The zoo tokenizer as a transformers tokenizer, or None where none maps."""
+    from .hf_tokenizers import hf_tokenizer_for
+
+    try:
+        tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length)
+    except ZooError:
+        return None
+    # TransformerLens pads every call to its tokenizer, which needs a pad token
+    # with an id; the zoo has no special tokens, so padding uses id 0. Only the
+    # padded positions of a ragged batch carry it, and TransformerLens masks those.
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+    return tokenizer
+
+
+def hooked_transformer(model_or_name):
+    """A `transformer_lens.HookedTransformer` computing the variant's logits, converted
+    in memory (nothing is downloaded), with the zoo's tokenizer where it maps to a
+    transformers one. ``model_or_name`` is a loaded `ZooModel` or a variant name."""
+    _require_transformer_lens()
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    model = model_or_name
+    if isinstance(model_or_name, str):
+        from ..api import load
+
+        model = load(model_or_name, merge_adapter=True)
+    refusal = transformer_lens_refusal(model)
+    if refusal:
+        raise ZooError(f"cannot convert to TransformerLens: {refusal}")
+    try:
+        fields = hooked_transformer_config(model)
+        state = hooked_transformer_state(model.network, fields)
+    except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
+        raise ZooError(
+            f"cannot convert to TransformerLens: '{model.name}' is not laid out like the zoo's transformer (no {exc})"
+        ) from None
+    with _quiet_construction():
+        lens = HookedTransformer(HookedTransformerConfig(**fields), tokenizer=_tokenizer(model), move_to_device=False)
+    missing, unexpected = lens.load_state_dict(state, strict=False)
+    # TransformerLens' own buffers (its causal mask, rotary tables) are not weights.
+    missing = [name for name in missing if not name.endswith((".mask", ".IGNORE", ".rotary_sin", ".rotary_cos"))]
+    if missing or unexpected:
+        raise ZooError(f"TransformerLens layout mismatch: missing {missing}, unexpected {unexpected}")
+    return lens.eval()
+
+
+def load_exported(folder: Path):
+    """What the documented snippet does: the `HookedTransformer` a `zoo export
+    --format transformer-lens` folder describes."""
+    from safetensors.torch import load_file
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformers import AutoTokenizer
+
+    config = HookedTransformerConfig(**json.loads((folder / CONFIG_FILE).read_text()))
+    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer.json").exists() else None
+    with _quiet_construction():
+        lens = HookedTransformer(config, tokenizer=tokenizer)
+    lens.load_state_dict(load_file(folder / WEIGHTS_FILE), strict=False)
+    return lens.eval()
+
+
+def export_transformer_lens(model, out: Path) -> tuple[list[Path], dict]:
+    """Write ``out``: ``config.json`` (`HookedTransformerConfig` fields),
+    ``model.safetensors`` (TransformerLens' state dict), the tokenizer files
+    `AutoTokenizer` loads, and ``zoo_card.json``; then load it back as the
+    documented snippet does and check its logits against the zoo's (1e-4)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from .hf import quiet_transformers, verification_ids
+
+    lens = hooked_transformer(model)
+    quiet_transformers()
+    fields = hooked_transformer_config(model)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG_FILE).write_text(json.dumps(fields, indent=2) + "\n")
+    weights = {name: tensor.contiguous() for name, tensor in hooked_transformer_state(model.network, fields).items()}
+    save_file(weights, str(out / WEIGHTS_FILE))
+    if lens.tokenizer is not None:
+        _tokenizer(model).save_pretrained(out)
+    (out / "zoo_card.json").write_text(
+        json.dumps(model.card.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    )
+    ids, _ = verification_ids(model)
+    loaded = load_exported(out)
+    with torch.no_grad():
+        theirs = loaded(torch.tensor([ids]))
+        ours, _ = model.network(torch.tensor([ids]))
+    difference = float((theirs - ours).abs().max())
+    if difference > LOGIT_TOLERANCE:
+        raise ZooError(
+            f"TransformerLens logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE}); nothing usable was written"
+        )
+    checks = {"max_logit_difference": difference, "logit_tokens": len(ids)}
+    return sorted(path for path in out.iterdir() if path.is_file()), checks
