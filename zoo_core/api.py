@@ -47,7 +47,7 @@ BUILDING_ROLES = tuple(role for role in ROLE_FAMILIES if role != "trainer")
 
 def require_components(variant: Variant, plugins: PluginSet) -> None:
     """Refuse, naming the distribution to reinstall, a variant a component of which is not installed."""
-    problem = missing_component_problem(variant.facts, plugins, BUILDING_ROLES, conflicts=False)
+    problem = missing_component_problem(variant.facts, plugins, BUILDING_ROLES, conflicts=False, only_recorded=True)
     if problem is not None:
         raise ZooError(problem)
 

@@ -60,7 +60,11 @@ def component_sources(card: Any, plugins: PluginSet) -> dict[str, dict[str, str]
 
 
 def missing_component_problem(
-    card: Any, plugins: PluginSet, roles: tuple[str, ...] | None = None, conflicts: bool = True
+    card: Any,
+    plugins: PluginSet,
+    roles: tuple[str, ...] | None = None,
+    conflicts: bool = True,
+    only_recorded: bool = False,
 ) -> str | None:
     """Why ``card`` cannot be built now, naming what to install: for a component
     no installed plugin registers, the distribution the card records it came
@@ -68,7 +72,8 @@ def missing_component_problem(
     uninstalled plugin says which package to reinstall. None when every named
     component (of ``roles``, default all) is registered once, or (``conflicts``
     False) when none is missing, two plugins claiming one being left to the
-    factory's own message."""
+    factory's own message; ``only_recorded``: only a missing component whose
+    distribution the card records, the rest being left to the factory too."""
     recorded = card.components or {}
     for role, name in named_components(card).items():
         if roles is not None and role not in roles:
@@ -85,5 +90,6 @@ def missing_component_problem(
                 f"(distribution {distribution} {source['version']}), which is not installed: "
                 f"`pip install {distribution}` brings it back (or `zoo remove {card.name}` if it is yours)"
             )
-        return problem
+        if not only_recorded:
+            return problem
     return None

@@ -81,7 +81,9 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     card = variant.card
     overrides = recipe_overrides(job)
     kind = overrides.get("kind", card.recipe.kind)
-    missing = missing_component_problem(variant.facts, plugins, conflicts=False)  # names what to reinstall
+    missing = missing_component_problem(
+        variant.facts, plugins, conflicts=False, only_recorded=True
+    )  # names what to reinstall
     if missing is not None and "kind" not in overrides:
         raise ZooError(missing)
     trainer = plugins.components["trainers"].create(kind)  # the recipe names its trainer
