@@ -216,6 +216,10 @@ def test_the_installed_zoo_works_from_anywhere(installed):
     assert "positions 0.1.0 (built-in)" in installed.zoo("plugins").stdout
     assert "complete" in installed.zoo("completion", "bash").stdout
     assert "ROMEO" in installed.zoo("attention", SMALL, "--prompt", "ROMEO").stdout
+    inspected = json.loads(installed.zoo("inspect", SMALL, "--prompt", "ROMEO: I will", "--logit-lens", "--ablate", "0.0",
+                                         "--windows", "8", "--json").stdout)
+    assert inspected["logit_lens"]["layers"] == ["embeddings", "block 0"]
+    assert inspected["ablation"]["ablations"][0]["heads"] == ["0.0"]
 
     loaded = json.loads(installed.zoo("load", "transformer-6b-sin", "--json").stdout)
     assert loaded["verified"] == ["sha256", "names", "shapes", "parameters", "tokenizer sha256"]
