@@ -643,12 +643,8 @@ def test_a_plugin_authors_path_from_the_docs_alone(installed, tmp_path):
 
 
 # Keep this test last: it checks what the tests above ran.
-def test_inspect_looks_inside_from_the_installed_wheel(installed):
-    """The logit lens through the hook points, and the puzzle's roles checked by ablation
-    (zoo_plugins.puzzle.roles with zoo_core.inspection.roles), as installed."""
-    lens = json.loads(installed.zoo("inspect", "transformer-1b-learned-ctx8", "--prompt", "ROMEO:", "--logit-lens",
-                                    "--json").stdout)
-    assert lens["logit_lens"]["layers"] == ["embeddings", "block 0"]
+def test_the_puzzles_roles_verify_from_the_installed_wheel(installed):
+    """zoo_plugins.puzzle.roles with zoo_core.inspection.roles, as installed."""
     roles = installed.zoo("inspect", "puzzle-disobeys", "--verify-roles").stdout
     assert "every role holds" in roles and "layer1.previous_word_head.result" in roles
 

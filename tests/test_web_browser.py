@@ -90,7 +90,7 @@ def test_gallery_from_disk(browser, site, artifacts):
     page.click("text=transformer-1b-learned-ctx8")
     page.wait_for_load_state("load")
     assert page.url.endswith("variants/transformer-1b-learned-ctx8.html")
-    assert watched.image_count() == 3  # loss curves, two attention heads
+    assert watched.image_count() == 5  # loss curves, two attention heads, the logit lens, the head ablation
     assert watched.broken_images() == []
     page.screenshot(path=str(artifacts / "gallery-variant.png"), full_page=True)
 
