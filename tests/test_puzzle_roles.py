@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -115,3 +116,23 @@ def test_docs_inspect_md_shows_what_the_nopos_check_prints(zoo):
     shown = section.split("status 1, as a failing test does, and prints:\n\n```text\n", 1)[1].split("```", 1)[0]
     done = zoo("inspect", "puzzle-disobeys-nopos", "--verify-roles")
     assert done.code == 1 and done.out.rstrip() == shown.rstrip()
+
+
+def test_zoo_inspect_ablate_on_the_puzzle_counts_changed_answers(puzzle, nopos, zoo):
+    """`--ablate LAYER.HEAD` on the puzzle: the answers that change, as many as each role predicts,
+    heads counted as attention_maps orders them; a head that is not there is one line."""
+    done = zoo("inspect", "puzzle-disobeys", "--ablate", "each", "--json")
+    assert done.code == 0, done.err
+    report = json.loads(done.out)["answer_ablation"]
+    predicted = {entry["title"]: entry["predicted_to_change"] for entry in verify_roles(puzzle.network, puzzle.tokenizer)["roles"]}
+    assert [a["heads"] for a in report["ablations"]] == [["0.0"], ["0.1"], ["1.0"], ["1.1"]]
+    assert {a["titles"][0]: a["changed"] for a in report["ablations"]} == predicted
+    # Heads of one group are zeroed together.
+    both = nopos.network.ablate_answers(nopos.tokenizer, [[(1, 0), (1, 1)]])["ablations"][0]
+    assert both["titles"] == ["layer 2: flight head", "layer 2: speech head"] and both["changed"] > 0
+    for arguments, message in (
+        (("--ablate", "0.1"), "no head 0.1 in this puzzle network"),  # nopos has no previous-word head
+        (("--ablate", "0.0", "--ablation", "mean"), "zeroing heads only"),
+    ):
+        done = zoo("inspect", "puzzle-disobeys-nopos", *arguments)
+        assert done.code != 0 and message in done.err and len(done.err.strip().splitlines()) == 1

@@ -258,6 +258,13 @@ class PuzzleTransformer(nn.Module):
 
         return evaluate_network(self, tokenizer)
 
+    def ablate_answers(self, tokenizer, groups=None) -> dict[str, Any]:
+        """How many sentences change their answer when each group of heads
+        (LAYER.HEAD pairs, from 0; None: each head alone) is zeroed (`roles.ablate_answers`)."""
+        from .roles import ablate_answers
+
+        return ablate_answers(self, tokenizer, groups)
+
     def verify_roles(self, tokenizer, roles=None) -> dict[str, Any]:
         """Every head role the explanation claims, checked by ablating that head
         (`roles.verify_roles`; ``roles`` defaults to the explanation's, `roles.ROLES`)."""

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from zoo_core.errors import ZooError
 from zoo_core.inspection.roles import format_role_report
 
 from .model import HEAD_TITLES, PuzzleTransformer, read_answer
@@ -106,15 +107,76 @@ def _zero(activation: torch.Tensor, name: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _answers(network: PuzzleTransformer, batches, ablate: str | None) -> list[str]:
+def _answers(network: PuzzleTransformer, batches, ablate: Sequence[str] = ()) -> list[str]:
+    """The network's answer to every sentence of ``batches``, the hook points ``ablate`` zeroed."""
     from zoo_core.plugin_api.hook_points import hooks
 
     answers: list[str] = []
-    with hooks(network, {ablate: _zero} if ablate else {}):
+    with hooks(network, {name: _zero for name in ablate}):
         for sentences, ids in batches:
             outputs, _ = network(ids)
             answers += [read_answer(output[words.index(QUESTION)]) for words, output in zip(sentences, outputs)]
     return answers
+
+
+def _sentence_batches(network: PuzzleTransformer, tokenizer) -> list[tuple[list[list[str]], torch.Tensor]]:
+    """Every well-formed sentence, batched by length: attention has no mask, so nothing may be padded."""
+    by_length: dict[int, list[list[str]]] = {}
+    for words in well_formed_sentences(network.max_tokens):
+        by_length.setdefault(len(tokenizer.encode(" ".join(words))), []).append(list(words))
+    return [
+        (group, torch.tensor([tokenizer.encode(" ".join(words)) for words in group], dtype=torch.long))
+        for group in by_length.values()
+    ]
+
+
+def heads_by_layer(network: PuzzleTransformer) -> list[list[str]]:
+    """The heads of each layer in the order `attention_maps` gives them, which is how
+    `zoo inspect --ablate LAYER.HEAD` counts them (from 0)."""
+    return [[head for head in ("object", "previous_word") if head in network.head_names], ["flight", "speech"]]
+
+
+def _head_hook(network: PuzzleTransformer, layer: int, head: int) -> tuple[str, str]:
+    """(title, hook point) of head LAYER.HEAD, or a ZooError naming the heads there are."""
+    layers = heads_by_layer(network)
+    listing = "; ".join(
+        f"{i}.{j} {HEAD_TITLES[name]}" for i, names in enumerate(layers) for j, name in enumerate(names)
+    )
+    if layer >= len(layers) or head >= len(layers[layer]):
+        raise ZooError(f"no head {layer}.{head} in this puzzle network; its heads are {listing}")
+    name = layers[layer][head]
+    return HEAD_TITLES[name], f"layer{layer + 1}.{name}_head.result"
+
+
+def ablate_answers(
+    network: PuzzleTransformer, tokenizer, groups: Sequence[Sequence[tuple[int, int]]] | None = None
+) -> dict[str, Any]:
+    """For each group of heads (LAYER.HEAD, from 0; None: each head alone), zeroed
+    together: how many of the well-formed sentences change their answer, with the
+    first few as examples."""
+    if groups is None:
+        groups = [[(layer, head)] for layer, names in enumerate(heads_by_layer(network)) for head in range(len(names))]
+    batches = _sentence_batches(network, tokenizer)
+    ordered = [" ".join(words) for group, _ in batches for words in group]
+    clean = _answers(network, batches)
+    ablations = []
+    for group in groups:
+        named = [_head_hook(network, layer, head) for layer, head in group]
+        ablated = _answers(network, batches, [hook for _, hook in named])
+        changed = [
+            {"sentence": sentence, "answer": before, "ablated": after}
+            for sentence, before, after in zip(ordered, clean, ablated)
+            if before != after
+        ]
+        ablations.append(
+            {
+                "heads": [f"{layer}.{head}" for layer, head in group],
+                "titles": [title for title, _ in named],
+                "changed": len(changed),
+                "examples": changed[:3],
+            }
+        )
+    return {"method": "zero", "sentences": len(ordered), "ablations": ablations}
 
 
 def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole] = ROLES) -> dict[str, Any]:
@@ -129,17 +191,9 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
     reported absent. ``holds`` is true only when every role holds."""
     from zoo_core.plugin_api.hook_points import hook_point_names
 
-    sentences = list(well_formed_sentences(network.max_tokens))
-    # One batch per length: attention has no mask, so nothing may be padded.
-    by_length: dict[int, list[list[str]]] = {}
-    for words in sentences:
-        by_length.setdefault(len(tokenizer.encode(" ".join(words))), []).append(words)
-    batches = [
-        (group, torch.tensor([tokenizer.encode(" ".join(words)) for words in group], dtype=torch.long))
-        for group in by_length.values()
-    ]
+    batches = _sentence_batches(network, tokenizer)
     ordered = [words for group, _ in batches for words in group]
-    clean = _answers(network, batches, None)
+    clean = _answers(network, batches)
     points = set(hook_point_names(network))
     results = []
     for role in roles:
@@ -157,7 +211,7 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
             entry["note"] = f"this network has no hook point '{role.hook}': the head does not exist"
             results.append(entry)
             continue
-        ablated = _answers(network, batches, role.hook)
+        ablated = _answers(network, batches, [role.hook])
         changed = [a != b for a, b in zip(ablated, clean)]
         changed_ok = sum(p and c for p, c in zip(predicted, changed))
         unchanged_ok = sum(not p and not c for p, c in zip(predicted, changed))
@@ -194,4 +248,4 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
     }
 
 
-__all__ = ["ROLES", "HeadRole", "format_role_report", "verify_roles"]
+__all__ = ["ROLES", "HeadRole", "ablate_answers", "format_role_report", "heads_by_layer", "verify_roles"]

@@ -279,8 +279,8 @@ def inspect_arguments(commands) -> None:
     p.add_argument(
         "--ablate",
         metavar="LAYER.HEAD[,...]",
-        help="the change in validation loss with these heads removed together, e.g. 0.1,1.0; "
-        "'each' removes every head alone in turn (default: none)",
+        help="the change in validation loss with these heads removed together, e.g. 0.1,1.0 (for the puzzle: "
+        "how many answers change); 'each' removes every head alone in turn (default: none)",
     )
     p.add_argument(
         "--ablation",
@@ -350,8 +350,16 @@ def cmd_inspect(args) -> int:
 
         report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
     if args.ablate:
-        groups = groups if groups is not None else ablation.every_head(model)
-        report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
+        from ..inspection.roles import task_ablation
+
+        answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
+        if answers is not None:
+            if args.ablation != "zero":
+                raise ZooError(f"'{model.name}' is ablated by zeroing heads only; drop --ablation {args.ablation}")
+            report["answer_ablation"] = answers
+        else:
+            groups = groups if groups is not None else ablation.every_head(model)
+            report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
     if args.verify_roles:
         from ..inspection.roles import verify_roles
 
@@ -363,7 +371,12 @@ def cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return status
-    for view, show in (("logit_lens", _show_logit_lens), ("patching", _show_patching), ("ablation", _show_ablation)):
+    for view, show in (
+        ("logit_lens", _show_logit_lens),
+        ("patching", _show_patching),
+        ("ablation", _show_ablation),
+        ("answer_ablation", _show_answer_ablation),
+    ):
         if view in report:
             show(report[view])
     if "roles" in report:
@@ -417,6 +430,16 @@ def _show_ablation(report: dict) -> None:
     )
     rows = [[",".join(a["heads"]), f"{a['loss']:.4f}", f"{a['delta']:+.4f}"] for a in report["ablations"]]
     print(format_table(["heads removed", "loss", "Δ loss"], rows, right={1, 2}))
+    print()
+
+
+def _show_answer_ablation(report: dict) -> None:
+    print(f"head ablation ({report['method']}): answers changed among the {report['sentences']} well-formed sentences")
+    rows = [[",".join(a["heads"]), "; ".join(a["titles"]), str(a["changed"])] for a in report["ablations"]]
+    print(format_table(["heads removed", "heads", "answers changed"], rows, right={2}))
+    for entry in report["ablations"]:
+        for example in entry["examples"][:1]:
+            print(f"  {','.join(entry['heads'])}: {example['sentence']} {example['answer']} -> {example['ablated']}")
     print()
 
 

@@ -32,6 +32,17 @@ def verify_roles(model) -> dict[str, Any]:
     return verify(model.tokenizer)
 
 
+def task_ablation(model, groups) -> dict[str, Any] | None:
+    """For a task network that answers questions (the puzzle offers
+    ``network.ablate_answers``), the answer changes when each group of heads is
+    zeroed (``groups`` None: each head alone); None for a language model, whose
+    ablation is the loss change on validation windows."""
+    ablate = getattr(model.network, "ablate_answers", None)
+    if ablate is None:
+        return None
+    return ablate(model.tokenizer, groups)
+
+
 def format_role_report(report: dict[str, Any], name: str = "") -> list[str]:
     """The report as a table, one row per role, then each role in words and the mismatches of those that fail."""
     lines = [
