@@ -14,11 +14,13 @@ PROMPT ?= ROMEO:
 # Playwright's bindings and the openai client; the browser itself is Debian's chromium, which .ci/run installs)
 # and lm-evaluation-harness (eval-harness). setuptools is upgraded first:
 # the packaging tests build wheels offline and need its bdist_wheel and PEP 639
-# license fields (77).
+# license fields (77). --no-compile: pip would byte-compile every module of every
+# package (some 25,000 files, minutes on two cores) where a run imports a small
+# part of them, compiled on first import instead.
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt --upgrade 'setuptools>=77' wheel
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt --upgrade 'setuptools>=77' wheel
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
 	touch $@
 
 demo: $(BIN)/.installed
@@ -26,8 +28,9 @@ demo: $(BIN)/.installed
 	$(BIN)/zoo load transformer-6b-sin
 	$(BIN)/zoo sample transformer-6b-sin --prompt "$(PROMPT)" --max-new-tokens 60 --seed 1
 
+# The slowest tests are listed at the end, to keep an eye on the suite's time (CI's budget).
 test: $(BIN)/.installed
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
 
 # What CI checks besides the tests: pyflakes and import order, formatting, and types
 # (ruff and mypy, configured in pyproject.toml), on the core and the built-in plugins.
