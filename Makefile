@@ -14,13 +14,11 @@ PROMPT ?= ROMEO:
 # Playwright's bindings and the openai client; the browser itself is Debian's chromium, which .ci/run installs)
 # and lm-evaluation-harness (eval-harness). setuptools is upgraded first:
 # the packaging tests build wheels offline and need its bdist_wheel and PEP 639
-# license fields (77). --no-compile: pip would byte-compile every module of every
-# package (some 25,000 files, minutes on two cores) where a run imports a small
-# part of them, compiled on first import instead.
+# license fields (77).
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt --upgrade 'setuptools>=77' wheel
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt --upgrade 'setuptools>=77' wheel
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
 	touch $@
 
 demo: $(BIN)/.installed
