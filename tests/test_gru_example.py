@@ -10,11 +10,8 @@ GRU card far too big is refused before anything is built, by the exact count.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import pytest
 
 from .conftest import ROOT
 from .recurrent_models import tiny_gru_parameters
-from .test_third_party_plugins import pip_install, run_zoo
+from .test_third_party_plugins import pip_install, run_example_tests, run_zoo
 
 EXAMPLE = ROOT / "examples" / "zoo-gru"
 README = (EXAMPLE / "README.md").read_text(encoding="utf-8")
@@ -77,11 +74,7 @@ def test_sampling_2000_tokens_past_the_window(gru):
 
 def test_the_example_passes_its_own_tests_against_the_installed_package(gru):
     # They count the positions fed while sampling 2,000 tokens: the prompt once, then one per token.
-    tests = gru.parent / "zoo-gru" / "tests"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], cwd=tests.parent,
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(gru), "OMP_NUM_THREADS": "1"}, timeout=300,
-    )
+    done = run_example_tests(gru, "zoo-gru")
     assert done.returncode == 0 and "4 passed" in done.stdout, done.stdout + done.stderr
 
 

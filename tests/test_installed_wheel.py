@@ -425,20 +425,8 @@ def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path
     installed.zoo("gallery", "--variants", "bigram", "--out", str(site), "--quiet")
     assert "bigram" in (site / "index.html").read_text() and (site / "variants").is_dir()
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path / "serve.log"
-    server = installed.start("serve", "--port", str(port), "--site", str(site), log=log)
+    server, url = _serving(installed, site, tmp_path / "serve.log")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, f"zoo serve exited {server.returncode}: {log.read_text()}"
-            assert time.monotonic() < deadline, f"zoo serve did not answer within 120 s: {log.read_text()}"
-            try:
-                _get(url + "/health")
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.3)
         status, body = _get(url + "/v1/models")
         assert status == 200 and SHIPPED_NAMES[0] in {model["id"] for model in json.loads(body)["data"]}
         status, body = _get(url + "/sample")  # rendered from the installed package's templates
@@ -455,12 +443,7 @@ def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path
         installed.zoo("remove", "pulled-small")
         assert not (home / "checkpoints" / "pulled-small.safetensors").exists()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        _stop(server)
     assert installed.files() == before
 
 

@@ -67,6 +67,17 @@ def pip_install(target: Path, *sources: Path, again: bool = False) -> None:
         pytest.fail(f"pip install failed:\n{done.stdout}\n{done.stderr}")
 
 
+def run_example_tests(installed: Path, example: str) -> subprocess.CompletedProcess:
+    """An example package's own tests (examples/EXAMPLE/tests, copied beside ``installed``),
+    run by pytest against the package as installed into ``installed``."""
+    tests = installed.parent / example / "tests"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], cwd=tests.parent,
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(installed), "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+
+
 def write_package(root: Path, entry_point: str, module_source: str, data: dict[str, str | Path] | None = None) -> Path:
     """A one-module package zoo-ENTRY-POINT whose entry point in group `zoo` is ENTRY-POINT."""
     package = "zoo_" + entry_point.replace("-", "_")
@@ -265,11 +276,7 @@ def test_without_it_the_variant_is_gone_and_nothing_else_changed(alibi, bare):
 
 
 def test_the_example_passes_its_own_tests_against_the_installed_package(alibi):
-    tests = alibi.parent / "zoo-alibi" / "tests"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], cwd=tests.parent,
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(alibi), "OMP_NUM_THREADS": "1"}, timeout=300,
-    )
+    done = run_example_tests(alibi, "zoo-alibi")
     assert done.returncode == 0 and "9 passed" in done.stdout, done.stdout + done.stderr
 
 
