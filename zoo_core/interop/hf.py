@@ -33,6 +33,13 @@ HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_new"}
 ZOO_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh"}
 
 
+def transformer_layout(card) -> dict:
+    """The card's config with what a transformer card may leave unset filled in as
+    the transformer builds it (pre-norm blocks, LayerNorm, learned positions):
+    what the exporters check and map."""
+    return {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
+
+
 def _require_transformers():
     try:
         import transformers  # noqa: F401
@@ -45,7 +52,7 @@ def gpt2_refusal(model) -> str | None:
     from ..plugin_api.components import PositionEncodingBase
 
     card, network = model.card, model.network
-    config = {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
+    config = transformer_layout(card)
     name = card.name
     if card.architecture not in ("transformer", "gpt"):
         return f"'{name}' is a {card.architecture} model; only transformer and gpt variants map onto GPT-2"

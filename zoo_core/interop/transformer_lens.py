@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ZooError
+from .hf import transformer_layout
 
 LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and TransformerLens' for the same function.
@@ -44,7 +45,7 @@ def transformer_lens_refusal(model) -> str | None:
     from ..plugin_api.components import PositionEncodingBase
 
     card, network = model.card, model.network
-    config = {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
+    config = transformer_layout(card)
     name = card.name
     if card.architecture not in ("transformer", "gpt"):
         return f"'{name}' is a {card.architecture} model; only transformer and gpt variants map onto HookedTransformer"
@@ -67,7 +68,7 @@ def hooked_transformer_config(model) -> dict:
     import torch
 
     card, network = model.card, model.network
-    config = {"positions": "learned", "norm": "layernorm", **card.config}
+    config = transformer_layout(card)
     d_model = network.token_embedding.weight.shape[1]
     attention = network.blocks[0].attention
     rms = config["norm"] == "rmsnorm"
