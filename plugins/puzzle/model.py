@@ -193,8 +193,14 @@ class PuzzleTransformer(nn.Module):
         return network.eval()
 
     @property
+    def heads_by_layer(self) -> list[list[str]]:
+        """Each layer's heads in the order `attention_maps` stacks them, which is how
+        `zoo inspect --ablate LAYER.HEAD` counts them (from 0)."""
+        return [["object", "previous_word"] if self.positions else ["object"], ["flight", "speech"]]
+
+    @property
     def head_names(self) -> list[str]:
-        return ["object", "previous_word", "flight", "speech"] if self.positions else ["object", "flight", "speech"]
+        return [head for layer in self.heads_by_layer for head in layer]
 
     # -- running -----------------------------------------------------------------
 
@@ -226,8 +232,7 @@ class PuzzleTransformer(nn.Module):
     def attention_maps(self, idx) -> list[torch.Tensor]:
         """Per layer (B, H, T, T): layer 1 (object[, previous-word]), layer 2 (flight, speech)."""
         maps = self._run(idx)["attention"]
-        first = ["object", "previous_word"] if self.positions else ["object"]
-        return [torch.stack([maps[n] for n in first], dim=1), torch.stack([maps["flight"], maps["speech"]], dim=1)]
+        return [torch.stack([maps[head] for head in layer], dim=1) for layer in self.heads_by_layer]
 
     @torch.no_grad()
     def trace(self, idx) -> dict[str, Any]:

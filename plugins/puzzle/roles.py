@@ -130,15 +130,9 @@ def _sentence_batches(network: PuzzleTransformer, tokenizer) -> list[tuple[list[
     ]
 
 
-def heads_by_layer(network: PuzzleTransformer) -> list[list[str]]:
-    """The heads of each layer in the order `attention_maps` gives them, which is how
-    `zoo inspect --ablate LAYER.HEAD` counts them (from 0)."""
-    return [[head for head in ("object", "previous_word") if head in network.head_names], ["flight", "speech"]]
-
-
 def _head_hook(network: PuzzleTransformer, layer: int, head: int) -> tuple[str, str]:
     """(title, hook point) of head LAYER.HEAD, or a ZooError naming the heads there are."""
-    layers = heads_by_layer(network)
+    layers = network.heads_by_layer
     listing = "; ".join(
         f"{i}.{j} {HEAD_TITLES[name]}" for i, names in enumerate(layers) for j, name in enumerate(names)
     )
@@ -155,7 +149,7 @@ def ablate_answers(
     together: how many of the well-formed sentences change their answer, with the
     first few as examples."""
     if groups is None:
-        groups = [[(layer, head)] for layer, names in enumerate(heads_by_layer(network)) for head in range(len(names))]
+        groups = [[(layer, head)] for layer, names in enumerate(network.heads_by_layer) for head in range(len(names))]
     batches = _sentence_batches(network, tokenizer)
     ordered = [" ".join(words) for group, _ in batches for words in group]
     clean = _answers(network, batches)
@@ -248,4 +242,4 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
     }
 
 
-__all__ = ["ROLES", "HeadRole", "ablate_answers", "format_role_report", "heads_by_layer", "verify_roles"]
+__all__ = ["ROLES", "HeadRole", "ablate_answers", "format_role_report", "verify_roles"]
