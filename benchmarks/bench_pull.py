@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print, do not touch docs/benchmarks.md")
     args = parser.parse_args()
 
-    from zoo_core.api import get_variant
+    from zoo_core.loading.api import get_variant
 
     expected = get_variant(VARIANT).card.checkpoint.sha256
     load_before = machine_load()

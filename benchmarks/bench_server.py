@@ -85,7 +85,7 @@ async def load(server: Server, requests: int, concurrency: int, memory: list) ->
 
 
 def reference(requests: int) -> tuple[float, list[str]]:
-    from zoo_core.api import load as load_model
+    from zoo_core.loading.api import load as load_model
 
     model = load_model(VARIANT)
     started = time.perf_counter()

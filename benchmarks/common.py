@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 import zoo_core
-from zoo_core.api import build_network
+from zoo_core.loading.api import build_network
 
 ROOT = Path(__file__).resolve().parent.parent
 # nanoGPT's real model.py (MIT), kept outside the project; never copied into it.

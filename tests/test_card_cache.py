@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import zoo_core.api
+import zoo_core.loading.api
 from zoo_core import card_cache, registry
 from zoo_core.catalogue.card_facts import CardFacts
 from zoo_core.storage.locations import cache_dir
@@ -60,8 +60,8 @@ def test_a_warm_cache_lists_exactly_what_validation_does(zoo, private_catalogue,
 
 
 def test_cached_facts_are_the_validated_cards(private_catalogue):
-    zoo_core.api.catalogue()  # fills the cache
-    variants = list(zoo_core.api.catalogue())
+    zoo_core.loading.api.catalogue()  # fills the cache
+    variants = list(zoo_core.loading.api.catalogue())
     assert variants and all(v._card is None for v in variants), "read from the cache, no card validated yet"
     for variant in variants:
         card = variant.card  # validated now, from the cached table
@@ -89,7 +89,7 @@ def test_a_cached_variant_pickles_and_copies():
     import copy
     import pickle
 
-    zoo_core.api.catalogue()
+    zoo_core.loading.api.catalogue()
     variant = zoo_core.get_variant(NAME)
     for twin in (pickle.loads(pickle.dumps(variant)), copy.deepcopy(variant), copy.copy(variant)):
         assert twin == variant and twin.facts.tokenizer.kind == "bpe" and twin.card == variant.card

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import zoo_core.api
+import zoo_core.loading.api
 from zoo_core.evaluation.scoring import evaluate_language_model
 
 
 def _published():
-    return [variant.name for variant in zoo_core.api.catalogue() if variant.card.checkpoint.sha256 is not None]
+    return [variant.name for variant in zoo_core.loading.api.catalogue() if variant.card.checkpoint.sha256 is not None]
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_a_fresh_evaluation_matches_the_card(name):
 
 def test_every_published_variant_has_metrics_to_compare():
     """The slow test above has something to check for every published variant."""
-    for variant in zoo_core.api.catalogue():
+    for variant in zoo_core.loading.api.catalogue():
         if variant.card.checkpoint.sha256 is not None:
             metrics = variant.card.metrics
             assert metrics.validation_loss is not None or metrics.accuracy is not None, variant.name

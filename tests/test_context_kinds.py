@@ -15,7 +15,7 @@ from zoo_core.evaluation.bits import summed_nll
 from zoo_core.inference.carried import carried_nll, context_description, feed
 from zoo_core.inference.sampling import sample_tokens, stream_tokens
 from zoo_core.inference.settings import SamplingSettings
-from zoo_core.plugin_api import testing
+from zoo_core.kit import testing
 from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 from zoo_core.plugin_api.protocols import conformance_problem, context_kind
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from zoo_core.plugin_api.manager import get_plugins
-from zoo_core.storage.verify import OK, verify_catalogue
+from zoo_core.loading.verify import OK, verify_catalogue
 
 ZOO = Path(sys.executable).parent / "zoo"
 PROMPT = ("--prompt", "ROMEO:", "--max-new-tokens", "24", "--seed", "3")
@@ -46,7 +46,7 @@ def _state(zoo, name: str) -> str | None:
     assert all(row.status == OK for row in rows), [row.as_dict() for row in rows]
     if not rows:
         return None
-    from zoo_core.api import catalogue
+    from zoo_core.loading.api import catalogue
 
     variant = catalogue().get(name)
     history = variant.checkpoint_path.with_suffix(".history.json")

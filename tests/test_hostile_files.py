@@ -27,7 +27,7 @@ import zoo_core
 from zoo_plugins.bpe.tokenizer import load_bpe_tokenizer
 from zoo_plugins.chars.tokenizer import load_char_tokenizer
 from zoo_core import hookimpl
-from zoo_core.api import catalogue
+from zoo_core.loading.api import catalogue
 from zoo_core.catalogue.cards import CheckpointRef
 from zoo_core.storage.checkpoints import CARD_KEY, header_card, load_verified
 from zoo_core.errors import ZooError

@@ -24,8 +24,8 @@ from zoo_core import testing, protocols
 import zoo_core.plugin_manager as manager
 from zoo_core.training import StandardTrainer, TrainingJob
 from zoo_core.evaluation import evaluate_language_model
-import zoo_core.plugin_api.testing, zoo_core.plugin_api.protocols, zoo_core.plugin_api.manager
-assert testing is zoo_core.plugin_api.testing and protocols is zoo_core.plugin_api.protocols
+import zoo_core.kit.testing, zoo_core.plugin_api.protocols, zoo_core.plugin_api.manager
+assert testing is zoo_core.kit.testing and protocols is zoo_core.plugin_api.protocols
 assert manager is zoo_core.plugin_api.manager
 print("ok")
 """
@@ -60,7 +60,7 @@ sys.modules["fcntl"] = None  # import fcntl now raises ImportError
 from zoo_core import cli
 for family in sorted(set(cli.COMMANDS.values())):
     importlib.import_module(f"zoo_core.cli.{family}")
-import zoo_core.api, zoo_core.storage.files, zoo_core.training.run
+import zoo_core.loading.api, zoo_core.storage.files, zoo_core.training.run
 sys.exit(cli.main(["list"]))
 """
     environment = {"ZOO_HOME": str(tmp_path / "home"), "ZOO_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}

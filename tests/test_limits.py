@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 import zoo_plugins.models.transformer  # noqa: F401  imported before tracemalloc starts: it measures the check only
-import zoo_core.api
+import zoo_core.loading.api
 import zoo_core.inference.model  # noqa: F401
 from zoo_core.errors import ZooError
 from zoo_core.catalogue.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
@@ -113,7 +113,7 @@ def test_the_limit_is_a_flag_and_an_environment_variable(zoo, tmp_path, monkeypa
 
 
 def test_shipped_variants_fit_the_default_limits_and_the_estimate_is_an_upper_bound():
-    for variant in zoo_core.api.catalogue():
+    for variant in zoo_core.loading.api.catalogue():
         estimate = check_budget(variant.name, variant.card.architecture_config())
         if variant.card.parameters is not None and variant.card.architecture in ("transformer", "gpt", "bigram"):
             assert variant.card.parameters <= estimate.parameters <= 1.3 * variant.card.parameters + 10_000, variant.name
@@ -142,7 +142,7 @@ def test_a_gru_is_counted_exactly_whatever_its_config_keys_suggest():
     """Sizes known without guessing: the architecture is built with nothing large
     allocated and its parameters counted, so a GRU needs no hand-written estimate."""
     from zoo_core.catalogue.limits import COUNTED
-    from zoo_core.sizing import measure_on_meta
+    from zoo_core.loading.sizing import measure_on_meta
 
     from .recurrent_models import TinyGRU, tiny_gru_parameters
 
@@ -155,7 +155,7 @@ def test_a_gru_is_counted_exactly_whatever_its_config_keys_suggest():
 
 
 def test_a_huge_gru_is_refused_before_anything_is_allocated():
-    from zoo_core.sizing import measure_on_meta
+    from zoo_core.loading.sizing import measure_on_meta
 
     from .recurrent_models import TinyGRU
 
@@ -175,7 +175,7 @@ def test_a_huge_gru_is_refused_before_anything_is_allocated():
 
 
 def test_a_factory_that_cannot_be_counted_falls_back_to_the_estimate_and_says_so():
-    from zoo_core.sizing import MAX_MODULES, measure_on_meta
+    from zoo_core.loading.sizing import MAX_MODULES, measure_on_meta
 
     config = {"vocab_size": 2, "context_length": 3, "width": 40_000}  # not transformer-shaped: the largest size squared
 

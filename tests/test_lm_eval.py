@@ -38,7 +38,7 @@ def _blocks() -> list[tuple[str, str]]:
 
 
 def test_lm_eval_bits_per_byte_agree_with_zoo_eval(tmp_path: Path):
-    from zoo_core.api import load
+    from zoo_core.loading.api import load
     from zoo_core.evaluation.scoring import evaluate_language_model
 
     blocks = _blocks()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo_core
-from zoo_core.api import build_network, get_variant
+from zoo_core.loading.api import build_network, get_variant
 from zoo_core.storage.checkpoints import header_card, sha256_file
 from zoo_core.errors import ZooError
 from zoo_core.plugin_api.manager import get_plugins

@@ -230,7 +230,7 @@ def misbehaving(tmp_path):
 
 
 def _installed(name: str) -> bool:
-    return zoo_core.api.catalogue().find(name) is not None
+    return zoo_core.loading.api.catalogue().find(name) is not None
 
 
 def test_a_download_cut_half_way_resumes_with_a_range_request(zoo, misbehaving):

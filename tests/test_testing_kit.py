@@ -1,4 +1,4 @@
-"""zoo_core.plugin_api.testing, the authors' kit, catches real faults; built-in names stay built-in.
+"""zoo_core.kit.testing, the authors' kit, catches real faults; built-in names stay built-in.
 
 Faulty components are registered the way a plugin registers them (through a
 PluginSet's hooks) and built into the registered transformer.
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from zoo_core import hookimpl, testing
-from zoo_core.api import catalogue, load_variant, unbuildable_reason
+from zoo_core.loading.api import catalogue, load_variant, unbuildable_reason
 from zoo_core.plugin_api.components import PositionEncodingBase
 from zoo_core.errors import ZooError
 from zoo_core.plugin_api.manager import PluginInfo, PluginSet
@@ -182,7 +182,7 @@ def test_check_plugin_gives_every_registered_part_a_line_and_a_silent_mangler_fa
 
 
 def test_check_plugin_fails_a_registered_name_the_kit_has_no_check_for():
-    from zoo_core.plugin_api.testing import CheckResult, _unchecked
+    from zoo_core.kit.testing import CheckResult, _unchecked
 
     registered = {"tokenizers": ["seen"], "widgets": ["gadget"], "variant files": ["registry.toml"]}
     missing = _unchecked(registered, [CheckResult("tokenizer 'seen'", "round trip", "ok")])

@@ -437,7 +437,7 @@ def _readme_commands(readme: str) -> list[list[str]]:
 def _skeleton_readme(name: str) -> str:
     from string import Template
 
-    from zoo_core.plugin_api import scaffold
+    from zoo_core.kit import scaffold
 
     return Template(scaffold._README).substitute(scaffold.plugin_names(name))
 

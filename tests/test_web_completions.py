@@ -39,7 +39,7 @@ _models: dict = {}
 
 def _sample(name: str, prompt: str, **settings) -> list:
     """What the Python API behind `zoo sample` draws (one Sample per row)."""
-    from zoo_core.api import load
+    from zoo_core.loading.api import load
 
     if name not in _models:
         _models[name] = load(name)
@@ -125,7 +125,7 @@ def test_generated_logprobs_are_the_scores_of_the_same_text(client):
 
 
 def test_a_scored_text_past_the_window_agrees_with_zoo_eval(client):
-    from zoo_core.api import load
+    from zoo_core.loading.api import load
     from zoo_core.evaluation.bits import summed_nll
 
     text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 3

@@ -81,7 +81,7 @@ def test_variant_page_shows_card_curves_samples_attention_and_bigram(site):
         root = ElementTree.parse(out / "variants" / image).getroot()
         assert root.tag.endswith("svg") and len(root) > 3
     # The samples are what `zoo sample` draws with the same seed.
-    from zoo_core.api import load
+    from zoo_core.loading.api import load
 
     model = load("transformer-1b-learned-ctx8")
     from html import escape
@@ -101,7 +101,7 @@ def test_variant_page_shows_the_logit_lens_and_head_ablation(site):
     """What zoo_core.inspection computes, drawn: the same numbers as calling it directly."""
     import torch
 
-    from zoo_core.api import load
+    from zoo_core.loading.api import load
     from zoo_core.inspection.ablation import ablate_heads, every_head
     from zoo_core.inspection.logit_lens import logit_lens
     from zoo_core.web.gallery import ABLATION_WINDOWS, ATTENTION_PROMPT

@@ -6,12 +6,11 @@ Importing this package is cheap: torch is imported only when a model is built.
 import pluggy
 
 from . import _moved
+from .version import __version__ as __version__
 
 _moved.install()
 
 hookimpl = pluggy.HookimplMarker("zoo")
-
-__version__ = "0.1.0"
 
 # The API is resolved lazily so that `import zoo_core` stays free of torch.
 _API = {"list_variants", "load", "get_variant", "build_network", "load_tokenizer"}
@@ -19,7 +18,7 @@ _API = {"list_variants", "load", "get_variant", "build_network", "load_tokenizer
 
 def __getattr__(name):
     if name in _API:
-        from . import api
+        from .loading import api
 
         return getattr(api, name)
     if name == "SamplingSettings":  # torch-free too

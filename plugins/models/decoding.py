@@ -33,6 +33,23 @@ from ..blocks.blocks import FeedForward, PostNormBlock, PreNormBlock
 _BLOCKS = (PreNormBlock, PostNormBlock)
 
 
+# Here rather than in transformer.py: row_batch.py builds these caches too, and
+# transformer.py imports row_batch (make_row_batch); one direction only.
+class GenerationCache:
+    """Every layer's KV cache plus the position the next token will take.
+
+    There is deliberately no way to drop the oldest token: above the first
+    layer, every cached key was computed while attending to it, so sliding the
+    cache is not the same as cropping the window, even with relative positions.
+    """
+
+    def __init__(self, n_layer: int, capacity: int):
+        self.layers = [KVCache(capacity) for _ in range(n_layer)]
+        self.length = 0  # tokens cached so far
+        # set by decoding.can_decode at the first single token; [] where decode does not apply
+        self.decoding_modules: list | None = None
+
+
 _GLOBAL_HOOKS = (
     "_global_forward_hooks",
     "_global_forward_pre_hooks",

@@ -28,7 +28,7 @@ from zoo_core.plugin_api.hook_points import HookPoint
 
 from ..blocks.attention import CausalSelfAttention, normalise_heads
 from ..blocks.blocks import FeedForward, PreNormBlock
-from .decoding import can_decode
+from .decoding import GenerationCache, can_decode
 
 
 class RowBatch:
@@ -111,8 +111,6 @@ class RowBatch:
     def _step_through_forward(self, tokens: list[int]) -> torch.Tensor:
         """`step` row by row through the model's own cached forward: each row's
         cache is a view of its slot, so its new keys and values land there."""
-        from .transformer import GenerationCache
-
         model, device = self.model, self._buffers[0].device
         logits = []
         for slot, (token, length) in enumerate(zip(tokens, self.lengths)):

@@ -24,24 +24,8 @@ from zoo_core.plugin_api.components import encoding_does
 from zoo_core.plugin_api.hook_points import HookPoint
 from zoo_core.training.losses import cross_entropy
 
-from ..blocks.attention import KVCache
 from .config import call_with_config
-from .decoding import can_decode, decode
-
-
-class GenerationCache:
-    """Every layer's KV cache plus the position the next token will take.
-
-    There is deliberately no way to drop the oldest token: above the first
-    layer, every cached key was computed while attending to it, so sliding the
-    cache is not the same as cropping the window, even with relative positions.
-    """
-
-    def __init__(self, n_layer: int, capacity: int):
-        self.layers = [KVCache(capacity) for _ in range(n_layer)]
-        self.length = 0  # tokens cached so far
-        # set by decoding.can_decode at the first single token; [] where decode does not apply
-        self.decoding_modules: list | None = None
+from .decoding import GenerationCache, can_decode, decode
 
 
 class TransformerLanguageModel(nn.Module):

@@ -48,7 +48,6 @@ from zoo_core.errors import ZooError
 from zoo_core.plugin_api.hook_points import HookPoint
 
 from .slots import (
-    ATTRIBUTES_TO_WORD,
     TOKEN_FEATURES,
     VOCABULARY,
     SlotLayout,
@@ -66,13 +65,6 @@ PREVIOUS_WORD_FOCUS = 24.0
 # relu(s) - 2 relu(s-1) + 2 relu(s-2) - 2 relu(s-3) is 0, 1, 0, 1 at s = 0..3.
 PARITY_THRESHOLDS = (0.0, -1.0, -2.0, -3.0)
 PARITY_READOUT = (1.0, -2.0, 2.0, -2.0)
-
-HEAD_TITLES = {
-    "object": "layer 1: object head",
-    "previous_word": "layer 1: previous-word head",
-    "flight": "layer 2: flight head",
-    "speech": "layer 2: speech head",
-}
 
 
 class AttentionHead(nn.Module):
@@ -276,13 +268,6 @@ class PuzzleTransformer(nn.Module):
         from .roles import ROLES, verify_roles
 
         return verify_roles(self, tokenizer, ROLES if roles is None else roles)
-
-
-def read_answer(output: torch.Tensor) -> str:
-    """The seed's readout: round (flies, speaks) and name it with the middle attribute 0."""
-    # Clamped so that a nonsense sentence still reads as one of the four words.
-    flies, speaks = (min(max(int(round(float(v))), 0), 1) for v in output)
-    return ATTRIBUTES_TO_WORD[(flies, 0, speaks)]
 
 
 def _first_difference(given: list[str], expected: list[str]) -> str:

@@ -6,16 +6,19 @@ Kept apart from the network so that `model.py` reads as the seed's construction.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from zoo_core.errors import ZooError
 from zoo_core.evaluation.plots import attention_grid_png
 
-from .model import HEAD_TITLES, PuzzleTransformer, read_answer
+from .readout import HEAD_TITLES, read_answer
 from .rule import expected_answer, well_formed_sentences
 from .slots import QUESTION
+
+if TYPE_CHECKING:
+    from .model import PuzzleTransformer
 
 EXAMPLE_QUESTION = "Crow disobeys keep-flight swap-speech he-is?"
 MAX_FAILURES_SHOWN = 10

@@ -14,16 +14,19 @@ where the rest of the network is right.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from zoo_core.errors import ZooError
 from zoo_core.inspection.roles import format_role_report
 
-from .model import HEAD_TITLES, PuzzleTransformer, read_answer
+from .readout import HEAD_TITLES, read_answer
 from .rule import FLIGHT_ACTIONS, OBJECT_ABILITIES, SPEECH_ACTIONS, expected_answer, well_formed_sentences
 from .slots import DISOBEYS, QUESTION
+
+if TYPE_CHECKING:
+    from .model import PuzzleTransformer
 
 Words = Sequence[str]
 

@@ -46,7 +46,7 @@ class CachedCard(NamedTuple):
 def schema_fingerprint() -> bytes | None:
     """Changes whenever a card could validate differently; None (no caching) when
     the zoo's sources cannot be read to tell."""
-    from .. import __version__
+    from ..version import __version__
 
     digest = hashlib.sha256(f"zoo {__version__}; pydantic {_pydantic_version()}\0".encode())
     here = Path(__file__).resolve().parent

@@ -14,7 +14,7 @@ two steps:
    activations, attention scores, logits and the KV cache at batch 1 in
    float32), compared with limits. The parameters and the weights' bytes are
    counted exactly, for any architecture, by building it on torch's meta
-   device, which allocates nothing (``zoo_core.sizing.measure_on_meta``, handed
+   device, which allocates nothing (``zoo_core.loading.sizing.measure_on_meta``, handed
    in as ``measure``); the activations are estimated from the config's sizes.
    A config whose estimate from its sizes is already far (``SCREEN_FACTOR``
    times) beyond a limit is refused without building anything, even on meta.
@@ -183,7 +183,7 @@ def check_budget(
     measure: Callable[[], tuple[int, int]] | None = None,
 ) -> Estimate:
     """Refuse (one line) a variant whose cost exceeds the limits. ``measure``
-    (zoo_core.sizing.measure_on_meta on the architecture) counts it exactly;
+    (zoo_core.loading.sizing.measure_on_meta on the architecture) counts it exactly;
     without it, or with the architecture's ``estimate_parameters``, the estimate is used."""
     max_parameters, max_memory = limits()
     try:

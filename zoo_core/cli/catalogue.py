@@ -56,7 +56,7 @@ def _described(args) -> str:
 
 
 def _print_variants(args, variants, nothing: str) -> int:
-    from ..api import unbuildable_reason
+    from ..loading.api import unbuildable_reason
 
     rows = [{**_summary(v.facts), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
@@ -150,8 +150,8 @@ def list_arguments(commands) -> None:
 
 
 def cmd_list(args) -> int:
-    from ..api import catalogue
     from ..catalogue.finding import VariantFilter, find_variants
+    from ..loading.api import catalogue
 
     found = catalogue()
     _warn_catalogue_problems(found)
@@ -179,8 +179,8 @@ def search_arguments(commands) -> None:
 
 
 def cmd_search(args) -> int:
-    from ..api import catalogue
     from ..catalogue.finding import search_variants
+    from ..loading.api import catalogue
 
     text = " ".join(args.text)
     return _print_variants(
@@ -196,9 +196,9 @@ def show_arguments(commands) -> None:
 
 
 def cmd_show(args) -> int:
-    from ..api import get_variant
     from ..catalogue.provenance import provenance, provenance_lines
     from ..catalogue.registry import render_registry
+    from ..loading.api import get_variant
 
     variant = get_variant(args.name)
     found = provenance(variant)
@@ -225,7 +225,7 @@ def load_arguments(commands) -> None:
 
 
 def cmd_load(args) -> int:
-    from ..api import load
+    from ..loading.api import load
 
     # torch is imported first and timed apart: it costs the same for every
     # variant, and "loaded in" should say what loading this variant costs.
@@ -274,7 +274,7 @@ def verify_arguments(commands) -> None:
 
 
 def cmd_verify(args) -> int:
-    from ..storage.verify import FAILED, verify_catalogue
+    from ..loading.verify import FAILED, verify_catalogue
 
     rows = verify_catalogue(args.pattern)
     if not rows:
@@ -429,9 +429,10 @@ def cmd_datasets(args) -> int:
 
 def cmd_datasets_add(args) -> int:
     from ..corpus.user_datasets import add_user_dataset
+    from ..plugin_api.manager import get_plugins
 
     dataset, text, replaced = add_user_dataset(
-        args.name, args.path, args.description, args.train_fraction, replace=args.replace
+        args.name, args.path, args.description, args.train_fraction, replace=args.replace, plugins=get_plugins()
     )
     count = len(text.files)
     print(
@@ -443,8 +444,9 @@ def cmd_datasets_add(args) -> int:
 
 def cmd_datasets_remove(args) -> int:
     from ..corpus.user_datasets import remove_user_dataset
+    from ..plugin_api.manager import get_plugins
 
-    removed = remove_user_dataset(args.name)
+    removed = remove_user_dataset(args.name, plugins=get_plugins())
     print(f"removed dataset '{removed.name}' from your datasets; its files ({removed.path}) are untouched")
     return 0
 

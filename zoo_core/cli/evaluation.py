@@ -48,8 +48,8 @@ def cmd_eval(args) -> int:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     data = args.dataset if args.dataset is not None else args.data
     if args.record:  # refused before any scoring: a card in an installed package is never rewritten
-        from ..api import get_variant
         from ..evaluation.scoring import recordable_registry
+        from ..loading.api import get_variant
 
         if data is not None or args.text_chars is not None:
             raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
@@ -223,8 +223,8 @@ def attention_arguments(commands) -> None:
 def cmd_attention(args) -> int:
     import torch
 
-    from ..api import load
     from ..evaluation.plots import attention_grid_png
+    from ..loading.api import load
 
     model = load(args.name, device=args.device, dtype=args.dtype)
     ids = model.encode_prompt(args.prompt)
@@ -332,8 +332,8 @@ def _check_inspect_arguments(args) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from ..api import load
     from ..inspection import ablation
+    from ..loading.api import load
 
     _check_inspect_arguments(args)
     groups = None

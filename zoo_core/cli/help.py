@@ -81,7 +81,7 @@ def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) ->
 
 def variant_name_completer(prefix: str, **_) -> list[str]:
     """Variant names starting with ``prefix``, from the catalogue (no torch)."""
-    from ..api import catalogue
+    from ..loading.api import catalogue
 
     try:
         return [variant.name for variant in catalogue() if variant.name.startswith(prefix)]

@@ -24,7 +24,7 @@ def export_arguments(commands) -> None:
 
 
 def cmd_export(args) -> int:
-    from ..api import load
+    from ..loading.api import load
 
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
     if args.format == "hf":

@@ -47,12 +47,12 @@ def load_on_threads(args):
     """``args.name`` loaded for `zoo sample` and `zoo eval` (``--device``,
     ``--dtype``), torch's threads set from ``--threads`` or the model's size
     before loading, since loading is torch work too."""
-    from ..api import get_variant, load_variant
     from ..inference.threads import (
         check_threads,
         use_threads,
         use_threads_before_loading,
     )
+    from ..loading.api import get_variant, load_variant
 
     check_threads(args.threads)  # before paying for the catalogue and the checkpoint
     variant = get_variant(args.name)

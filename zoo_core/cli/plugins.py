@@ -28,7 +28,7 @@ def plugins_arguments(commands) -> None:
 
 
 def cmd_plugins(args) -> int:
-    from ..api import catalogue
+    from ..loading.api import catalogue
     from ..plugin_api.manager import get_plugins
 
     plugins = get_plugins()
@@ -78,7 +78,7 @@ def new_plugin_arguments(commands) -> None:
 
 
 def cmd_new_plugin(args) -> int:
-    from ..plugin_api.scaffold import write_plugin_skeleton
+    from ..kit.scaffold import write_plugin_skeleton
 
     directory, files = write_plugin_skeleton(args.name, args.dir)
     print(f"wrote plugin '{args.name}' in {directory}:")
@@ -96,7 +96,7 @@ def check_plugin_arguments(commands) -> None:
 
 
 def cmd_check_plugin(args) -> int:
-    from ..plugin_api.testing import check_plugin
+    from ..kit.testing import check_plugin
 
     results = check_plugin(args.name, deep=not args.quick)
     for result in results:

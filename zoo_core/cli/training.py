@@ -393,7 +393,10 @@ def train_tokenizer_arguments(commands) -> None:
 
 def cmd_train_tokenizer(args) -> int:
     from ..corpus.tokenizer_training import train_tokenizer
+    from ..plugin_api.manager import get_plugins
 
-    out, summary = train_tokenizer(args.kind, args.data, args.vocab_size, args.train_fraction, args.out, CHECKPOINTS)
+    out, summary = train_tokenizer(
+        args.kind, args.data, args.vocab_size, args.train_fraction, args.out, CHECKPOINTS, get_plugins()
+    )
     print(f"{summary} -> {out}")
     return 0

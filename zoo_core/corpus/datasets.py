@@ -16,31 +16,19 @@ loss measured on other text than the card says is not the card's loss.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import UnknownName, ZooError
-
-USER = "user"  # the plugin name, and `zoo datasets`' source, of the user's own datasets
-# As a variant's name (zoo_core.catalogue.cards.VARIANT_NAME, which imports pydantic).
-DATASET_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
-
-
-# A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
-class Dataset(NamedTuple):
-    """One registered dataset."""
-
-    name: str
-    path: Path  # the file; for a user dataset of several files, the folder or the glob pattern
-    sha256: str  # of the text's bytes: the file's, or the combined files' (zoo_core.corpus.user_datasets)
-    train_fraction: float  # the split rule: this share of the characters trains, the rest validates
-    description: str
-    plugin: str  # the plugin that registered it, or USER
-    kind: str = "file"  # "file"; a user dataset may also be a "folder" or a "glob"
-    size: int | None = None  # bytes of text, recorded when a user dataset was added
-    added: str = ""  # when a user dataset was added (ISO 8601, UTC)
+from .text_files import (  # noqa: F401  (re-exported: the datasets' names)
+    DATASET_NAME,
+    MAX_TEXT_BYTES,
+    USER,
+    Dataset,
+    check_enough_text,
+    read_text_bytes,
+    sha256_bytes,
+)
 
 
 # A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
@@ -145,35 +133,6 @@ class Datasets:
         raise UnknownName(f"no dataset named '{name}' is registered (known: {known}; see `zoo datasets`)")
 
 
-def sha256_bytes(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-MAX_TEXT_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
-
-
-def read_text_bytes(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, str]:
-    """The bytes of the text file ``path`` and their text, refused in one line
-    naming ``path`` when it is missing, no regular file, too large or not UTF-8."""
-    from ..storage.files import describe_os_error, read_limited
-
-    try:
-        raw = read_limited(path, limit, what)  # regular files only, never blocking on a FIFO
-    except FileNotFoundError:
-        raise ZooError(f"{path}: {what} not found") from None
-    except OSError as exc:
-        raise ZooError(f"{path}: cannot read {what}: {describe_os_error(exc)}") from None
-    try:
-        return raw, raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ZooError(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
-
-
-def check_enough_text(text: str, path: Path, what: str) -> None:
-    if len(text) < 100:
-        raise ZooError(f"{path}: {what} has only {len(text)} characters; training needs real text")
-
-
 def _read_text(path: Path, what: str) -> tuple[str, str]:
     raw, text = read_text_bytes(path, what)
     check_enough_text(text, path, what)
@@ -207,38 +166,6 @@ def read_text_file(path: Path) -> ResolvedText:
     return ResolvedText(text, str(path), actual, path)
 
 
-def resolve_recipe_text(
-    recipe,
-    registry_file: Path,
-    datasets: Datasets,
-    override: Path | str | None = None,
-    allow_outside: bool = False,
-) -> ResolvedText:
-    """The text a card's recipe was trained on, checked against its recorded sha256;
-    ``override`` (``--data PATH`` or ``--dataset NAME``) replaces it unchecked
-    against the card, since the user chose other text on purpose. A path in the
-    recipe stays inside the registry's folder unless the card opted out
-    (``allow_outside``, see zoo_core.catalogue.paths)."""
-    if override is not None:
-        return resolve_named_or_path(override, datasets)
-    if recipe.data in datasets:
-        resolved = read_dataset(datasets.get(recipe.data))
-    else:
-        from ..catalogue.paths import resolve_inside
-
-        path = resolve_inside(Path(registry_file).parent, recipe.data, what="recipe.data", allow_outside=allow_outside)
-        if not path.exists() and "/" not in recipe.data and not recipe.data.endswith(".txt"):
-            datasets.get(recipe.data)  # a name nobody registers: say so, listing the known ones
-        resolved = read_text_file(path)
-    expected = getattr(recipe, "data_sha256", None)
-    if expected and expected != resolved.sha256:
-        raise ZooError(
-            f"{resolved.path}: sha256 {resolved.sha256[:16]}… is not that of the text the card was trained on "
-            f"({expected[:16]}…); pass --data or --dataset to score on other text deliberately"
-        )
-    return resolved
-
-
 def resolve_named_or_path(value: Path | str, datasets: Datasets) -> ResolvedText:
     """A registered dataset name, else a path to a text file.
 
@@ -257,16 +184,3 @@ def resolve_named_or_path(value: Path | str, datasets: Datasets) -> ResolvedText
                 f"{path.resolve()}: corpus not found, and no dataset named '{path}' is registered (see `zoo datasets`)"
             )
     return read_text_file(path)
-
-
-def variant_text(variant, override: Path | str | None = None) -> ResolvedText:
-    """The text ``variant``'s recipe names (checked), or ``override``."""
-    from ..plugin_api.manager import get_plugins
-
-    return resolve_recipe_text(
-        variant.card.recipe,
-        variant.source,
-        get_plugins().datasets,
-        override,
-        allow_outside=variant.card.allow_external_paths,
-    )

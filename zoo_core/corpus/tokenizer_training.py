@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import ZooError
-from ..plugin_api.manager import PluginSet, get_plugins
 from ..storage.files import atomic_write
 from .datasets import resolve_named_or_path
+
+if TYPE_CHECKING:
+    # The registry sits above the corpus (it holds the datasets plugins register): the caller hands the plugins.
+    from ..plugin_api.manager import PluginSet
 
 
 @dataclass
@@ -38,7 +41,7 @@ def train_tokenizer(
     train_fraction: float,
     out: Path | None,
     default_folder: Path,
-    plugins: PluginSet | None = None,
+    plugins: PluginSet,
 ) -> tuple[Path, str]:
     """Train ``kind`` on ``data`` (a registered dataset's name or a text file), write its file (to ``out`` or ``default_folder``); return the path and a summary."""
     import math
@@ -46,7 +49,6 @@ def train_tokenizer(
     if not (isinstance(train_fraction, (int, float)) and math.isfinite(train_fraction) and 0 < train_fraction < 1):
         # 2 would train on the validation text too, and replace the shipped vocabulary with it
         raise ZooError(f"--train-fraction must lie between 0 and 1, not {train_fraction}")
-    plugins = plugins or get_plugins()
     train = plugins.components["tokenizers"].extra(kind, "train")
     if train is None:
         raise ZooError(

@@ -31,11 +31,14 @@ import os
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import UnknownName, ZooError, printable
 from ..storage.locations import user_datasets_path
-from .datasets import DATASET_NAME, MAX_TEXT_BYTES, USER, Dataset, check_enough_text, read_text_bytes
+from .text_files import DATASET_NAME, MAX_TEXT_BYTES, USER, Dataset, check_enough_text, read_text_bytes
+
+if TYPE_CHECKING:
+    from ..plugin_api.manager import PluginSet
 
 KINDS = ("file", "folder", "glob")
 DEFAULT_TRAIN_FRACTION = 0.9
@@ -235,11 +238,10 @@ def _check_name(name: str) -> None:
         )
 
 
-def _plugin_owner(name: str) -> str | None:
-    """Who else holds ``name``, in words (the built-in plugin 'catalogue'), or None."""
-    from ..plugin_api.manager import get_plugins
-
-    plugins = get_plugins()
+def _plugin_owner(name: str, plugins: PluginSet) -> str | None:
+    """Who else holds ``name``, in words (the built-in plugin 'catalogue'), or None.
+    The caller hands the plugins: the registry sits above the corpus (it holds the
+    datasets plugins register), so the corpus never imports it."""
     owners = plugins.datasets.plugin_owners(name)
     if not owners:
         return None
@@ -255,6 +257,8 @@ def add_user_dataset(
     description: str | None = None,
     train_fraction: float | None = None,
     replace: bool = False,
+    *,
+    plugins: PluginSet,
 ) -> tuple[Dataset, SourceText, bool]:
     """Register the file, folder or glob ``given`` as the user's dataset ``name``;
     returns the dataset, its text and whether it replaced one of the same name
@@ -264,7 +268,7 @@ def add_user_dataset(
     _check_name(name)
     if train_fraction is not None and not 0 < train_fraction < 1:
         raise ZooError(f"--train-fraction {train_fraction}: it must lie between 0 and 1")
-    owner = _plugin_owner(name)
+    owner = _plugin_owner(name, plugins)
     if owner:
         raise ZooError(f"dataset '{name}' is already registered by {owner}; choose another name")
     kind, source = locate_source(given)
@@ -296,7 +300,7 @@ def add_user_dataset(
     return dataset, text, old is not None
 
 
-def remove_user_dataset(name: str) -> Dataset:
+def remove_user_dataset(name: str, *, plugins: PluginSet) -> Dataset:
     """Remove the user's dataset ``name`` from datasets.toml (never its files); return it."""
     from ..storage.files import atomic_write_text, exclusive_lock, remove_stale_temporaries
 
@@ -304,7 +308,7 @@ def remove_user_dataset(name: str) -> Dataset:
     with exclusive_lock(path):
         mine = read_user_datasets(path)
         if name not in mine:
-            owner = _plugin_owner(name)
+            owner = _plugin_owner(name, plugins)
             if owner:
                 raise ZooError(
                     f"dataset '{name}' belongs to {owner}; zoo datasets remove removes only your own datasets, in {path}"

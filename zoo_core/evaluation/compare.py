@@ -20,12 +20,13 @@ from typing import Iterator
 
 import torch
 
-from ..api import load
 from ..corpus.batches import Corpus, encodable_text, mean_loss, windows_at
-from ..corpus.datasets import ResolvedText, variant_text
+from ..corpus.datasets import ResolvedText
 from ..errors import ZooError
 from ..inference.carried import is_unbounded
 from ..inference.settings import SamplingSettings
+from ..loading.api import load
+from ..loading.texts import variant_text
 from ..seeding import seeded_generator
 
 

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
-from ..corpus.datasets import variant_text
 from ..errors import ZooError
 from ..inference.carried import carried_nll, is_unbounded
+from ..loading.texts import variant_text
 from ..plugin_api.protocols import BOUNDED, UNBOUNDED
 
 

@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
-from ..corpus.datasets import variant_text
 from ..errors import ZooError
+from ..loading.texts import variant_text
 from ..plugin_api.hook_points import hooks
 from .stream import head_counts
 

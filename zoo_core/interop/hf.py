@@ -163,7 +163,7 @@ def gpt2_state(network, context_length: int, activation: str):
 def verification_ids(model, count: int = 64) -> tuple[list[int], str]:
     """The first ``count`` tokens of the validation split (cut to the context), and that split's text."""
     from ..corpus.batches import split_text
-    from ..corpus.datasets import variant_text
+    from ..loading.texts import variant_text
 
     text = variant_text(model.variant).text
     validation = split_text(text, model.card.recipe.train_fraction)[1]

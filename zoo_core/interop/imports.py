@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
-from ..catalogue.user import USER_PLUGIN, add_user_variant
 from ..errors import ZooError, printable
+from ..storage.user_catalogue import USER_PLUGIN, add_user_variant
 
 BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are scored on
 
@@ -19,7 +19,7 @@ BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are
 def builtin_char_vocabulary() -> Path:
     """The built-in catalogue's 65-character vocabulary file (nanoGPT's
     shakespeare_char one), found through the catalogue wherever it is installed."""
-    from ..api import catalogue
+    from ..loading.api import catalogue
 
     for variant in catalogue():
         spec = variant.card.tokenizer
@@ -31,7 +31,7 @@ def builtin_char_vocabulary() -> Path:
 def check_name_is_free(name: str) -> None:
     """A name lives in one layer only: an import may replace the user's own
     variant of that name, never a built-in or plugin one."""
-    from ..api import catalogue
+    from ..loading.api import catalogue
 
     if not re.fullmatch(ModelCard.model_fields["name"].metadata[0].pattern, name):
         raise ZooError(
@@ -151,8 +151,8 @@ def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, An
     window first (a 4,672-parameter file that claims a billion layers is refused
     before anything is built), then the network the card builds (within the size
     limits), name by name and shape by shape, and its parameter count."""
-    from ..api import build_network
     from ..catalogue.registry import Variant
+    from ..loading.api import build_network
     from ..storage.checkpoints import shape_report
     from ..storage.locations import user_registry_path
 

@@ -183,7 +183,7 @@ def hooked_transformer(model_or_name):
 
     model = model_or_name
     if isinstance(model_or_name, str):
-        from ..api import load
+        from ..loading.api import load
 
         model = load(model_or_name, merge_adapter=True)
     refusal = transformer_lens_refusal(model)

@@ -79,7 +79,7 @@ def pack_variant(name: str, out: Path | None = None) -> Path:
     ``./NAME.zoo``; a folder gets ``NAME.zoo`` inside it), atomically; returns
     the path written. Its checkpoint is checked against the card's sha256 first:
     a damaged file is never packed."""
-    from ..api import catalogue, has_published_weights
+    from ..loading.api import catalogue, has_published_weights
     from ..plugin_api.manager import get_plugins
     from ..storage.checkpoints import sha256_file
 
@@ -470,8 +470,8 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
     card as installed. ``origin`` adds to what the card's ``origin`` records
     (e.g. ``{"source": URL, "remote": NAME}``; by default the source is ``path``).
     Every refusal is one ZooError line, and then nothing is installed."""
-    from ..api import catalogue
     from ..catalogue.cards import NAME_PATTERN
+    from ..loading.api import catalogue
     from ..plugin_api.manager import get_plugins
     from ..storage.locations import zoo_home
 
@@ -588,9 +588,9 @@ def _verify_and_install(
     budget, the network built and the weights verified against the card), then
     move its files into ``$ZOO_HOME/checkpoints`` and add the card to the user
     registry, under the registry's lock. Returns the card as installed."""
-    from ..api import catalogue, load_variant
     from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
     from ..catalogue.registry import Variant
+    from ..loading.api import catalogue, load_variant
     from ..storage.checkpoints import save_checkpoint, sha256_file
     from ..storage.files import content_named, replace_file
     from ..storage.locations import user_registry_path, zoo_home

@@ -75,7 +75,7 @@ class _Interrupted(Exception):
 
 
 def _user_agent() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return f"zoo/{__version__}"
 

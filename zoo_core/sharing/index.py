@@ -60,7 +60,7 @@ def build_index(names: list[str] | None = None, warn: bool = False) -> tuple[dic
     take the whole catalogue down."""
     import sys
 
-    from ..api import catalogue, get_variant, has_published_weights
+    from ..loading.api import catalogue, get_variant, has_published_weights
     from .archives import archive_manifest
 
     if names:

@@ -17,13 +17,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..api import build_network, catalogue, load_tokenizer
 from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, Recipe, TrainedWith
 from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card, remove_unnamed
 from ..catalogue.registry import Variant
 from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
-from ..corpus.datasets import variant_text
 from ..errors import ZooError, printable
+from ..loading.api import build_network, catalogue, load_tokenizer
+from ..loading.texts import variant_text
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import missing_component_problem
 from ..storage.checkpoints import load_verified, save_checkpoint, sha256_file

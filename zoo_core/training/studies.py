@@ -29,14 +29,14 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from ..api import build_network, catalogue, load_tokenizer
 from ..catalogue.cards import Recipe
 from ..catalogue.registry import Variant
 from ..corpus.batches import Corpus, windows_at
-from ..corpus.datasets import variant_text
 from ..errors import ZooError
 from ..inference.sampling import sample_tokens
 from ..inference.settings import SamplingSettings
+from ..loading.api import build_network, catalogue, load_tokenizer
+from ..loading.texts import variant_text
 from ..plugin_api.manager import get_plugins
 from ..seeding import seeded_generator
 from ..storage.checkpoints import save_checkpoint

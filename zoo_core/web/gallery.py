@@ -144,7 +144,7 @@ def _loss_chart(name: str, history: dict) -> str:
 
 def _row(variant) -> dict:
     card = variant.card
-    from ..api import has_published_weights
+    from ..loading.api import has_published_weights
 
     metrics = card.metrics
     return {
@@ -192,8 +192,8 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
     import torch
 
     from ..corpus.batches import Corpus, mean_loss
-    from ..corpus.datasets import variant_text
     from ..evaluation.compare import shared_windows
+    from ..loading.texts import variant_text
 
     if model.name == BASELINE or not baseline.shares_tokenizer(model.variant):
         return None
@@ -461,7 +461,7 @@ def write_gallery(
     experiments: Path | None = None,
 ) -> dict:
     """Write the site into ``out``; returns counts and the seconds it took."""
-    from ..api import catalogue
+    from ..loading.api import catalogue
     from .generation import ModelCache
 
     started = time.perf_counter()

@@ -31,7 +31,7 @@ class ModelCache:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self._models:
-                from ..api import load
+                from ..loading.api import load
 
                 self._models[name] = load(name, self._plugins)
             return self._models[name]

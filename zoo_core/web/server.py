@@ -94,7 +94,7 @@ def create_app(
     """The ASGI app; ``site`` is a folder written by `zoo gallery` (optional)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    from ..api import catalogue
+    from ..loading.api import catalogue
 
     cache = cache or ModelCache()
     metrics = metrics or ServerMetrics()
@@ -217,7 +217,7 @@ def create_app(
 
 
 def _has_weights(variant) -> bool:
-    from ..api import has_published_weights
+    from ..loading.api import has_published_weights
 
     return has_published_weights(variant)
 

@@ -15,7 +15,7 @@ import zoo_alibi
 from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_alibi.alibi import ALiBiPositions, alibi_slopes
 from zoo_alibi.swiglu import SwiGLUPreNormBlock
-from zoo_core.api import catalogue, load
+from zoo_core.loading.api import catalogue, load
 from zoo_core.plugin_manager import PluginInfo, PluginSet
 from zoo_core.sampling import sample_tokens
 

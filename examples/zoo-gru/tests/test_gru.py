@@ -11,7 +11,7 @@ import torch
 
 import zoo_gru
 from zoo_core import testing
-from zoo_core.api import load
+from zoo_core.loading.api import load
 from zoo_core.plugin_manager import PluginInfo, PluginSet
 from zoo_core.sampling import sample_tokens
 from zoo_gru.gru import GRULanguageModel

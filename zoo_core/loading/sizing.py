@@ -34,8 +34,8 @@ import torch
 from torch.nn.modules import module as torch_module
 from torch.overrides import TorchFunctionMode
 
-from .catalogue.limits import CannotMeasure
-from .storage.initialisation import random_init_skipped
+from ..catalogue.limits import CannotMeasure
+from ..storage.initialisation import random_init_skipped
 
 MAX_MODULES = 10_000  # a 48-layer transformer has under 1,000
 MAX_SECONDS = 5.0

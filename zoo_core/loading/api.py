@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .catalogue.registry import Catalogue, Variant
-from .errors import ZooError
-from .plugin_api.manager import PluginSet, get_plugins
-from .plugin_api.sources import ROLE_FAMILIES, missing_component_problem
-from .storage.files import describe_os_error
+from ..catalogue.registry import Catalogue, Variant
+from ..errors import ZooError
+from ..plugin_api.manager import PluginSet, get_plugins
+from ..plugin_api.sources import ROLE_FAMILIES, missing_component_problem
+from ..storage.files import describe_os_error
 
 if TYPE_CHECKING:
-    from .catalogue.cards import ModelCard
+    from ..catalogue.cards import ModelCard
 
 # The paths `zoo list`, `zoo load` and `zoo sample` take read a variant's
 # ``facts`` (plain data from the card cache), never its pydantic ``card``:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     """Every variant of every registry file, layer by layer (see ``zoo_core.catalogue.layers``)."""
-    from .catalogue.layers import build_catalogue
+    from ..catalogue.layers import build_catalogue
 
     return build_catalogue(plugins)
 
@@ -78,7 +78,7 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
     size with two tokens swapped loads fine and silently changes every sample."""
     import os
 
-    from .storage.checkpoints import sha256_file
+    from ..storage.checkpoints import sha256_file
 
     try:
         size = os.stat(path).st_size
@@ -100,7 +100,7 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
 def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     """Refuse, before anything is allocated, a card whose network would be too
     big to build or run (see zoo_core.catalogue.limits); returns the estimate."""
-    from .catalogue.limits import check_budget
+    from ..catalogue.limits import check_budget
 
     plugins = plugins or get_plugins()
     facts = variant.facts
@@ -164,10 +164,10 @@ def load_variant(
     merge_adapter: bool = False,
 ):
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
-    from .devices import place, resolve_device, resolve_dtype
-    from .inference.model import ZooModel
-    from .storage.checkpoints import load_verified
-    from .storage.initialisation import random_init_skipped
+    from ..devices import place, resolve_device, resolve_dtype
+    from ..inference.model import ZooModel
+    from ..storage.checkpoints import load_verified
+    from ..storage.initialisation import random_init_skipped
 
     plugins = plugins or get_plugins()
     target = resolve_device(device or "cpu")  # checked before any work: a missing GPU is one line
@@ -176,7 +176,7 @@ def load_variant(
     require_components(variant, plugins)  # a missing plugin is named before anything else is tried
     check_variant_budget(variant, plugins)  # a hostile card costs nothing
     if not has_published_weights(variant):
-        from .catalogue.suggestions import train_command
+        from ..catalogue.suggestions import train_command
 
         raise ZooError(
             f"{variant.checkpoint_path}: checkpoint file not found; variant '{name}' has no published weights yet "
@@ -187,9 +187,9 @@ def load_variant(
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
     if facts.adapter is not None:
-        from .storage.adapters import load_adapted
+        from .adapters import load_adapted
 
-        network, verification = load_adapted(variant, plugins, merge=merge_adapter)
+        network, verification = load_adapted(variant, plugins, catalogue(plugins), build_network, merge=merge_adapter)
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = build_network(variant, plugins)

@@ -14,26 +14,33 @@ base's weights. Nothing in either file is executed: both hold only tensors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..catalogue.card_facts import first_difference
 from ..errors import ZooError, printable
-from .checkpoints import Verification, load_verified, load_verified_tensors
+from ..storage.checkpoints import Verification, load_verified, load_verified_tensors
 
 if TYPE_CHECKING:
-    from ..catalogue.registry import Variant
+    from ..catalogue.registry import Catalogue, Variant
     from ..plugin_api.manager import PluginSet
 
 
-def load_adapted(variant: Variant, plugins: PluginSet, merge: bool = False) -> tuple[Any, Verification]:
+def load_adapted(
+    variant: Variant,
+    plugins: PluginSet,
+    found: Catalogue,
+    build_network: Callable[[Variant, PluginSet], Any],
+    merge: bool = False,
+) -> tuple[Any, Verification]:
     """The base's network with ``variant``'s adapter applied (``merge``: folded into
-    the weights), and what was verified: the adapter file's checks, then the base's."""
-    from ..api import build_network, catalogue
-    from .initialisation import random_init_skipped
+    the weights), and what was verified: the adapter file's checks, then the base's.
+    The base is looked up in the catalogue ``found`` and built by ``build_network``,
+    both handed by the loader (api.py), which imports this module, not the reverse."""
+    from ..storage.initialisation import random_init_skipped
 
     facts = variant.facts
     spec = facts.adapter
-    base = adapter_base(variant, catalogue(plugins))
+    base = adapter_base(variant, found)
     try:
         adapter = plugins.components["adapters"].create(spec.kind, spec.config)
     except ZooError as exc:

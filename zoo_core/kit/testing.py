@@ -34,8 +34,8 @@ import torch
 
 from ..catalogue.suggestions import train_command
 from ..errors import ZooError
-from .manager import PluginSet, get_plugins
-from .protocols import UNBOUNDED, conformance_problem, context_kind
+from ..plugin_api.manager import PluginSet, get_plugins
+from ..plugin_api.protocols import UNBOUNDED, conformance_problem, context_kind
 
 TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
 
@@ -484,7 +484,7 @@ def _tokenizer_spec(name: str):
 
 
 def _check_tokenizer(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
-    from ..api import load_tokenizer
+    from ..loading.api import load_tokenizer
 
     subject = f"tokenizer '{name}'"
     made: dict[str, Any] = {}
@@ -587,7 +587,7 @@ def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) 
     """An architecture built and run: from the smallest card using it (by its
     recorded parameters; an untrained card's size is unknown, so it comes last),
     else from the kit's tiny config. ``deep=False``: built and conforming only."""
-    from ..api import build_network
+    from ..loading.api import build_network
 
     def checks(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
         if deep:
@@ -640,7 +640,7 @@ def _check_trainer(plugins: PluginSet, name: str, deep: bool) -> list[CheckResul
 
 
 def _check_variant(plugins: PluginSet, variant, deep: bool) -> list[CheckResult]:
-    from ..api import build_network, has_published_weights, load_variant
+    from ..loading.api import build_network, has_published_weights, load_variant
 
     subject = f"variant '{variant.name}'"
     if not has_published_weights(variant):
@@ -668,7 +668,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
     """Run the kit on everything plugin ``name`` registers (``deep=False``:
     conformance only). Every registered name gets at least one line: checked,
     or skipped with the reason; one the kit has no check for is a failure."""
-    from ..api import catalogue
+    from ..loading.api import catalogue
 
     plugins = plugins or get_plugins()
     if name not in plugins.plugins:

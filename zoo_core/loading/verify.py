@@ -19,12 +19,12 @@ import fnmatch
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..api import has_published_weights, load_variant
 from ..catalogue.layers import read_into, registry_files
 from ..catalogue.registry import Catalogue
 from ..errors import ZooError
 from ..plugin_api.manager import PluginSet, get_plugins
-from .files import shared_lock
+from ..storage.files import shared_lock
+from .api import has_published_weights, load_variant
 
 OK, FAILED, NO_WEIGHTS = "ok", "FAILED", "no weights"
 

@@ -339,7 +339,7 @@ you do not need.
                                            # in this folder: trains the variant into the package
     pip install .                          # ships the weights with the package (an editable install has them already)
     zoo sample $name-tiny --prompt "Shall I"
-    pytest                                 # its tests (they use zoo_core.plugin_api.testing)
+    pytest                                 # its tests (they use zoo_core.kit.testing)
 
 `python -m build` makes the wheel to publish, weights inside. Fill in
 `$package/positions.py` and `$package/parts.py`. See the zoo's
@@ -368,7 +368,7 @@ def plugin_names(name: str) -> dict[str, str]:
 def _check_name_is_free(name: str) -> None:
     # A plugin whose entry-point or position name is taken would load but be
     # shadowed or conflict; better to say so before writing anything.
-    from .manager import get_plugins
+    from ..plugin_api.manager import get_plugins
 
     plugins = get_plugins()
     if name in plugins.plugins:
