@@ -30,12 +30,14 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/pytest --durations=15
 
-# What CI checks besides the tests: pyflakes and import order, formatting, and types
-# (ruff and mypy, configured in pyproject.toml), on the core and the built-in plugins.
+# What CI checks besides the tests: pyflakes and import order, formatting, types and
+# the layers (ruff, mypy and import-linter, configured in pyproject.toml), on the core
+# and the built-in plugins.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check zoo_core plugins
 	$(BIN)/ruff format --check zoo_core plugins
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test-all: $(BIN)/.installed
 	$(BIN)/pytest -m ''
