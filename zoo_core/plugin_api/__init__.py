@@ -1,6 +1,7 @@
 """What plugin authors import: the hook specifications, the protocols their
-components satisfy, base classes, the testing kit and the package skeleton, and
-the plugin manager that finds plugins through the ``zoo`` entry-point group."""
+components satisfy, base classes, and the plugin manager that finds plugins
+through the ``zoo`` entry-point group. The testing kit and the package skeleton
+are the authors' kit, zoo_core.kit: they use the whole core, this the ground floor."""
 
 # Resolved lazily: importing this package must not import torch (`zoo list` stays fast).
 _HOOK_POINTS = {"HookPoint", "HookFunction", "hook_point_names", "hook_points", "hooks", "run_with_cache"}
