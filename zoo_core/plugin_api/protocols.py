@@ -441,8 +441,8 @@ def capability_problem(made: Any, capability: type) -> str | None:
     (None when it has all of it, none of it, or declines it by its switch).
 
     Beyond ``implements``, each method must take the calls its protocol declares:
-    with the arguments that have no default, with all of them in order, and with
-    those that have one by keyword."""
+    with the arguments that have no default, with those that have one by keyword,
+    and with all of them in order."""
     methods, attributes = members(capability)
     if any(
         not _SWITCHES[name](getattr(made, name)) for name in attributes if name in _SWITCHES and _present(made, name)
@@ -484,9 +484,9 @@ def _call_problem(made: Any, protocol: type, name: str) -> str | None:
     required = [p.name for p in declared if p.default is p.empty]
     defaults = {p.name: p.default for p in declared if p.default is not p.empty}
     call = f"{name}({', '.join([*required, *(f'{k}={v!r}' for k, v in defaults.items())])})"
-    for args, kwargs in ((required, {}), ([*required, *defaults], {}), (required, defaults)):
+    for args, kwargs in ((required, {}), (required, defaults), ([*required, *defaults], {})):
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
-            return f"has {getattr(function, '__name__', name)}{signature}, which cannot be called as {call}: {exc}"
+            return f"has {getattr(function, '__name__', name)}{signature} where the zoo calls {call}: {exc}"
     return None
