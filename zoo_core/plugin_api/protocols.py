@@ -3,6 +3,11 @@
 These are structural (`typing.Protocol`): a plugin satisfies them by shape, not by
 inheritance. ``Tensor`` is imported for type checkers only, so importing this
 module does not import torch.
+
+Besides the contract of each kind of component (``PROTOCOLS``, checked when a
+factory returns), a language model may offer capabilities (``CAPABILITIES``:
+cached decoding, row batching, an unbounded context, a task model, ...); the
+core asks ``implements(network, capability)`` before it uses one.
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ class LanguageModel(Protocol):
     in chunks, carrying the state, gives the logits of one call on all of it;
     ``__call__`` starts from no state. Sampling then costs the same for every
     token however long the sample, and scoring predicts each token from all the
-    text before it.
+    text before it. (An unbounded model is the capability ``UnboundedContext``.)
     """
 
     context_length: int
@@ -248,6 +253,8 @@ class NamedHeads(Protocol):
 
 
 class SlotNames(Protocol):
+    """A model's ``slots``: the names of its residual stream's dimensions, in order."""
+
     names: list[str]
 
 
