@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ZooError
+from ..plugin_api.protocols import SelfEvaluating, implements
 from .options import device_options, format_table, load_on_threads
 
 
@@ -55,7 +56,7 @@ def cmd_eval(args) -> int:
             raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
         recordable_registry(get_variant(args.name))
     model = load_on_threads(args)
-    if hasattr(model.network, "evaluate"):
+    if implements(model.network, SelfEvaluating):
         report = model.network.evaluate(model.tokenizer)
     else:
         from ..training.progress import WorkProgress

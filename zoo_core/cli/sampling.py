@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ZooError
+from ..plugin_api.protocols import TaskModel, implements
 from .options import device_options, load_on_threads
 
 # Options of `zoo sample` that only language models use: these, and a flag per
@@ -96,7 +97,7 @@ def cmd_sample(args) -> int:
     if not prompt:
         raise ZooError("the prompt is empty; give some text to continue (--prompt TEXT)")
     model = load_on_threads(args)
-    if hasattr(model.network, "ask"):  # task models (the puzzle) answer instead of continuing
+    if implements(model.network, TaskModel):  # task models (the puzzle) answer instead of continuing
         ignored = [
             option
             for option, default in args.option_defaults.items()

@@ -27,6 +27,7 @@ from ..inference.carried import is_unbounded
 from ..inference.settings import SamplingSettings
 from ..loading.api import load
 from ..loading.texts import variant_text
+from ..plugin_api.protocols import TaskModel, implements
 from ..seeding import seeded_generator
 
 
@@ -110,7 +111,7 @@ def compare_variants(
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
     models = [load(name, device=device, dtype=dtype) for name in names]
     for model in models:
-        if hasattr(model.network, "ask"):
+        if implements(model.network, TaskModel):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
     different = _shared_tokenizer(models)
     carrying = [model.name for model in models if is_unbounded(model.network)]

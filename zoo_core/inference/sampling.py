@@ -30,6 +30,7 @@ from typing import Generator, Iterator, Sequence
 import torch
 
 from ..errors import ZooError
+from ..plugin_api.protocols import CachedDecoding, implements
 from ..seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
 from .carried import feed, is_unbounded
 from .settings import SamplingSettings, resolve_settings
@@ -140,7 +141,7 @@ def stream_tokens(
         yield from _stream_carried(model, ids, settings, generator)
         return
     use_cache = settings.use_cache
-    cached = getattr(model, "supports_kv_cache", False) if use_cache is None else use_cache
+    cached = implements(model, CachedDecoding) if use_cache is None else use_cache
     window = model.context_length
     cache = None
     was_training = model.training

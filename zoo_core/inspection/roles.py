@@ -19,17 +19,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ZooError
+from ..plugin_api.protocols import AnswerAblating, RoleVerifying, implements
 
 
 def verify_roles(model) -> dict[str, Any]:
     """The network's own check of its stated head roles, or a ZooError naming why there is none."""
-    verify = getattr(model.network, "verify_roles", None)
-    if verify is None:
+    if not implements(model.network, RoleVerifying):
         raise ZooError(
             f"'{model.name}' states no head roles to verify; --verify-roles is for networks whose explanation "
             "names each head's role (the puzzle: puzzle-disobeys, puzzle-disobeys-nopos)"
         )
-    return verify(model.tokenizer)
+    return model.network.verify_roles(model.tokenizer)
 
 
 def task_ablation(model, groups) -> dict[str, Any] | None:
@@ -37,10 +37,9 @@ def task_ablation(model, groups) -> dict[str, Any] | None:
     ``network.ablate_answers``), the answer changes when each group of heads is
     zeroed (``groups`` None: each head alone); None for a language model, whose
     ablation is the loss change on validation windows."""
-    ablate = getattr(model.network, "ablate_answers", None)
-    if ablate is None:
+    if not implements(model.network, AnswerAblating):
         return None
-    return ablate(model.tokenizer, groups)
+    return model.network.ablate_answers(model.tokenizer, groups)
 
 
 def format_role_report(report: dict[str, Any], name: str = "") -> list[str]:

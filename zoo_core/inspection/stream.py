@@ -14,6 +14,7 @@ import torch
 
 from ..errors import ZooError
 from ..plugin_api.hook_points import hook_point_names, run_with_cache
+from ..plugin_api.protocols import CappedLogits, Inspectable, implements
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,10 @@ def read_logits(model, stream: torch.Tensor) -> torch.Tensor:
     """Logits read from residual-stream activations (..., C) through the model's own
     final norm and vocabulary head (and its logit soft-cap, where it has one)."""
     network = model.network
-    norm, head = getattr(network, "final_norm", None), getattr(network, "lm_head", None)
-    if norm is None or head is None:
+    if not implements(network, Inspectable):
         raise ZooError(f"'{model.name}' has no final_norm and lm_head to read its residual stream through")
-    logits = head(norm(stream))
-    cap = getattr(network, "cap_logits", None)
-    return cap(logits) if cap is not None else logits
+    logits = network.lm_head(network.final_norm(stream))
+    return network.cap_logits(logits) if implements(network, CappedLogits) else logits
 
 
 def head_counts(model) -> list[int]:

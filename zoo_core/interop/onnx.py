@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ZooError
+from ..plugin_api.protocols import TaskModel, implements
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +46,7 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
         import onnxruntime
     except ImportError:
         raise ZooError("ONNX export needs onnx and onnxruntime: pip install 'zoo-lm[interop]'") from None
-    if hasattr(model.network, "ask"):
+    if implements(model.network, TaskModel):
         raise ZooError(f"cannot export to ONNX: '{model.name}' answers questions; it has no logits over text to export")
     from .hf import verification_ids
 

@@ -35,7 +35,17 @@ import torch
 from ..catalogue.suggestions import train_command
 from ..errors import ZooError
 from ..plugin_api.manager import PluginSet, get_plugins
-from ..plugin_api.protocols import UNBOUNDED, conformance_problem, context_kind
+from ..plugin_api.protocols import (
+    CAPABILITIES,
+    UNBOUNDED,
+    CachedDecoding,
+    LanguageModel,
+    TaskModel,
+    capability_problem,
+    conformance_problem,
+    context_kind,
+    implements,
+)
 
 TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
 
@@ -59,6 +69,32 @@ def assert_conforms(kind: str, made: Any) -> None:
     """``made`` satisfies the protocol of ``kind`` ('tokenizers', 'positions', 'blocks', 'models', 'trainers', 'adapters')."""
     problem = conformance_problem(kind, made)
     assert problem is None, f"{kind[:-1]}: {problem}"
+
+
+def assert_capabilities_complete(model) -> list[str]:
+    """Each capability ``model`` has a part of (``protocols.CAPABILITIES``, and
+    ``LanguageModel`` itself) it has whole, its methods taking the calls their
+    protocol declares; returns the names of the capabilities it offers."""
+    for capability in (LanguageModel, *CAPABILITIES):
+        problem = capability_problem(model, capability)
+        assert problem is None, f"model: {problem}"
+    return [capability.__name__ for capability in CAPABILITIES if implements(model, capability)]
+
+
+def check_model_protocols(subject: str, build: Callable[[], Any]) -> CheckResult:
+    """A model's line "builds and satisfies the protocol": ``LanguageModel``, and
+    every capability it has a part of, whole; the line names those it offers."""
+    offered: list[str] = []
+
+    def conforms() -> None:
+        model = build()
+        assert_conforms("models", model)
+        offered.extend(assert_capabilities_complete(model))
+
+    result = _outcome(subject, "builds and satisfies the protocol", conforms)
+    if result.passed:
+        result.detail = f"offers {', '.join(offered)}" if offered else "no capability beyond LanguageModel"
+    return result
 
 
 def _random_ids(model, length: int, seed: int, vocab_size: int | None = None) -> torch.Tensor:
@@ -128,7 +164,7 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     from ..inference.sampling import sample_tokens
     from ..inference.settings import SamplingSettings
 
-    assert getattr(model, "supports_kv_cache", False), (
+    assert implements(model, CachedDecoding), capability_problem(model, CachedDecoding) or (
         "the model does not support a KV cache (supports_kv_cache is false; see docs/plugins.md, 'The KV-cache contract')"
     )
     model.eval()
@@ -411,7 +447,7 @@ def check_context(subject: str, network) -> list[CheckResult]:
                 lambda: assert_samples_past_window_in_constant_work(network),
             ),
         ]
-    if getattr(network, "supports_kv_cache", False):
+    if implements(network, CachedDecoding):
         return [
             _outcome(
                 subject,
@@ -419,13 +455,19 @@ def check_context(subject: str, network) -> list[CheckResult]:
                 lambda: assert_kv_cache_matches_uncached(network),
             )
         ]
-    return [CheckResult(subject, "KV cache", "skip", "supports_kv_cache is false: sampled uncached")]
+    why = (
+        "its cached decoding is incomplete"
+        if capability_problem(network, CachedDecoding)
+        else "supports_kv_cache is false"
+    )
+    return [CheckResult(subject, "KV cache", "skip", f"{why}: sampled uncached")]
 
 
 def check_network(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
-    """Every model check on a buildable network: protocol, causality, its kind of
-    context (``check_context``), round trip, determinism."""
-    results = [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
+    """Every model check on a buildable network: protocol and capabilities
+    (``check_model_protocols``), causality, its kind of context (``check_context``),
+    round trip, determinism."""
+    results = [check_model_protocols(subject, build)]
     if not results[0].passed:
         return results
     network = build()
@@ -592,7 +634,7 @@ def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) 
     def checks(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
         if deep:
             return check_network(subject, build)
-        return [_outcome(subject, "builds and satisfies the protocol", lambda: assert_conforms("models", build()))]
+        return [check_model_protocols(subject, build)]
 
     subject = f"model '{name}'"
     if users:
@@ -657,7 +699,7 @@ def _check_variant(plugins: PluginSet, variant, deep: bool) -> list[CheckResult]
     results = [outcome]
     if deep and outcome.passed and "model" in loaded:
         network = loaded["model"].network
-        if hasattr(network, "context_length") and network.context_length >= 2 and not hasattr(network, "ask"):
+        if network.context_length >= 2 and not implements(network, TaskModel):
             results.append(_outcome(subject, "causality", lambda: assert_causal(network)))
             results += [r for r in check_context(subject, network) if r.status != "skip"]
         results.append(_outcome(subject, "samples deterministically", lambda: _assert_samples(loaded["model"])))
@@ -761,7 +803,7 @@ def _unchecked(registered: dict[str, list[str]], results: list[CheckResult]) -> 
 
 
 def _assert_samples(model) -> None:
-    if hasattr(model.network, "ask"):  # task models answer rather than continue
+    if implements(model.network, TaskModel):  # task models answer rather than continue
         return
     prompt = model.tokenizer.decode(model.tokenizer.encode("The ")) or "a"
     first = model.generate(prompt, max_new_tokens=8, seed=3)

@@ -3,13 +3,22 @@
 These are structural (`typing.Protocol`): a plugin satisfies them by shape, not by
 inheritance. ``Tensor`` is imported for type checkers only, so importing this
 module does not import torch.
+
+Besides the contract of each kind of component (``PROTOCOLS``, checked when a
+factory returns), a language model may offer capabilities (``CAPABILITIES``:
+cached decoding, row batching, an unbounded context, a task model, ...); the
+core asks ``implements(network, capability)`` before it uses one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+import inspect
+from functools import cache
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from torch import Tensor
 
 
@@ -106,7 +115,7 @@ class LanguageModel(Protocol):
     in chunks, carrying the state, gives the logits of one call on all of it;
     ``__call__`` starts from no state. Sampling then costs the same for every
     token however long the sample, and scoring predicts each token from all the
-    text before it.
+    text before it. (An unbounded model is the capability ``UnboundedContext``.)
     """
 
     context_length: int
@@ -116,6 +125,176 @@ class LanguageModel(Protocol):
 
     def attention_maps(self, idx: "Tensor") -> list["Tensor"]:
         """Per-layer attention weights (B, H, T, T), in layer order (empty if none)."""
+
+
+# -- capabilities: what a language model may offer beyond LanguageModel --------------
+#
+# Each is a protocol a model satisfies or not, and the core asks
+# ``implements(network, Capability)`` before it uses one (never the network's
+# attributes one by one); docs/plugins.md ("Capabilities") says what the zoo
+# gives a model that has each. A model without a capability is treated as it
+# always was; `zoo check-plugin` reports a capability a model has only part of
+# (``capability_problem``).
+
+
+class DecodingCache(Protocol):
+    """What ``CachedDecoding.make_cache()`` returns; the zoo reads how many tokens it holds."""
+
+    length: int
+
+
+@runtime_checkable
+class CachedDecoding(Protocol):
+    """Sampled with a KV cache (docs/plugins.md, "The KV-cache contract").
+
+    ``supports_kv_cache`` switches it on; False declines it (the zoo's
+    transformer says False when one of its blocks takes no ``cache``)."""
+
+    supports_kv_cache: bool
+
+    def make_cache(self) -> DecodingCache:
+        """An empty cache: the prompt's window is fed through it once, then one token at a time."""
+
+    def __call__(
+        self, idx: "Tensor", targets: "Tensor | None" = None, cache: DecodingCache | None = None
+    ) -> tuple["Tensor", "Tensor | None"]:
+        """As ``LanguageModel``'s, and with ``cache``: attend over what it holds
+        as well, add ``idx``'s keys and values to it and advance ``cache.length``."""
+
+
+class RowBatch(Protocol):
+    """What ``RowBatching.make_row_batch(max_rows)`` returns: rows of different
+    lengths, each with its own keys and values, decoded one token per row per step."""
+
+    rows: list[Any]  # the callers' handles, in the order ``step`` returns their logits
+
+    def accepts(self, model: Any, cache: DecodingCache) -> bool:
+        """Whether a row whose prompt went through ``cache`` can join."""
+
+    def add(self, handle: Any, cache: DecodingCache) -> None:
+        """Take that row in."""
+
+    def remove(self, handle: Any) -> None:
+        """Let a row go."""
+
+    def room(self, handle: Any) -> bool:
+        """Whether the row can take another token without its window sliding."""
+
+    def step(self, tokens: list[int]) -> "Tensor":
+        """One token per row, in ``rows`` order; the next-token logits (rows, V)."""
+
+
+@runtime_checkable
+class RowBatching(CachedDecoding, Protocol):
+    """Rows of different lengths decoded together: `zoo serve`'s continuous batching."""
+
+    def make_row_batch(self, max_rows: int) -> RowBatch:
+        """An empty batch of up to ``max_rows`` rows."""
+
+
+@runtime_checkable
+class UnboundedContext(Protocol):
+    """A state carried forward instead of a window (see ``LanguageModel``).
+
+    ``context_kind = "unbounded"`` switches it on; "bounded" declines it."""
+
+    context_kind: str
+
+    def step(self, idx: "Tensor", state: Any) -> tuple["Tensor", Any]:
+        """Logits (B, T, V) of ``idx`` (B, T) read after ``state`` (None: the start), and the state after it."""
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """Logits readable off the residual stream (the logit lens): the stream after
+    the last block goes through ``lm_head(final_norm(x))``."""
+
+    final_norm: Callable[["Tensor"], "Tensor"]
+    lm_head: Callable[["Tensor"], "Tensor"]
+
+
+@runtime_checkable
+class CappedLogits(Protocol):
+    """Logits bounded after the head (a soft-cap): the logit lens applies it too."""
+
+    def cap_logits(self, head_output: "Tensor") -> "Tensor":
+        """The head's output as the model's logits."""
+
+
+@runtime_checkable
+class TaskModel(Protocol):
+    """Answers a question instead of continuing text (the puzzle)."""
+
+    def ask(self, tokenizer: Tokenizer, prompt: str, explain: bool = False, png: "Path | str | None" = None) -> str:
+        """The answer, as `zoo sample` prints it (``explain``: with the reasons; ``png``: a picture there)."""
+
+
+@runtime_checkable
+class SelfEvaluating(Protocol):
+    """Measures itself: `zoo eval` prints its report instead of the losses over text."""
+
+    def evaluate(self, tokenizer: Tokenizer) -> dict[str, Any]:
+        """The report (JSON-ready)."""
+
+
+@runtime_checkable
+class Traceable(Protocol):
+    """Shows one sentence's inner values."""
+
+    def trace(self, idx: "Tensor") -> dict[str, Any]:
+        """For one sentence's ids: named tensors, and under "attention" each named head's (T, T) map."""
+
+
+@runtime_checkable
+class NamedHeads(Protocol):
+    """Names its attention heads."""
+
+    head_names: list[str]
+
+
+class SlotNames(Protocol):
+    """A model's ``slots``: the names of its residual stream's dimensions, in order."""
+
+    names: list[str]
+
+
+@runtime_checkable
+class NamedSlots(Protocol):
+    """Names the slots (dimensions) of its residual stream."""
+
+    slots: SlotNames
+
+
+@runtime_checkable
+class RoleVerifying(Protocol):
+    """Checks the role it states for each head, by ablation (`zoo inspect --verify-roles`)."""
+
+    def verify_roles(self, tokenizer: Tokenizer) -> dict[str, Any]:
+        """The report zoo_core.inspection.roles describes."""
+
+
+@runtime_checkable
+class AnswerAblating(Protocol):
+    """Says how its answers change when heads are zeroed (`zoo inspect --ablate` on a task model)."""
+
+    def ablate_answers(self, tokenizer: Tokenizer, groups: Any) -> dict[str, Any]:
+        """For each group of heads (LAYER.HEAD pairs; None: each head alone), the answers that change."""
+
+
+CAPABILITIES: tuple[type, ...] = (
+    CachedDecoding,
+    RowBatching,
+    UnboundedContext,
+    Inspectable,
+    CappedLogits,
+    TaskModel,
+    SelfEvaluating,
+    Traceable,
+    NamedHeads,
+    NamedSlots,
+    RoleVerifying,
+    AnswerAblating,
+)
 
 
 @runtime_checkable
@@ -175,12 +354,12 @@ def conformance_problem(kind: str, made: Any) -> str | None:
         return None
     protocol, methods, attributes = PROTOCOLS[kind]
     missing = [f"{name}()" for name in methods if not callable(getattr(made, name, None))]
-    missing += [name for name in attributes if not hasattr(made, name)]
+    missing += [name for name in attributes if not _present(made, name)]
     wrong = [
         f"{name} (an int, not {type(getattr(made, name)).__name__})"
         for name in ("vocab_size", "context_length")
         if name in attributes
-        and hasattr(made, name)
+        and _present(made, name)
         and (not isinstance(getattr(made, name), int) or isinstance(getattr(made, name), bool))
     ]
     what = type(made).__name__ if made is not None else "None"
@@ -209,4 +388,112 @@ def _context_problem(made: Any, what: str) -> str | None:
             f"a {what}, whose context_kind is 'unbounded' but which lacks step(idx, state) -> (logits, state) "
             f"(zoo_core.plugin_api.protocols.LanguageModel)"
         )
+    return None
+
+
+# Attributes that switch a capability on (when the test holds) or decline it (when not).
+_SWITCHES: dict[str, Callable[[Any], bool]] = {
+    "supports_kv_cache": bool,
+    "context_kind": lambda kind: kind == UNBOUNDED,
+}
+# The members that claim a capability where not every member it adds does: a vocabulary
+# head named lm_head is every zoo model's (the bigram's too), a final norm is not.
+_CLAIMED_BY: dict[type, tuple[str, ...]] = {Inspectable: ("final_norm",)}
+_ABSENT = object()
+
+
+def _present(made: Any, name: str) -> bool:
+    return getattr(made, name, _ABSENT) is not _ABSENT
+
+
+def _declared(protocol: type) -> tuple[list[str], list[str]]:
+    """The methods and the attributes written in ``protocol``'s own body."""
+    methods = [
+        name
+        for name, value in vars(protocol).items()
+        if inspect.isfunction(value) and (name == "__call__" or not name.startswith("_"))
+    ]
+    return methods, list(inspect.get_annotations(protocol))
+
+
+@cache
+def members(protocol: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The methods and the attributes ``protocol`` declares, with those of the protocols it extends."""
+    methods: list[str] = []
+    attributes: list[str] = []
+    for layer in reversed([c for c in protocol.__mro__ if c.__module__ == __name__]):
+        declared_methods, declared_attributes = _declared(layer)
+        methods += [name for name in declared_methods if name not in methods]
+        attributes += [name for name in declared_attributes if name not in attributes]
+    return tuple(methods), tuple(attributes)
+
+
+def implements(made: Any, capability: type) -> bool:
+    """Whether ``made`` offers ``capability``: every method callable, every
+    attribute present, and switched on where an attribute switches it.
+
+    Asked this way rather than by ``isinstance``: since Python 3.12 that looks
+    members up statically and misses a torch module's submodules (``lm_head``),
+    and it cannot tell a switch that is off from one that is on."""
+    methods, attributes = members(capability)
+    return (
+        all(callable(getattr(made, name, None)) for name in methods)
+        and all(_present(made, name) for name in attributes)
+        and all(_SWITCHES[name](getattr(made, name)) for name in attributes if name in _SWITCHES)
+    )
+
+
+def capability_problem(made: Any, capability: type) -> str | None:
+    """What keeps ``made`` from offering a capability it has part of, in one line
+    (None when it has all of it, none of it, or declines it by its switch).
+
+    Beyond ``implements``, each method must take the calls its protocol declares:
+    with the arguments that have no default, with those that have one by keyword,
+    and with all of them in order."""
+    methods, attributes = members(capability)
+    if any(
+        not _SWITCHES[name](getattr(made, name)) for name in attributes if name in _SWITCHES and _present(made, name)
+    ):
+        return None
+    # Claimed by any member the capability itself adds (RowBatching's make_row_batch,
+    # not the make_cache it extends); every model has a __call__.
+    added_methods, added_attributes = _declared(capability)
+    claiming = _CLAIMED_BY.get(capability, (*added_methods, *added_attributes))
+    if not any(_present(made, name) for name in claiming if name != "__call__"):
+        return None
+    own = [name for name in (*methods, *attributes) if name != "__call__"]
+    shown = {name: f"{name}()" if name in methods else name for name in own}
+    what = f"a {type(made).__name__}, which"
+    where = f"(zoo_core.plugin_api.protocols.{capability.__name__})"
+    missing = [shown[name] for name in own if not _present(made, name)]
+    if missing:
+        has = ", ".join(shown[name] for name in own if _present(made, name))
+        return f"{what} has {has} but lacks {', '.join(missing)} {where}"
+    for name in methods:
+        problem = _call_problem(made, capability, name)
+        if problem:
+            return f"{what} {problem} {where}"
+    return None
+
+
+def _call_problem(made: Any, protocol: type, name: str) -> str | None:
+    """Why ``made.name`` cannot be called as ``protocol`` declares it (None if it can)."""
+    function = getattr(made, name)
+    if not callable(function):
+        return f"has {name} but it is not callable"
+    if name == "__call__":  # a torch module's __call__ takes anything and hands it to forward
+        function = getattr(made, "forward", function)
+    declared = list(inspect.signature(getattr(protocol, name)).parameters.values())[1:]  # without self
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check it against
+        return None
+    required = [p.name for p in declared if p.default is p.empty]
+    defaults = {p.name: p.default for p in declared if p.default is not p.empty}
+    call = f"{name}({', '.join([*required, *(f'{k}={v!r}' for k, v in defaults.items())])})"
+    for args, kwargs in ((required, {}), (required, defaults), ([*required, *defaults], {})):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            return f"has {getattr(function, '__name__', name)}{signature} where the zoo calls {call}: {exc}"
     return None

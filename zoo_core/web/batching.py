@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from ..errors import ZooError
 from ..inference.settings import SamplingSettings
-from ..plugin_api.protocols import UNBOUNDED, context_kind
+from ..plugin_api.protocols import UNBOUNDED, CachedDecoding, RowBatching, context_kind, implements
 
 
 class QueueFull(Exception):
@@ -118,9 +118,8 @@ class Batcher:
         self.window = network.context_length
         # An unbounded model's rows each carry their state (in ``Row.cache``), as `zoo sample` does.
         self.carried = context_kind(network) == UNBOUNDED
-        self.cached = getattr(network, "supports_kv_cache", False) and not self.carried
-        make = getattr(network, "make_row_batch", None)
-        self.batch: Any = make(max_rows) if self.cached and make is not None else None
+        self.cached = implements(network, CachedDecoding) and not self.carried
+        self.batch: Any = network.make_row_batch(max_rows) if self.cached and implements(network, RowBatching) else None
         self.rows: list[Row] = []
         self.waiting: list[Row] = []
         self._outbox: list[tuple[Row, object]] = []

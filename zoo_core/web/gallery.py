@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ZooError
 from ..inference.settings import SamplingSettings
+from ..plugin_api.protocols import LanguageModel, NamedHeads, NamedSlots, RoleVerifying, Traceable, implements
 from ..storage.files import describe_os_error
 from . import svg
 
@@ -222,7 +223,7 @@ def _attention(model, prompt: str) -> dict | None:
     import torch
 
     network = model.network
-    if not hasattr(network, "attention_maps"):
+    if not implements(network, LanguageModel):
         return None
     ids = model.encode_prompt(prompt)[-model.card.context_length :]
     with torch.no_grad():
@@ -263,8 +264,7 @@ def _inspection(model, prompt: str) -> dict | None:
 
 def _role_check(model) -> dict | None:
     """A task network's own check of its explanation by ablation (the puzzle's `verify_roles`)."""
-    verify = getattr(model.network, "verify_roles", None)
-    return verify(model.tokenizer) if verify is not None else None
+    return model.network.verify_roles(model.tokenizer) if implements(model.network, RoleVerifying) else None
 
 
 def _task_answers(model) -> list[dict]:
@@ -282,10 +282,10 @@ def _task_structure(model) -> dict:
     import torch
 
     network = model.network
-    slots = list(getattr(getattr(network, "slots", None), "names", []) or [])
-    heads = list(getattr(network, "head_names", []) or [])
+    slots = list(network.slots.names or []) if implements(network, NamedSlots) else []
+    heads = list(network.head_names or []) if implements(network, NamedHeads) else []
     attention = None
-    if hasattr(network, "trace"):
+    if implements(network, Traceable):
         ids = model.tokenizer.encode(PUZZLE_QUESTIONS[0])
         trace = network.trace(torch.tensor(ids, dtype=torch.long))
         labels = [model.tokenizer.decode([i]) for i in ids]

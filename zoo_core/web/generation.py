@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import ZooError
+from ..plugin_api.protocols import TaskModel, implements
 
 
 class ModelCache:
@@ -42,7 +43,7 @@ class ModelCache:
 
 def is_task_model(model) -> bool:
     """Task models (the puzzle) answer a question instead of continuing text."""
-    return hasattr(model.network, "ask")
+    return implements(model.network, TaskModel)
 
 
 def answer_text(model, prompt: str) -> str:
