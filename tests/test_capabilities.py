@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from zoo_core import hookimpl, testing
-from zoo_core.api import load
+from zoo_core.loading.api import load
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import sample_tokens
 from zoo_core.inference.settings import SamplingSettings
