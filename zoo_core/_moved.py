@@ -63,7 +63,6 @@ OLD_TO_NEW = {
     "testing": "plugin_api.testing",
     "scaffold": "plugin_api.scaffold",
     "plugin_manager": "plugin_api.manager",
-    "entry_points": "plugin_api.entry_points",
     "clihelp": "cli.help",
     "tables": "cli.tables",
 }

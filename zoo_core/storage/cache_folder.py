@@ -24,7 +24,6 @@ class CachePart(NamedTuple):
 
 CACHE_PARTS = (
     CachePart("cards", "cards validated from registry files and checkpoint headers (validated again at the next read)"),
-    CachePart("entry-points", "the plugins each Python environment offers (looked up again at the next command)"),
     CachePart("gallery", "the gallery's measurements: samples, attention maps, scores (made again by `zoo gallery`)"),
     CachePart("site", "the gallery `zoo serve` serves without --site (written again when it starts)"),
     CachePart("archives", "variants packed for `zoo serve`'s remote catalogue (packed again when asked for)"),
