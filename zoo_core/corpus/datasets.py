@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from ..errors import UnknownName, ZooError
 
@@ -28,8 +28,8 @@ USER = "user"  # the plugin name, and `zoo datasets`' source, of the user's own 
 DATASET_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
-# A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
-class Dataset(NamedTuple):
+@dataclass(frozen=True)
+class Dataset:
     """One registered dataset."""
 
     name: str
@@ -43,8 +43,8 @@ class Dataset(NamedTuple):
     added: str = ""  # when a user dataset was added (ISO 8601, UTC)
 
 
-# A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
-class ResolvedText(NamedTuple):
+@dataclass(frozen=True)
+class ResolvedText:
     """The text a command reads, and what to record about it in a card."""
 
     text: str
