@@ -17,12 +17,8 @@ def eval_arguments(commands) -> None:
     p.add_argument(
         "--data",
         metavar="NAME|PATH",
-        help="evaluate on this registered dataset's or text file's validation split (default: the recipe's corpus)",
-    )
-    p.add_argument(
-        "--dataset",
-        metavar="NAME",
-        help="evaluate on this registered dataset's validation split (`zoo datasets`) (default: the recipe's corpus)",
+        help="evaluate on this registered dataset's (`zoo datasets`) or text file's validation split "
+        "(default: the recipe's corpus)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     device_options(p, "evaluate", threads=True)
@@ -44,15 +40,13 @@ def eval_arguments(commands) -> None:
 def cmd_eval(args) -> int:
     from ..evaluation.scoring import evaluate_language_model
 
-    if args.data is not None and args.dataset is not None:
-        raise ZooError("give --data PATH or --dataset NAME, not both")
-    data = args.dataset if args.dataset is not None else args.data
+    data = args.data
     if args.record:  # refused before any scoring: a card in an installed package is never rewritten
         from ..api import get_variant
         from ..evaluation.scoring import recordable_registry
 
         if data is not None or args.text_chars is not None:
-            raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
+            raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
         recordable_registry(get_variant(args.name))
     model = load_on_threads(args)
     if hasattr(model.network, "evaluate"):
@@ -98,11 +92,11 @@ def compare_arguments(commands) -> None:
     p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
     p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
-    p.add_argument("--data", type=Path, help="score on this text file (default: the recipe's corpus)")
     p.add_argument(
-        "--dataset",
-        metavar="NAME",
-        help="score on this registered dataset (`zoo datasets`); needed when the variants were trained on different text",
+        "--data",
+        metavar="NAME|PATH",
+        help="score on this registered dataset (`zoo datasets`) or text file; needed when the variants were trained "
+        "on different text (default: the recipe's corpus)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
@@ -130,9 +124,7 @@ def cmd_compare(args) -> int:
     sampling_settings(args)
     if args.windows < 1:
         raise ZooError(f"--windows must be at least 1, not {args.windows}")
-    if args.data is not None and args.dataset is not None:
-        raise ZooError("give --data PATH or --dataset NAME, not both")
-    override = args.dataset if args.dataset is not None else args.data
+    override = args.data
     report = compare_variants(
         args.names,
         args.windows,
