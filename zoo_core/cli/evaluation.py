@@ -124,14 +124,13 @@ def cmd_compare(args) -> int:
     sampling_settings(args)
     if args.windows < 1:
         raise ZooError(f"--windows must be at least 1, not {args.windows}")
-    override = args.data
     report = compare_variants(
         args.names,
         args.windows,
         args.seed,
         args.prompt,
         args.max_new_tokens,
-        override,
+        args.data,
         device=args.device,
         dtype=args.dtype,
         bits_per_byte=args.bits_per_byte,
@@ -148,35 +147,44 @@ def cmd_compare(args) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if in_bits:
-        print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
-        print(f"method: {report['method']}")
-        rows = [
-            [
-                m["name"],
-                m["tokenizer"],
-                f"{m['parameters']:,}",
-                f"{m['tokens']:,}",
-                f"{m['nats_per_token']:.4f}",
-                f"{m['bits_per_character']:.4f}",
-                f"{m['bits_per_byte']:.4f}",
-                f"{m['bits_per_byte_delta']:+.4f}",
-            ]
-            for m in report["models"]
+        _print_bits_comparison(report)
+    else:
+        _print_loss_comparison(report)
+    return 0
+
+
+def _print_bits_comparison(report: dict) -> None:
+    print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
+    print(f"method: {report['method']}")
+    rows = [
+        [
+            m["name"],
+            m["tokenizer"],
+            f"{m['parameters']:,}",
+            f"{m['tokens']:,}",
+            f"{m['nats_per_token']:.4f}",
+            f"{m['bits_per_character']:.4f}",
+            f"{m['bits_per_byte']:.4f}",
+            f"{m['bits_per_byte_delta']:+.4f}",
         ]
-        print(
-            format_table(
-                ["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
-                rows,
-                right={2, 3, 4, 5, 6, 7},
-            )
+        for m in report["models"]
+    ]
+    print(
+        format_table(
+            ["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
+            rows,
+            right={2, 3, 4, 5, 6, 7},
         )
-        print("context:")
-        for model in report["models"]:
-            print(f"  {model['name']}: {model['context']}")
-        print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
-        for model in report["models"]:
-            print(f"\n--- {model['name']} ---\n{model['sample']}")
-        return 0
+    )
+    print("context:")
+    for model in report["models"]:
+        print(f"  {model['name']}: {model['context']}")
+    print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
+    for model in report["models"]:
+        print(f"\n--- {model['name']} ---\n{model['sample']}")
+
+
+def _print_loss_comparison(report: dict) -> None:
     print(
         f"{report['windows']} windows of {report['context']} tokens per split of {report['dataset']}, seed {report['seed']}; "
         f"losses in {report['unit']}, deltas against {report['baseline']}"
@@ -200,7 +208,6 @@ def cmd_compare(args) -> int:
     print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
     for model in report["models"]:
         print(f"\n--- {model['name']} ---\n{model['sample']}")
-    return 0
 
 
 def attention_arguments(commands) -> None:
