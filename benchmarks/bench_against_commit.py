@@ -38,10 +38,9 @@ def _side_path(tree: Path, folder: Path) -> Path:
 
 
 def _seconds(path: Path, arguments: list[str]) -> float:
-    # Each side keeps its own caches (entry points, cards): one shared cache would be
-    # rewritten by every other run and both sides would always miss it. The cache
-    # sits beside the side's folder, not in it: that folder is on sys.path, and a
-    # change to it makes the entry-point cache ask importlib.metadata again.
+    # Each side keeps its own card cache: one shared cache would be rewritten by
+    # every other run and both sides would always miss it. The cache sits beside
+    # the side's folder, not in it (that folder is on sys.path).
     environment = {**_ENVIRONMENT, "PYTHONPATH": str(path), "ZOO_CACHE": f"{path}-cache"}
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "zoo_core.cli", *arguments], cwd=path, env=environment,

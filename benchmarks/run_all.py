@@ -177,8 +177,8 @@ def main() -> None:
         "",
         f"- `zoo list` / `import torch`: **{spread_text(coldstart['list_over_torch'], '.3f')}** (target ≤ 0.1); against "
         f"`import torch` with the zoo's exit: {spread_text(coldstart['list_over_torch_same_exit'], '.3f')}. "
-        "`zoo list` imports neither torch, pydantic nor importlib.metadata: cards validated once are read from the card cache "
-        "(`zoo_core/catalogue/card_cache.py`), the plugins' entry points from theirs (`zoo_core/plugin_api/entry_points.py`), and rich only when a table is drawn.",
+        "`zoo list` imports neither torch nor pydantic: cards validated once are read from the card cache "
+        "(`zoo_core/catalogue/card_cache.py`), and rich only when a table is drawn.",
         "- The `zoo` script exits without Python's last garbage collection (`gc.freeze()` in `zoo_core.cli.console_main`): "
         "`import torch` leaves enough objects for that collection to take a good part of a second here. "
         "\"import torch, zoo's exit\" is `import torch` ending the same way, for like-for-like differences.",

@@ -88,10 +88,10 @@ def test_compare_names_the_models_and_texts_it_cannot_score_together(zoo, tmp_pa
     for names in (("gpt-char-mini", "my-bigram"), ("my-bigram", "gpt-char-mini")):
         refused = zoo("compare", *names, "--windows", "2", "--max-new-tokens", "1")
         assert refused.code == 1 and refused.err.count("\n") == 1, refused.err
-        for fragment in ("'gpt-char-mini' ", "'my-bigram' ", "tinyshakespeare", str(verses), "--dataset NAME"):
+        for fragment in ("'gpt-char-mini' ", "'my-bigram' ", "tinyshakespeare", str(verses), "--data NAME"):
             assert fragment in refused.err, refused.err
     # told which text: each is scored on it, and the report says which
-    named = zoo("compare", "gpt-char-mini", "my-bigram", "--dataset", "tinyshakespeare", "--text-chars", "500",
+    named = zoo("compare", "gpt-char-mini", "my-bigram", "--data", "tinyshakespeare", "--text-chars", "500",
                 "--max-new-tokens", "1")
     assert named.code == 0 and "of the validation split of tinyshakespeare" in named.out, named.err
     report = json.loads(zoo("compare", "gpt-char-mini", "my-bigram", "--data", str(verses), "--text-chars", "500",

@@ -349,7 +349,7 @@ def test_the_readmes_five_commands_take_ones_own_text_to_a_fine_tuned_model(inst
     base = json.loads(installed.zoo("show", "gpt-char-mini", "--json").stdout)
     assert card["recipe"]["base"] == "gpt-char-mini" and card["recipe"]["base_sha256"] == base["checkpoint"]["sha256"]
     assert card["recipe"]["data"] == "my-text" and len(card["recipe"]["data_sha256"]) == 64
-    compared = json.loads(installed.zoo("compare", "gpt-char-mini", "my-gpt", "--dataset", "my-text",
+    compared = json.loads(installed.zoo("compare", "gpt-char-mini", "my-gpt", "--data", "my-text",
                                         "--windows", "64", "--max-new-tokens", "5", "--json").stdout)
     base_loss, tuned_loss = (model["validation_loss"] for model in compared["models"])
     assert tuned_loss < base_loss - 0.5, compared

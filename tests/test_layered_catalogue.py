@@ -72,8 +72,8 @@ def test_publish_compare_eval_and_remove(zoo, tmp_path, private_home):
 
     # trained on other text than bigram: compare refuses in either order, unless told which text
     for names in (("bigram", "my-bigram"), ("my-bigram", "bigram")):
-        _one_line_error(zoo("compare", *names, "--windows", "4"), "trained on", "--dataset NAME")
-    compared = zoo("compare", "my-bigram", "bigram", "--windows", "4", "--max-new-tokens", "3", "--dataset", "tinyshakespeare", "--json")
+        _one_line_error(zoo("compare", *names, "--windows", "4"), "trained on", "--data NAME")
+    compared = zoo("compare", "my-bigram", "bigram", "--windows", "4", "--max-new-tokens", "3", "--data", "tinyshakespeare", "--json")
     assert compared.code == 0, compared.err
     assert json.loads(compared.out)["dataset"] == "tinyshakespeare"
     evaluated = json.loads(zoo("eval", "my-bigram", "--windows", "4", "--json").out)

@@ -119,7 +119,7 @@ def test_train_eval_and_a_recipe_read_a_user_dataset_by_name(zoo, notes, tmp_pat
     recipe = tomllib.loads((out / "registry.toml").read_text())["my-mini"]["recipe"]
     assert recipe["data"] == "notes" and recipe["data_sha256"] == sha
 
-    scored = zoo("eval", "gpt-char-mini", "--dataset", "notes", "--windows", "2", "--json")
+    scored = zoo("eval", "gpt-char-mini", "--data", "notes", "--windows", "2", "--json")
     assert scored.code == 0, scored.err
     assert json.loads(scored.out)["validation_loss"] > 0
     # The trained card's recipe says data = "notes": scoring it reads the dataset by name.
@@ -135,7 +135,7 @@ def test_a_changed_added_or_removed_file_is_refused_until_replaced(zoo, notes):
     found = hashlib.sha256(
         (notes / "a.txt").read_bytes() + b"\n" + (notes / "a" / "z.txt").read_bytes() + (notes / "b.txt").read_bytes()
     ).hexdigest()
-    refused = zoo("eval", "gpt-char-mini", "--dataset", "notes", "--windows", "1")
+    refused = zoo("eval", "gpt-char-mini", "--data", "notes", "--windows", "1")
     _one_line_error(
         refused,
         "dataset 'notes' changed since it was added",
@@ -176,7 +176,7 @@ def test_remove_forgets_the_entry_and_keeps_the_files(zoo, notes):
         "dataset 'tinyshakespeare' belongs to the built-in plugin 'catalogue'",
         "only your own datasets",
     )
-    _one_line_error(zoo("eval", "gpt-char-mini", "--dataset", "notes"), "no dataset named 'notes' is registered")
+    _one_line_error(zoo("eval", "gpt-char-mini", "--data", "notes"), "no dataset named 'notes' is registered")
 
 
 def test_user_errors_are_one_line(zoo, notes, tmp_path):
@@ -217,7 +217,7 @@ def test_a_damaged_datasets_file_is_one_line_and_only_where_datasets_are_read(zo
     assert zoo("plugins").code == 0
     _one_line_error(zoo("datasets"), f"{damaged}: {problem}")
     _one_line_error(zoo("datasets", "remove", "notes"), f"{damaged}: {problem}")
-    _one_line_error(zoo("eval", "gpt-char-mini", "--dataset", "notes", "--windows", "1"), f"{damaged}: {problem}")
+    _one_line_error(zoo("eval", "gpt-char-mini", "--data", "notes", "--windows", "1"), f"{damaged}: {problem}")
 
 
 def test_a_plugin_dataset_shadows_a_user_dataset_of_the_same_name(zoo, notes, private_home):

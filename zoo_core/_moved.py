@@ -63,7 +63,6 @@ OLD_TO_NEW = {
     "testing": "kit.testing",
     "scaffold": "kit.scaffold",
     "plugin_manager": "plugin_api.manager",
-    "entry_points": "plugin_api.entry_points",
     "clihelp": "cli.help",
     "tables": "cli.tables",
 }

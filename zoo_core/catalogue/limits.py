@@ -35,7 +35,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Callable, NamedTuple, TypeGuard
+from dataclasses import dataclass, replace
+from typing import Any, Callable, TypeGuard
 
 from ..errors import ZooError
 
@@ -87,8 +88,8 @@ ESTIMATED = "estimated from the config's sizes"
 COUNTED = "counted exactly, built with nothing large allocated"
 
 
-# A NamedTuple, not a frozen dataclass: defined at every command's start, in a fifth of the time.
-class Estimate(NamedTuple):
+@dataclass(frozen=True)
+class Estimate:
     parameters: int
     memory_bytes: int  # weights plus one forward pass over a full window, batch 1
     method: str = ESTIMATED  # how the parameters are known: COUNTED, or ESTIMATED (and why)
@@ -143,11 +144,11 @@ def measured_cost(
     estimate is already ``SCREEN_FACTOR`` times over a limit (nothing is built)."""
     guess = estimate_cost(config)
     if guess.parameters > SCREEN_FACTOR * max_parameters or guess.memory_bytes > SCREEN_FACTOR * max_memory:
-        return guess._replace(method=f"{ESTIMATED}, far beyond the limits: not built even on the meta device")
+        return replace(guess, method=f"{ESTIMATED}, far beyond the limits: not built even on the meta device")
     try:
         parameters, weight_bytes = measure()
     except CannotMeasure as exc:
-        return guess._replace(method=f"{ESTIMATED}: {exc}")
+        return replace(guess, method=f"{ESTIMATED}: {exc}")
     activations = _estimate_sizes(config)[1]
     return Estimate(parameters, weight_bytes + BYTES_PER_VALUE * activations, COUNTED)
 

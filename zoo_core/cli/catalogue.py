@@ -299,7 +299,7 @@ def datasets_arguments(commands) -> None:
     p = commands.add_parser(
         "datasets",
         help="list, add or remove datasets: the built-in one, plugins' and your own",
-        description="Datasets by name: `zoo train NAME --data DATASET`, `zoo eval NAME --dataset DATASET` "
+        description="Datasets by name: `zoo train NAME --data DATASET`, `zoo eval NAME --data DATASET` "
         'and recipes (data = "DATASET") read them, checking their sha256. Bare `zoo datasets` lists them.',
     )
     p.set_defaults(run=cmd_datasets)

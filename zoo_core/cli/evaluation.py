@@ -18,12 +18,8 @@ def eval_arguments(commands) -> None:
     p.add_argument(
         "--data",
         metavar="NAME|PATH",
-        help="evaluate on this registered dataset's or text file's validation split (default: the recipe's corpus)",
-    )
-    p.add_argument(
-        "--dataset",
-        metavar="NAME",
-        help="evaluate on this registered dataset's validation split (`zoo datasets`) (default: the recipe's corpus)",
+        help="evaluate on this registered dataset's (`zoo datasets`) or text file's validation split "
+        "(default: the recipe's corpus)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     device_options(p, "evaluate", threads=True)
@@ -45,15 +41,13 @@ def eval_arguments(commands) -> None:
 def cmd_eval(args) -> int:
     from ..evaluation.scoring import evaluate_language_model
 
-    if args.data is not None and args.dataset is not None:
-        raise ZooError("give --data PATH or --dataset NAME, not both")
-    data = args.dataset if args.dataset is not None else args.data
+    data = args.data
     if args.record:  # refused before any scoring: a card in an installed package is never rewritten
         from ..evaluation.scoring import recordable_registry
         from ..loading.api import get_variant
 
         if data is not None or args.text_chars is not None:
-            raise ZooError("--record writes the card's own measurement: drop --data, --dataset and --text-chars")
+            raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
         recordable_registry(get_variant(args.name))
     model = load_on_threads(args)
     if implements(model.network, SelfEvaluating):
@@ -99,11 +93,11 @@ def compare_arguments(commands) -> None:
     p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
     p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
-    p.add_argument("--data", type=Path, help="score on this text file (default: the recipe's corpus)")
     p.add_argument(
-        "--dataset",
-        metavar="NAME",
-        help="score on this registered dataset (`zoo datasets`); needed when the variants were trained on different text",
+        "--data",
+        metavar="NAME|PATH",
+        help="score on this registered dataset (`zoo datasets`) or text file; needed when the variants were trained "
+        "on different text (default: the recipe's corpus)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
@@ -131,16 +125,13 @@ def cmd_compare(args) -> int:
     sampling_settings(args)
     if args.windows < 1:
         raise ZooError(f"--windows must be at least 1, not {args.windows}")
-    if args.data is not None and args.dataset is not None:
-        raise ZooError("give --data PATH or --dataset NAME, not both")
-    override = args.dataset if args.dataset is not None else args.data
     report = compare_variants(
         args.names,
         args.windows,
         args.seed,
         args.prompt,
         args.max_new_tokens,
-        override,
+        args.data,
         device=args.device,
         dtype=args.dtype,
         bits_per_byte=args.bits_per_byte,
@@ -157,35 +148,44 @@ def cmd_compare(args) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if in_bits:
-        print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
-        print(f"method: {report['method']}")
-        rows = [
-            [
-                m["name"],
-                m["tokenizer"],
-                f"{m['parameters']:,}",
-                f"{m['tokens']:,}",
-                f"{m['nats_per_token']:.4f}",
-                f"{m['bits_per_character']:.4f}",
-                f"{m['bits_per_byte']:.4f}",
-                f"{m['bits_per_byte_delta']:+.4f}",
-            ]
-            for m in report["models"]
+        _print_bits_comparison(report)
+    else:
+        _print_loss_comparison(report)
+    return 0
+
+
+def _print_bits_comparison(report: dict) -> None:
+    print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
+    print(f"method: {report['method']}")
+    rows = [
+        [
+            m["name"],
+            m["tokenizer"],
+            f"{m['parameters']:,}",
+            f"{m['tokens']:,}",
+            f"{m['nats_per_token']:.4f}",
+            f"{m['bits_per_character']:.4f}",
+            f"{m['bits_per_byte']:.4f}",
+            f"{m['bits_per_byte_delta']:+.4f}",
         ]
-        print(
-            format_table(
-                ["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
-                rows,
-                right={2, 3, 4, 5, 6, 7},
-            )
+        for m in report["models"]
+    ]
+    print(
+        format_table(
+            ["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
+            rows,
+            right={2, 3, 4, 5, 6, 7},
         )
-        print("context:")
-        for model in report["models"]:
-            print(f"  {model['name']}: {model['context']}")
-        print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
-        for model in report["models"]:
-            print(f"\n--- {model['name']} ---\n{model['sample']}")
-        return 0
+    )
+    print("context:")
+    for model in report["models"]:
+        print(f"  {model['name']}: {model['context']}")
+    print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
+    for model in report["models"]:
+        print(f"\n--- {model['name']} ---\n{model['sample']}")
+
+
+def _print_loss_comparison(report: dict) -> None:
     print(
         f"{report['windows']} windows of {report['context']} tokens per split of {report['dataset']}, seed {report['seed']}; "
         f"losses in {report['unit']}, deltas against {report['baseline']}"
@@ -209,7 +209,6 @@ def cmd_compare(args) -> int:
     print(f"\nsamples: same prompt, temperature 1, sampling seed {report['seed']}")
     for model in report["models"]:
         print(f"\n--- {model['name']} ---\n{model['sample']}")
-    return 0
 
 
 def attention_arguments(commands) -> None:

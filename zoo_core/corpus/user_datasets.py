@@ -29,9 +29,10 @@ import glob
 import hashlib
 import os
 import shlex
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ..errors import UnknownName, ZooError, printable
 from ..storage.locations import user_datasets_path
@@ -50,8 +51,8 @@ _HEADER = (
 )
 
 
-# A NamedTuple, not a frozen dataclass, like the rest of this package's records.
-class SourceText(NamedTuple):
+@dataclass(frozen=True)
+class SourceText:
     """The text of a source's files, combined."""
 
     text: str

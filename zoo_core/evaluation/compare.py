@@ -55,8 +55,8 @@ def _check_shared_tokenizer(models) -> None:
 
 
 def shared_text(models, override: Path | str | None) -> ResolvedText:
-    """The one text every model is scored on: ``override`` (``--data PATH`` or
-    ``--dataset NAME``) when given, else the dataset all their cards name.
+    """The one text every model is scored on: ``override`` (``--data NAME|PATH``)
+    when given, else the dataset all their cards name.
     Variants trained on different text are refused, whatever the order they are
     named in: the first one's text would favour it."""
     if override is not None:
@@ -67,7 +67,7 @@ def shared_text(models, override: Path | str | None) -> ResolvedText:
             raise ZooError(
                 f"'{models[0].name}' was trained on {texts[0].name} and '{model.name}' on {text.name} "
                 f"(sha256 {texts[0].sha256[:12]}… and {text.sha256[:12]}…); choose the text to score both on "
-                f"with --dataset NAME or --data PATH"
+                f"with --data NAME|PATH"
             )
     return texts[0]
 

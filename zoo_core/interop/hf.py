@@ -24,6 +24,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..errors import ZooError, printable
 
@@ -372,9 +373,6 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     tags, description and dataset (`hub_card_fields`)."""
     import tempfile
 
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     from ..catalogue.cards import Recipe
     from ..storage.checkpoints import sha256_file
     from .imports import (
@@ -395,13 +393,53 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     if not weights.exists():
         raise ZooError(f"{folder}: no model.safetensors (pickled pytorch_model.bin is not read: it could run code)")
     _check_weights_file(weights)
+    sizes = _gpt2_sizes(folder, config)
+    tensors = _gpt2_tensors(weights, sizes["n_layer"])
+    tied = bool(config.get("tie_word_embeddings", True)) or "lm_head.weight" not in tensors
+    renamed = _renamed_gpt2_tensors(weights, tensors, sizes["n_layer"], tied)
+    vocab = renamed["token_embedding.weight"].shape[0]
+    zoo_config = _zoo_gpt_config(folder, config, sizes, tied)
+    with tempfile.TemporaryDirectory() as scratch:
+        if tokenizer_file is None:
+            tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
+        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+        check_tokenizer(spec, tokenizer_path)
+        parameters = sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight"))
+        card = imported_card(
+            name,
+            zoo_config,
+            sizes["n_positions"],
+            spec,
+            parameters,
+            weights,
+            sha256_file(weights, "weights file"),
+            "transformers GPT-2",
+            Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
+            license=license or "unspecified",
+        )
+        card = with_hub_card(card, folder, license_given=license is not None)
+        check_card_fits_tensors(weights, card, renamed)
+        registry = publish_import(card, renamed, tokenizer_path)
+    return card, registry
+
+
+def _gpt2_sizes(folder: Path, config: dict[str, Any]) -> dict[str, int]:
+    """config.json's sizes, each a whole number."""
     sizes = {}
     for key in ("n_embd", "n_layer", "n_head", "n_positions"):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ZooError(f"{folder / 'config.json'}: {key} is {printable(repr(value))[:60]}, not a whole number")
         sizes[key] = value
-    n_embd, n_layer, n_head = sizes["n_embd"], sizes["n_layer"], sizes["n_head"]
+    return sizes
+
+
+def _gpt2_tensors(weights: Path, n_layer: int) -> dict[str, Any]:
+    """The file's tensors (without transformers' ``transformer.`` prefix), holding
+    the layers config.json says and GPT-2's embeddings."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     try:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -412,6 +450,11 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
         raise ZooError(f"{weights}: config.json says n_layer {n_layer}, the file holds {len(layers)} layers")
     if "wte.weight" not in tensors or "wpe.weight" not in tensors:
         raise ZooError(f"{weights}: missing tensor 'wte.weight' or 'wpe.weight'; not GPT-2's layout")
+    return tensors
+
+
+def _renamed_gpt2_tensors(weights: Path, tensors: dict[str, Any], n_layer: int, tied: bool) -> dict[str, Any]:
+    """GPT-2's tensors under the zoo's ``gpt`` names."""
     renamed = {
         "token_embedding.weight": tensors["wte.weight"],
         "positions.table.weight": tensors["wpe.weight"],
@@ -435,13 +478,17 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
                 renamed[f"{b}.{ours}.bias"] = tensors[f"{h}.{theirs}.bias"]
             except KeyError as exc:
                 raise ZooError(f"{weights}: missing tensor {exc}; not GPT-2's layout") from None
-    tied = bool(config.get("tie_word_embeddings", True)) or "lm_head.weight" not in tensors
     renamed["lm_head.weight"] = renamed["token_embedding.weight"] if tied else tensors["lm_head.weight"]
-    vocab = renamed["token_embedding.weight"].shape[0]
+    return renamed
+
+
+def _zoo_gpt_config(folder: Path, config: dict[str, Any], sizes: dict[str, int], tied: bool) -> dict[str, Any]:
+    """The zoo ``gpt`` config of a GPT-2 config.json."""
+    n_embd = sizes["n_embd"]
     zoo_config = {
         "d_model": n_embd,
-        "n_layer": n_layer,
-        "n_head": n_head,
+        "n_layer": sizes["n_layer"],
+        "n_head": sizes["n_head"],
         "d_ff": int(config.get("n_inner") or 4 * n_embd),
         "dropout": 0.0,
         "positions": "learned",
@@ -458,25 +505,4 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     eps = float(eps)
     if eps != 1e-5:
         zoo_config["norm_eps"] = eps
-    with tempfile.TemporaryDirectory() as scratch:
-        if tokenizer_file is None:
-            tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
-        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
-        check_tokenizer(spec, tokenizer_path)
-        parameters = sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight"))
-        card = imported_card(
-            name,
-            zoo_config,
-            sizes["n_positions"],
-            spec,
-            parameters,
-            weights,
-            sha256_file(weights, "weights file"),
-            "transformers GPT-2",
-            Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
-            license=license or "unspecified",
-        )
-        card = with_hub_card(card, folder, license_given=license is not None)
-        check_card_fits_tensors(weights, card, renamed)
-        registry = publish_import(card, renamed, tokenizer_path)
-    return card, registry
+    return zoo_config

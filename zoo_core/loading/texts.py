@@ -19,7 +19,7 @@ def resolve_recipe_text(
     allow_outside: bool = False,
 ) -> ResolvedText:
     """The text a card's recipe was trained on, checked against its recorded sha256;
-    ``override`` (``--data PATH`` or ``--dataset NAME``) replaces it unchecked
+    ``override`` (``--data NAME|PATH``) replaces it unchecked
     against the card, since the user chose other text on purpose. A path in the
     recipe stays inside the registry's folder unless the card opted out
     (``allow_outside``, see zoo_core.catalogue.paths)."""
@@ -38,7 +38,7 @@ def resolve_recipe_text(
     if expected and expected != resolved.sha256:
         raise ZooError(
             f"{resolved.path}: sha256 {resolved.sha256[:16]}… is not that of the text the card was trained on "
-            f"({expected[:16]}…); pass --data or --dataset to score on other text deliberately"
+            f"({expected[:16]}…); pass --data to score on other text deliberately"
         )
     return resolved
 

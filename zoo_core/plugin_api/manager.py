@@ -1,8 +1,7 @@
 """Finds plugins through the ``zoo`` entry-point group and collects what they register.
 
-Built-in plugins are found the same way as third-party ones; what
-importlib.metadata answered is remembered between runs until something is
-installed or removed (`zoo_core.plugin_api.entry_points`). A plugin that fails
+Built-in plugins are found the same way as third-party ones, by asking
+importlib.metadata at every start. A plugin that fails
 to import, or whose hook raises, is recorded and skipped: the rest of the zoo
 keeps working and `zoo plugins` shows the error; so does a hook whose name is not
 a zoo hook (a typo would otherwise do nothing) and a second package claiming a
@@ -24,6 +23,7 @@ Environment:
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +34,10 @@ import pluggy
 from ..corpus.datasets import Dataset, Datasets
 from ..errors import UnknownName, ZooError
 from . import hookspecs
-from .entry_points import zoo_entry_points
 from .protocols import conformance_problem
 
 BUILTIN_DISTRIBUTION = "zoo-lm"
+GROUP = "zoo"
 COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers", "adapters")
 
 
@@ -171,6 +171,22 @@ def _import_attribute(reference: str, plugin: str) -> Any:
     return target
 
 
+def _described_entry_points() -> list[tuple[importlib.metadata.EntryPoint, str, str]]:
+    """Every entry point in the `zoo` group, in `sys.path` order, with its distribution's name and version."""
+    described: dict[int, tuple[str, str]] = {}  # by id(): a distribution's entry points share it
+    found: list[tuple[importlib.metadata.EntryPoint, str, str]] = []
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        dist = ep.dist
+        if dist is None:
+            found.append((ep, "?", "?"))
+            continue
+        if id(dist) not in described:  # dist.metadata parses the whole METADATA file each time
+            metadata = dist.metadata
+            described[id(dist)] = (metadata["Name"], metadata["Version"])
+        found.append((ep, *described[id(dist)]))
+    return found
+
+
 class PluginSet:
     """The outcome of loading every plugin: components, variant files, reports."""
 
@@ -187,10 +203,10 @@ class PluginSet:
     def load_entry_points(self) -> None:
         disable_autoload = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
         selected = {n.strip() for n in os.environ.get("ZOO_PLUGINS", "").split(",") if n.strip()}
-        entry_points = sorted(zoo_entry_points(), key=lambda ep: (ep.distribution != BUILTIN_DISTRIBUTION, ep.name))
+        found = _described_entry_points()
+        found.sort(key=lambda item: (item[1] != BUILTIN_DISTRIBUTION, item[0].name))
         seen: dict[str, str] = {}  # entry-point name -> distribution
-        for ep in entry_points:
-            distribution = ep.distribution
+        for ep, distribution, version in found:
             builtin = distribution == BUILTIN_DISTRIBUTION
             if not builtin and (disable_autoload or (selected and ep.name not in selected)):
                 continue
@@ -198,11 +214,11 @@ class PluginSet:
                 if seen[ep.name] != distribution:
                     # Another package took the name first; skipping this one must not be silent.
                     self.plugins[ep.name].errors.append(
-                        f"plugin name '{ep.name}' is also claimed by {distribution} {ep.version}, which was not loaded"
+                        f"plugin name '{ep.name}' is also claimed by {distribution} {version}, which was not loaded"
                     )
                 continue  # otherwise the same distribution seen twice on sys.path
             seen[ep.name] = distribution
-            info = PluginInfo(ep.name, distribution, ep.version, builtin)
+            info = PluginInfo(ep.name, distribution, version, builtin)
             self.plugins[ep.name] = info
             try:
                 module = ep.load()

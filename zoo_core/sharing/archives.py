@@ -41,6 +41,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from ..errors import ZooError, printable
 from ..plugin_api.sources import ROLE_FAMILIES, named_components
 from ..storage.files import atomic_write, describe_os_error, exclusive_lock, make_folder, open_regular
@@ -336,53 +338,91 @@ def _checked_manifest(path: Path, archive: zipfile.ZipFile) -> dict[str, Any]:
     return manifest
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Member(_Strict):
+    name: str = Field(pattern=_MEMBER_NAME.pattern)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=_SHA256.pattern)
+
+    @model_validator(mode="after")
+    def _within_the_limits(self) -> "_Member":
+        if self.name == MANIFEST or self.size > _limit(self.name):
+            raise ValueError("a member must be another file, within the limits")
+        return self
+
+
+class _PluginNeed(_Strict):
+    kind: str
+    component: str
+    plugin: str
+    distribution: str
+    version: str
+
+
+class _Base(_Strict):
+    name: str
+    sha256: str = Field(pattern=_SHA256.pattern)
+
+
+class _Manifest(_Strict):
+    """What `manifest.json` must hold; read once for its checks (the archive's
+    code reads the JSON itself)."""
+
+    format: Any
+    variant: str
+    members: list[_Member]
+    plugins: list[_PluginNeed]
+    base: _Base | None = None
+
+    @field_validator("format", mode="after")
+    @classmethod
+    def _a_format_this_zoo_reads(cls, value: Any) -> Any:
+        if value != FORMAT:
+            raise ValueError("another format")
+        return value
+
+    @field_validator("members", mode="after")
+    @classmethod
+    def _each_name_once(cls, members: list[_Member]) -> list[_Member]:
+        if len({m.name for m in members}) != len(members):
+            raise ValueError("a name listed twice")
+        return members
+
+
+# The one line each field's problem gives, in the order the fields are reported.
+_MANIFEST_PROBLEMS = {
+    "variant": "'variant' must be the variant's name",
+    "members": "'members' must list each member's plain name, size (within the limits) and sha256",
+    "plugins": "'plugins' must list each component's kind, name, plugin, distribution and version",
+    "base": "'base' must give the base variant's name and checkpoint sha256",
+}
+
+
 def _check_manifest_shape(path: Path, manifest: Any) -> None:
     def bad(what: str) -> ZooError:
         return ZooError(f"{path}: {MANIFEST}: {what}")
 
     if not isinstance(manifest, dict):
         raise bad("not a JSON object")
-    unknown = set(manifest) - {"format", "variant", "members", "plugins", "base"}
+    try:
+        _Manifest.model_validate(manifest)
+    except ValidationError as exc:
+        errors = exc.errors()
+    else:
+        return
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1)
     if unknown:
-        raise bad(f"unknown field '{printable(sorted(unknown)[0])}'")
-    if manifest.get("format") != FORMAT:
+        raise bad(f"unknown field '{printable(unknown[0])}'")
+    failed = {e["loc"][0] for e in errors if e["loc"]}
+    if "format" in failed:
         raise bad(f"format {printable(repr(manifest.get('format')))} is not one this zoo reads ({FORMAT})")
-    if not isinstance(manifest.get("variant"), str):
-        raise bad("'variant' must be the variant's name")
-    members = manifest.get("members")
-    if not isinstance(members, list) or not all(
-        isinstance(m, dict)
-        and set(m) == {"name", "size", "sha256"}
-        and isinstance(m["name"], str)
-        and _MEMBER_NAME.match(m["name"])
-        and m["name"] != MANIFEST
-        and isinstance(m["size"], int)
-        and not isinstance(m["size"], bool)
-        and 0 <= m["size"] <= _limit(m["name"])
-        and isinstance(m["sha256"], str)
-        and _SHA256.match(m["sha256"])
-        for m in members
-    ):
-        raise bad("'members' must list each member's plain name, size (within the limits) and sha256")
-    if len({m["name"] for m in members}) != len(members):
+    field = next(field for field in _MANIFEST_PROBLEMS if field in failed)
+    if field == "members" and all(e["loc"] == ("members",) and e["type"] == "value_error" for e in errors):
         raise bad("'members' lists a name twice")
-    plugins = manifest.get("plugins")
-    if not isinstance(plugins, list) or not all(
-        isinstance(p, dict)
-        and set(p) == {"kind", "component", "plugin", "distribution", "version"}
-        and all(isinstance(v, str) for v in p.values())
-        for p in plugins
-    ):
-        raise bad("'plugins' must list each component's kind, name, plugin, distribution and version")
-    base = manifest.get("base")
-    if base is not None and not (
-        isinstance(base, dict)
-        and set(base) == {"name", "sha256"}
-        and isinstance(base["name"], str)
-        and isinstance(base["sha256"], str)
-        and _SHA256.match(base["sha256"])
-    ):
-        raise bad("'base' must give the base variant's name and checkpoint sha256")
+    raise bad(_MANIFEST_PROBLEMS[field])
 
 
 def _read_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any]) -> bytes:

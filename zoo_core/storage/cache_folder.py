@@ -7,12 +7,13 @@ so clearing it costs time, never data. Each part says what it holds:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import ZooError
-from .files import describe_os_error
+from .files import describe_os_error, lock_at, try_write_lock
 from .locations import cache_dir
 
 
@@ -24,7 +25,6 @@ class CachePart(NamedTuple):
 
 CACHE_PARTS = (
     CachePart("cards", "cards validated from registry files and checkpoint headers (validated again at the next read)"),
-    CachePart("entry-points", "the plugins each Python environment offers (looked up again at the next command)"),
     CachePart("gallery", "the gallery's measurements: samples, attention maps, scores (made again by `zoo gallery`)"),
     CachePart("site", "the gallery `zoo serve` serves without --site (written again when it starts)"),
     CachePart("archives", "variants packed for `zoo serve`'s remote catalogue (packed again when asked for)"),
@@ -48,18 +48,23 @@ def _remove_unheld_locks(folder: Path) -> list[Path]:
     is running). A process may open a lock between the test and the unlink;
     then it locks a file no one else will open, which only costs exclusion
     for that one write, as with a lock folder wiped by hand."""
-    from .files import _lock, _unlock
-
     removed = []
     for path in _files(folder):
         try:
-            with open(path, "a") as lock:
-                _lock(lock, shared=False, wait=False)
+            lock = lock_at(path)
+        except OSError:
+            lock = None
+        try:  # a file that is not a lock, no process holds
+            unheld = lock is None or try_write_lock(lock, wait=False)
+        except OSError:
+            unheld = True
+        if unheld:
+            with contextlib.suppress(OSError):
                 path.unlink()
-                _unlock(lock)
-            removed.append(path)
-        except (BlockingIOError, OSError):
-            continue
+                removed.append(path)
+        if lock is not None:
+            lock.release(force=True)
+            lock.close()
     return removed
 
 

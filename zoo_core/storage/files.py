@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import stat
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -303,13 +302,49 @@ def write_cache_entry(entry: Path, key: str, payload: Any) -> None:
         pass
 
 
+def lock_at(lock_path: Path):
+    """The lock whose file is ``lock_path`` (a ``filelock.ReadWriteLock``: shared
+    for readers, exclusive for a writer), not yet held. Each call opens its own,
+    so that two holders in one process exclude each other as two processes do.
+    filelock is imported here, not at the top: `zoo list` imports this module and
+    never locks."""
+    from filelock import ReadWriteLock
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with _not_a_lock_is_an_os_error(lock_path):
+        return ReadWriteLock(lock_path, is_singleton=False)
+
+
+@contextlib.contextmanager
+def _not_a_lock_is_an_os_error(lock_path: Path) -> Iterator[None]:
+    """A file in the lock folder that is not a lock (SQLite's "not a database")
+    is an OSError, like any other file that cannot be used."""
+    import sqlite3
+
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        raise OSError(errno.EINVAL, f"not a lock file ({exc})", str(lock_path)) from None
+
+
+def try_write_lock(lock, wait: bool) -> bool:
+    """Take ``lock`` (from ``lock_at``) exclusively; False when another holds it and ``wait`` is False."""
+    from filelock import Timeout
+
+    try:
+        with _not_a_lock_is_an_os_error(Path(lock.lock_file)):
+            lock.acquire_write(blocking=wait)
+    except Timeout:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
     """Hold the lock of ``path`` exclusively; with ``wait=False`` a held lock is an error."""
     lock_path = lock_file_for(path)
     try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(lock_path, "w")
+        lock = lock_at(lock_path)
     except (FileExistsError, NotADirectoryError):
         raise ZooError(
             f"{lock_path.parent}: cannot create the zoo's lock folder: part of its path is a file (set ZOO_CACHE)"
@@ -318,70 +353,44 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
         raise ZooError(
             f"{lock_path.parent}: cannot create the zoo's lock folder: {describe_os_error(exc)} (set ZOO_CACHE)"
         ) from None
-    with lock:
+    try:
         try:
-            _lock(lock, shared=False, wait=wait)
-        except BlockingIOError:
-            raise ZooError(f"{path} is being written by another zoo process; wait for it to finish") from None
+            held = try_write_lock(lock, wait)
+        except OSError as exc:
+            raise ZooError(f"{lock_path}: cannot lock: {describe_os_error(exc)} (`zoo cache clear --all`)") from None
+        if not held:
+            raise ZooError(f"{path} is being written by another zoo process; wait for it to finish")
         try:
             yield
         finally:
-            _unlock(lock)
+            lock.release()
+    finally:
+        lock.close()
 
 
 @contextlib.contextmanager
 def shared_lock(path: Path) -> Iterator[None]:
     """Hold the lock of ``path`` shared, so that no writer (``exclusive_lock``) is
     half way through while a reader looks at ``path`` and what it refers to. When
-    the cache folder cannot be written the file is read unlocked rather than not
-    at all."""
+    the cache folder cannot be written, or its lock file used, the file is read
+    unlocked rather than not at all."""
     lock_path = lock_file_for(path)
     try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(lock_path, "a")
+        lock = lock_at(lock_path)
     except OSError:
-        lock = None
-    if lock is None:
         yield
         return
-    with lock:
-        _lock(lock, shared=True, wait=True)
+    try:
+        try:
+            with _not_a_lock_is_an_os_error(lock_path):
+                lock.acquire_read()
+            held = True
+        except OSError:
+            held = False
         try:
             yield
         finally:
-            _unlock(lock)
-
-
-# The platform's lock call is imported where it is used, not at the top: the
-# CLI must start where fcntl does not exist (Windows).
-def _lock(file, shared: bool, wait: bool) -> None:
-    """flock on POSIX. Windows' msvcrt locks a byte range and has no shared mode,
-    so a reader there takes the lock exclusively (safe, only less concurrent)."""
-    if sys.platform == "win32":
-        import msvcrt
-
-        file.seek(0)
-        while True:
-            try:
-                msvcrt.locking(file.fileno(), msvcrt.LK_LOCK if wait else msvcrt.LK_NBLCK, 1)
-                return
-            except OSError:
-                if not wait:
-                    raise BlockingIOError(errno.EAGAIN, "locked") from None
-                # LK_LOCK gives up after ten tries a second apart: a writer may take longer
-    else:
-        import fcntl
-
-        fcntl.flock(file, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
-
-
-def _unlock(file) -> None:
-    if sys.platform == "win32":
-        import msvcrt
-
-        file.seek(0)
-        msvcrt.locking(file.fileno(), msvcrt.LK_UNLCK, 1)
-    else:
-        import fcntl
-
-        fcntl.flock(file, fcntl.LOCK_UN)
+            if held:
+                lock.release()
+    finally:
+        lock.close()

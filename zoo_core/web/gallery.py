@@ -462,7 +462,6 @@ def write_gallery(
 ) -> dict:
     """Write the site into ``out``; returns counts and the seconds it took."""
     from ..loading.api import catalogue
-    from .generation import ModelCache
 
     started = time.perf_counter()
     environment = _templates()
@@ -472,54 +471,50 @@ def write_gallery(
         raise ZooError(f"no variant matches '{pattern}'" if pattern else "no variants registered")
     cache = cache or default_cache_folder()
     out = Path(out)
-    images = out / "img"
+    _prepare_site(out)
+    rows, tasks, cached = _write_variant_pages(out, environment, variants, everything, cache, quiet)
+    _remove_pages_not_written(out / "variants", {row["slug"] for row in rows})
+    if pattern is None:  # the whole catalogue: measurements of variants that are gone go too
+        _remove_pages_not_written(cache, {_slug(variant.name) for variant in everything})
+    introduction, studies = _write_studies(out, environment, experiments, {r["name"] for r in rows})
+    _write_puzzle(out, environment, tasks)
+    _write_index(out, environment, rows, tasks, introduction, studies)
+    return {
+        "variants": len(rows),
+        "studies": len(studies),
+        "tasks": len(tasks),
+        "cached": cached,
+        "seconds": time.perf_counter() - started,
+        "index": str(out / "index.html"),
+    }
+
+
+def _prepare_site(out: Path) -> None:
+    """The site's folder with its static files; pictures of variants no longer shown go away."""
     if out.exists() and not out.is_dir():
         raise ZooError(f"{out} exists and is not a folder")
-    shutil.rmtree(images, ignore_errors=True)  # pictures of variants no longer shown go away
+    shutil.rmtree(out / "img", ignore_errors=True)
     (out / "static").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(STATIC / "zoo.css", out / "static" / "zoo.css")
     shutil.copyfile(STATIC / "gallery.js", out / "static" / "gallery.js")
 
+
+def _write_variant_pages(out: Path, environment, variants, everything, cache: Path, quiet: bool):
+    """One page per variant; returns the index's rows, the task models' entries
+    for the puzzle page, and how many measurements came from the cache."""
+    from .generation import ModelCache
+
     models = ModelCache()
     baseline = _Baseline(everything)
-    rows, tasks, cached = [], [], 0
+    rows: list[dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
+    cached = 0
     for variant in variants:
         row = _row(variant)
-        history = _history(variant)
-        chart = _loss_chart(variant.name, history) if history else ""
-        page: dict[str, Any] = {
-            "row": row,
-            "card": variant.card.model_dump(mode="json", exclude_none=True),
-            "loss_chart": None,
-            "measured": None,
-            "attention": [],
-            "inspection": {},
-            "problem": None,
-        }
-        if chart:
-            _write(images / f"{row['slug']}-loss.svg", chart)
-            page["loss_chart"] = f"img/{row['slug']}-loss.svg"
-        if row["weights"]:
-            try:
-                measured, hit = _cached_measure(variant, models, baseline, cache)
-                cached += hit
-                page["measured"] = measured
-                page["attention"] = _attention_images(variant.name, measured.get("attention"), images)
-                page["inspection"] = _inspection_images(variant.name, measured.get("inspection"), images)
-                if "task" in measured:
-                    structure = measured["task"]
-                    tasks.append(
-                        {
-                            "row": row,
-                            "answers": measured["answers"],
-                            "slots": structure["slots"],
-                            "heads": structure["heads"],
-                            "roles": measured.get("roles"),
-                            "attention": _attention_images(variant.name, structure["attention"], images, "task-"),
-                        }
-                    )
-            except ZooError as exc:  # one broken variant must not hide the others
-                page["problem"] = str(exc)
+        page, task, hit = _variant_page(variant, row, models, baseline, cache, out / "img")
+        cached += hit
+        if task is not None:
+            tasks.append(task)
         rows.append(row)
         _write(
             out / "variants" / f"{row['slug']}.html",
@@ -537,13 +532,55 @@ def write_gallery(
                 file=sys.stderr,
                 flush=True,
             )
+    return rows, tasks, cached
 
-    _remove_pages_not_written(out / "variants", {row["slug"] for row in rows})
-    if pattern is None:  # the whole catalogue: measurements of variants that are gone go too
-        _remove_pages_not_written(cache, {_slug(variant.name) for variant in everything})
-    # Arms link to their pages only where this gallery has them (--variants may leave some out).
-    introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", {r["name"] for r in rows})
+
+def _variant_page(variant, row: dict, models, baseline, cache: Path, images: Path):
+    """What a variant's page shows: its card, loss chart and measurements (a
+    problem measuring it is shown on the page, not raised); with the puzzle
+    page's entry for a task model, and whether the measurements were cached."""
+    history = _history(variant)
+    chart = _loss_chart(variant.name, history) if history else ""
+    page: dict[str, Any] = {
+        "row": row,
+        "card": variant.card.model_dump(mode="json", exclude_none=True),
+        "loss_chart": None,
+        "measured": None,
+        "attention": [],
+        "inspection": {},
+        "problem": None,
+    }
+    if chart:
+        _write(images / f"{row['slug']}-loss.svg", chart)
+        page["loss_chart"] = f"img/{row['slug']}-loss.svg"
+    task, hit = None, False
+    if row["weights"]:
+        try:
+            measured, hit = _cached_measure(variant, models, baseline, cache)
+            page["measured"] = measured
+            page["attention"] = _attention_images(variant.name, measured.get("attention"), images)
+            page["inspection"] = _inspection_images(variant.name, measured.get("inspection"), images)
+            if "task" in measured:
+                structure = measured["task"]
+                task = {
+                    "row": row,
+                    "answers": measured["answers"],
+                    "slots": structure["slots"],
+                    "heads": structure["heads"],
+                    "roles": measured.get("roles"),
+                    "attention": _attention_images(variant.name, structure["attention"], images, "task-"),
+                }
+        except ZooError as exc:  # one broken variant must not hide the others
+            page["problem"] = str(exc)
+    return page, task, hit
+
+
+def _write_studies(out: Path, environment, experiments: Path | None, variant_names: set[str]):
+    """The studies' pages and their pictures; returns the introduction and the studies.
+    Arms link to their pages only where this gallery has them (--variants may leave some out)."""
+    introduction, studies = _studies(experiments or PROJECT_ROOT / "docs" / "experiments.md", variant_names)
     pictures = (experiments or PROJECT_ROOT / "docs" / "experiments.md").parent / "experiments"
+    images = out / "img"
     if studies and pictures.is_dir():
         (images / "studies").mkdir(parents=True, exist_ok=True)
         for picture in pictures.glob("*.png"):
@@ -553,20 +590,28 @@ def write_gallery(
             out / "studies" / f"{study['slug']}.html",
             environment.get_template("study.html").render(root="../", study=study, studies=studies),
         )
+    return introduction, studies
+
+
+def _write_puzzle(out: Path, environment, tasks: list[dict[str, Any]]) -> None:
+    """The puzzle page, the task models' answers side by side; none without task models."""
     if not tasks:
         (out / "puzzle.html").unlink(missing_ok=True)
-    if tasks:
-        question_answers = [
-            {
-                "question": q,
-                "answers": [next(a["answer"] for a in task["answers"] if a["question"] == q) for task in tasks],
-            }
-            for q in PUZZLE_QUESTIONS
-        ]
-        _write(
-            out / "puzzle.html",
-            environment.get_template("puzzle.html").render(root="", tasks=tasks, questions=question_answers),
-        )
+        return
+    question_answers = [
+        {
+            "question": q,
+            "answers": [next(a["answer"] for a in task["answers"] if a["question"] == q) for task in tasks],
+        }
+        for q in PUZZLE_QUESTIONS
+    ]
+    _write(
+        out / "puzzle.html",
+        environment.get_template("puzzle.html").render(root="", tasks=tasks, questions=question_answers),
+    )
+
+
+def _write_index(out: Path, environment, rows, tasks, introduction, studies) -> None:
     columns = {
         key: sorted({str(v) for r in rows for v in ([r[key]] if key != "tags" else r[key])})
         for key in ("architecture", "tokenizer", "tags")
@@ -583,11 +628,3 @@ def write_gallery(
             has_bits=any(r["bits_per_byte"] is not None for r in rows),
         ),
     )
-    return {
-        "variants": len(rows),
-        "studies": len(studies),
-        "tasks": len(tasks),
-        "cached": cached,
-        "seconds": time.perf_counter() - started,
-        "index": str(out / "index.html"),
-    }

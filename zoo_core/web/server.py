@@ -145,6 +145,30 @@ def create_app(
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "loaded": cache.loaded(), "generations": answering.generations})
 
+    routes = [
+        Route("/", index),
+        Route("/sample", sample_page),
+        Route("/health", health),
+        Route("/metrics", metrics_page),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Route("/v1/models", models),
+        Route("/v1/completions", completions, methods=["POST"]),
+        *_catalogue_routes(),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    if site is not None:
+        routes.append(Mount("/", StaticFiles(directory=site, html=True), name="gallery"))
+    # Counted first, so that refused requests show in the metrics too.
+    middleware = [Middleware(MetricsMiddleware, metrics=metrics), *security_middleware(security)]
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={HTTPException: _http_error, ClientDisconnect: _client_gone, Exception: _server_error},
+    )
+
+
+def _catalogue_routes() -> list[Route]:
+    """The remote catalogue `zoo pull` reads: the index and the archives it lists."""
     shared: dict = {}
     shared_lock = threading.Lock()
 
@@ -176,44 +200,27 @@ def create_app(
         # FileResponse answers Range (206 with Content-Range, 416 past the end) itself.
         return FileResponse(archives[name], media_type="application/zip", headers={"ETag": etag})
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        # Starlette types every handler as taking any Exception; this one is registered for HTTPException.
-        assert isinstance(exc, HTTPException)
-        return _error(
-            exc.status_code,
-            exc.detail if isinstance(exc.detail, str) else "error",
-            kind="not_found_error" if exc.status_code == 404 else "invalid_request_error",
-        )
+    return [Route("/catalogue/index.json", catalogue_index), Route("/catalogue/archives/{file}", catalogue_archive)]
 
-    async def client_gone(request: Request, exc: Exception) -> Response:
-        # The client left (or was cut off for sending its body too slowly) while
-        # its body was read: nobody to answer, and nothing worth a traceback.
-        return Response(status_code=400)
 
-    async def server_error(request: Request, exc: Exception) -> Response:
-        return _error(500, f"internal error: {type(exc).__name__}", kind="server_error")
-
-    routes = [
-        Route("/", index),
-        Route("/sample", sample_page),
-        Route("/health", health),
-        Route("/metrics", metrics_page),
-        Route("/favicon.ico", lambda request: Response(status_code=204)),
-        Route("/v1/models", models),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/catalogue/index.json", catalogue_index),
-        Route("/catalogue/archives/{file}", catalogue_archive),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ]
-    if site is not None:
-        routes.append(Mount("/", StaticFiles(directory=site, html=True), name="gallery"))
-    # Counted first, so that refused requests show in the metrics too.
-    middleware = [Middleware(MetricsMiddleware, metrics=metrics), *security_middleware(security)]
-    return Starlette(
-        routes=routes,
-        middleware=middleware,
-        exception_handlers={HTTPException: http_error, ClientDisconnect: client_gone, Exception: server_error},
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette types every handler as taking any Exception; this one is registered for HTTPException.
+    assert isinstance(exc, HTTPException)
+    return _error(
+        exc.status_code,
+        exc.detail if isinstance(exc.detail, str) else "error",
+        kind="not_found_error" if exc.status_code == 404 else "invalid_request_error",
     )
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client left (or was cut off for sending its body too slowly) while
+    # its body was read: nobody to answer, and nothing worth a traceback.
+    return Response(status_code=400)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return _error(500, f"internal error: {type(exc).__name__}", kind="server_error")
 
 
 def _has_weights(variant) -> bool:
