@@ -8,10 +8,14 @@ Fields marked ``WEIGHTS`` (``json_schema_extra``) define the weights: change one
 and the checkpoint no longer matches its card. The others describe or measure.
 `zoo card-schema` prints the JSON Schema and `docs/cards.md` is generated from
 these models (`zoo_core.catalogue.card_docs`).
+
+Validated cards are cached (`zoo_core.catalogue.card_cache`): a change to what a
+card validates to, or to ``index_entry``, must bump ``CARD_SCHEMA_VERSION`` there.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any, Literal
 
@@ -19,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonDict
 
-from .card_facts import first_difference  # noqa: F401  (pydantic-free; kept importable from here)
 from .limits import check_config_shape
 
 WEIGHTS: JsonDict = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
@@ -420,6 +423,14 @@ class ModelCard(_Strict):
         data.pop("components", None)
         return data
 
+    def index_entry(self) -> dict[str, Any]:
+        """The card as plain JSON-like data, every field present (defaults filled
+        in, None kept, sections as dicts): what the catalogue's front (`zoo list`,
+        `search`, completion) reads from the card cache without importing
+        pydantic (``Variant.index``). Not ``model_dump``: its serializers leave out
+        fields (a hand-built recipe's settings), and the front reads every one."""
+        return _every_field(self)
+
 
 def defines_weights(field: FieldInfo) -> bool:
     """Whether ``field`` is marked ``WEIGHTS`` (a callable json_schema_extra never is)."""
@@ -438,3 +449,38 @@ def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         nested = isinstance(value, BaseModel) and any(defines_weights(f) for f in type(value).model_fields.values())
         kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
     return kept
+
+
+def _every_field(model: BaseModel) -> dict[str, Any]:
+    data = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):  # a card section
+            data[name] = _every_field(value)
+        elif isinstance(value, dict) and any(isinstance(item, BaseModel) for item in value.values()):
+            data[name] = {key: item.model_dump(mode="json") for key, item in value.items()}  # `components`
+        else:  # a copy: editing the index must not edit the card
+            data[name] = copy.deepcopy(value)
+    return data
+
+
+_ABSENT = object()
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """The first field (a dotted path) at which two JSON-like values differ, with
+    both values there (``None`` when they are equal); a field only one side has
+    is reported with ``"(absent)"`` on the other."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            found = first_difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    if a == b and isinstance(a, bool) == isinstance(b, bool):  # 1 == 1.0, but True is not 1
+        return None
+
+    def shown(value):
+        return "(absent)" if value is _ABSENT else value
+
+    return where or "(card)", shown(a), shown(b)
