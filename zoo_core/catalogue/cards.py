@@ -15,7 +15,6 @@ card validates to, or to ``index_entry``, must bump ``CARD_SCHEMA_VERSION`` ther
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any, Literal
 
@@ -424,12 +423,11 @@ class ModelCard(_Strict):
         return data
 
     def index_entry(self) -> dict[str, Any]:
-        """The card as plain JSON-like data, every field present (defaults filled
-        in, None kept, sections as dicts): what the catalogue's front (`zoo list`,
-        `search`, completion) reads from the card cache without importing
-        pydantic (``Variant.index``). Not ``model_dump``: its serializers leave out
-        fields (a hand-built recipe's settings), and the front reads every one."""
-        return _every_field(self)
+        """The card as JSON, as a registry table holds it (`zoo show --json`
+        prints it): what the catalogue's front (`zoo list`, `search`, `show`,
+        completion) reads from the card cache without importing pydantic
+        (``Variant.index``). Fields that are unset (None) are absent."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 def defines_weights(field: FieldInfo) -> bool:
@@ -449,19 +447,6 @@ def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         nested = isinstance(value, BaseModel) and any(defines_weights(f) for f in type(value).model_fields.values())
         kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
     return kept
-
-
-def _every_field(model: BaseModel) -> dict[str, Any]:
-    data = {}
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):  # a card section
-            data[name] = _every_field(value)
-        elif isinstance(value, dict) and any(isinstance(item, BaseModel) for item in value.values()):
-            data[name] = {key: item.model_dump(mode="json") for key, item in value.items()}  # `components`
-        else:  # a copy: editing the index must not edit the card
-            data[name] = copy.deepcopy(value)
-    return data
 
 
 _ABSENT = object()

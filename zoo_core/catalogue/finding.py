@@ -74,7 +74,7 @@ def sort_variants(variants: list[Variant], key: str | None) -> list[Variant]:
 
     def value(variant: Variant) -> float:
         card = variant.index
-        number = card["metrics"]["validation_loss"] if key == "validation_loss" else card["parameters"]
+        number = card["metrics"].get("validation_loss") if key == "validation_loss" else card.get("parameters")
         return math.inf if number is None else number
 
     return sorted(variants, key=value)

@@ -7,7 +7,7 @@ plugin package can carry its checkpoints beside its registry.
 
 Reading a registry needs tomllib and pydantic the first time only: the validated
 cards are cached (`zoo_core.catalogue.card_cache`), and the catalogue's front
-(`zoo list`, `search`, completion) reads each card's index entry, plain JSON,
+(`zoo list`, `search`, `show`, completion) reads each card's index entry, JSON,
 without importing pydantic. Neither imports torch.
 """
 
@@ -32,8 +32,8 @@ class Variant:
 
     ``card`` is the validated pydantic ``ModelCard``: what everything behind the
     catalogue's front (load, sample, train, ...) reads. ``index`` is the same
-    card as plain JSON-like data (``ModelCard.index_entry``): what the front
-    (`zoo list`, `search`, completion) reads, so that it never imports pydantic.
+    card as JSON (``ModelCard.index_entry``): what the front (`zoo list`,
+    `search`, `show`, completion) reads, so that it never imports pydantic.
     A variant read from the card cache holds its index entry and registry table,
     and validates its card when ``card`` is first used. Edit neither in place: a
     changed card is a new ``Variant(card=...)``.
@@ -124,7 +124,7 @@ class Variant:
             self.source.parent,
             relative,
             what=f"variant '{self.name}': {what}",
-            allow_outside=self.index["allow_external_paths"],
+            allow_outside=self.index.get("allow_external_paths", False),
         )
 
     @property
@@ -133,7 +133,7 @@ class Variant:
 
     @property
     def tokenizer_path(self) -> Path | None:
-        file = self.index["tokenizer"]["file"]
+        file = self.index["tokenizer"].get("file")
         return self.resolve(file, "tokenizer path") if file else None
 
 
@@ -177,7 +177,9 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
     cached = cached_cards(path, data)
     if cached is not None:
         for card in cached:
-            _check_external_paths(path, card.entry["name"], card.entry["allow_external_paths"], plugin, layer)
+            _check_external_paths(
+                path, card.entry["name"], card.entry.get("allow_external_paths", False), plugin, layer
+            )
         return [Variant.cached(card, source, plugin, layer) for card in cached]
     validated = _validate_registry(path, data, plugin, layer)
     variants = [Variant(card, source, plugin, layer, index=card.index_entry()) for _, card in validated]
@@ -305,11 +307,17 @@ class Catalogue:
 
 def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
     """TOML text for cards, one table per variant, in the order given."""
+    return render_index_entries([card.index_entry() for card in cards], preamble)
+
+
+def render_index_entries(entries: Iterable[dict[str, Any]], preamble: str = "") -> str:
+    """TOML text for cards as JSON (``ModelCard.index_entry``, ``Variant.index``):
+    `zoo show` renders a card without pydantic."""
     from ..storage.toml_text import render_toml
 
     document = {}
-    for card in cards:
-        data = card.model_dump(mode="json", exclude_none=True)
+    for entry in entries:
+        data = dict(entry)
         document[data.pop("name")] = data
     return render_toml(document, preamble)
 

@@ -27,16 +27,16 @@ def _summary(card: dict) -> dict:
         "positions": positions,
         "norm": norm_label,
         "context": card["context_length"],
-        "parameters": card["parameters"],
-        "validation_loss": card["metrics"]["validation_loss"],
+        "parameters": card.get("parameters"),
+        "validation_loss": card["metrics"].get("validation_loss"),
         "tokenizer": card["tokenizer"]["kind"],
-        "weights": card["checkpoint"]["sha256"] is not None,
+        "weights": card["checkpoint"].get("sha256") is not None,
     }
 
 
 def _architecture_label(card: dict) -> str:
     """The architecture, marked when the variant is an adapter (its parameters are then the adapter's)."""
-    adapter = card["adapter"]
+    adapter = card.get("adapter")
     return card["architecture"] if adapter is None else f"{card['architecture']} + {adapter['kind']}"
 
 
@@ -81,11 +81,14 @@ def _print_variants(args, variants, nothing: str) -> int:
                 r["norm"],
                 r["context"],
                 f"{r['parameters']:,}" if r["parameters"] is not None else "—",
-                *(f"{v:.4f}" if v is not None else "—" for v in (metrics["train_loss"], metrics["validation_loss"])),
+                *(
+                    f"{v:.4f}" if v is not None else "—"
+                    for v in (metrics.get("train_loss"), metrics.get("validation_loss"))
+                ),
             ]
-            if metrics["accuracy"] is not None:  # task models are scored by accuracy, not loss
+            if metrics.get("accuracy") is not None:  # task models are scored by accuracy, not loss
                 cells[-1] = f"accuracy {metrics['accuracy']:.0%}"
-            bpb = metrics["validation_bits_per_byte"]
+            bpb = metrics.get("validation_bits_per_byte")
             cells.append(f"{bpb:.4f}" if bpb is not None else "—")
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
@@ -199,17 +202,17 @@ def show_arguments(commands) -> None:
 def cmd_show(args) -> int:
     from ..api import get_variant
     from ..catalogue.provenance import provenance, provenance_lines
-    from ..catalogue.registry import render_registry
+    from ..catalogue.registry import render_index_entries
 
     variant = get_variant(args.name)
     found = provenance(variant)
     if args.json:  # the card's fields, and beside them where it came from
-        shown = {**variant.card.model_dump(mode="json", exclude_none=True), "provenance": found}
+        shown = {**variant.index, "provenance": found}
         print(json.dumps(shown, indent=2))
     else:
         print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
         print("\n".join(provenance_lines(found)))
-        print(render_registry([variant.card]), end="")
+        print(render_index_entries([variant.index]), end="")
     return 0
 
 

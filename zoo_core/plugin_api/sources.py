@@ -33,7 +33,7 @@ def named_components(card: dict[str, Any]) -> dict[str, str]:
     (``Variant.index``, ``ModelCard.index_entry()``): `zoo list` asks without pydantic.
     A setting that is not a name (the puzzle's ``positions = true``) names none."""
     config = card["config"] or {}
-    adapter = card["adapter"]
+    adapter = card.get("adapter")
     names = {
         "model": card["architecture"],
         "tokenizer": card["tokenizer"]["kind"],
@@ -50,8 +50,13 @@ def component_sources(card: ModelCard, plugins: PluginSet) -> dict[str, dict[str
     distribution, version}`` of the plugin that registers it now. Roles whose
     name is unknown, or claimed by two plugins, are left out: such a card cannot
     be built, and guessing a provider would record something untrue."""
+    return providers(card.index_entry(), plugins)
+
+
+def providers(card: dict[str, Any], plugins: PluginSet) -> dict[str, dict[str, str]]:
+    """`component_sources` of a card's index entry (``Variant.index``): `zoo show` asks without pydantic."""
     sources = {}
-    for role, name in named_components(card.index_entry()).items():
+    for role, name in named_components(card).items():
         components = plugins.components[ROLE_FAMILIES[role]]
         if components.problem(name) is not None:
             continue
@@ -79,7 +84,7 @@ def missing_component_problem(
     False) when none is missing, two plugins claiming one being left to the
     factory's own message; ``only_recorded``: only a missing component whose
     distribution the card records, the rest being left to the factory too."""
-    recorded = card["components"] or {}
+    recorded = card.get("components") or {}
     for role, name in named_components(card).items():
         if roles is not None and role not in roles:
             continue
