@@ -15,7 +15,7 @@ import pytest
 
 import zoo_core.loading.api
 from zoo_core import card_cache, registry
-from zoo_core.catalogue.card_facts import CardFacts
+from zoo_core.storage import checkpoints
 from zoo_core.storage.locations import cache_dir
 
 from .conftest import ROOT
@@ -59,30 +59,25 @@ def test_a_warm_cache_lists_exactly_what_validation_does(zoo, private_catalogue,
     assert validations["files"] == 1
 
 
-def test_cached_facts_are_the_validated_cards(private_catalogue):
+def test_cached_index_entries_are_the_validated_cards(private_catalogue):
     zoo_core.loading.api.catalogue()  # fills the cache
     variants = list(zoo_core.loading.api.catalogue())
     assert variants and all(v._card is None for v in variants), "read from the cache, no card validated yet"
     for variant in variants:
         card = variant.card  # validated now, from the cached table
-        assert variant.facts == CardFacts.of(card)
-        assert variant.facts.weight_fields() == card.weight_fields()
-        assert variant.facts.architecture_config() == card.architecture_config()
-        assert variant.facts.tokenizer.vocab_size == card.tokenizer.vocab_size
-        assert variant.facts.metrics.validation_loss == card.metrics.validation_loss
-        assert variant.facts.recipe.steps == card.recipe.steps and variant.facts.tags == card.tags
+        assert variant.index == card.index_entry() == card.model_dump(mode="json", exclude_none=True)
+        assert variant.index["tokenizer"]["vocab_size"] == card.tokenizer.vocab_size
+        assert variant.index["metrics"].get("validation_loss") == card.metrics.validation_loss
+        assert variant.index["tags"] == card.tags
 
 
-def test_facts_are_read_only():
-    facts = zoo_core.get_variant(NAME).facts
+def test_an_index_entry_is_a_copy_and_a_variant_read_only():
+    variant = zoo_core.get_variant(NAME)
+    entry = variant.card.index_entry()
+    entry["config"]["d_model"] = 999  # a copy: the card does not change
+    assert variant.card.config["d_model"] == 32 and variant.card.architecture_config()["d_model"] == 32
     with pytest.raises(AttributeError):
-        facts.name = "other"
-    with pytest.raises(AttributeError):
-        facts.tokenizer.kind = "char"
-    facts.config["d_model"] = 999  # a copy: the facts do not change
-    assert facts.config["d_model"] == 32 and facts.architecture_config()["d_model"] == 32
-    with pytest.raises(AttributeError, match="no field 'colour'"):
-        facts.colour  # noqa: B018
+        variant.index = entry
 
 
 def test_a_cached_variant_pickles_and_copies():
@@ -92,7 +87,7 @@ def test_a_cached_variant_pickles_and_copies():
     zoo_core.loading.api.catalogue()
     variant = zoo_core.get_variant(NAME)
     for twin in (pickle.loads(pickle.dumps(variant)), copy.deepcopy(variant), copy.copy(variant)):
-        assert twin == variant and twin.facts.tokenizer.kind == "bpe" and twin.card == variant.card
+        assert twin == variant and twin.index["tokenizer"]["kind"] == "bpe" and twin.card == variant.card
 
 
 def test_an_edit_of_the_same_size_is_seen(zoo, private_catalogue, validations):
@@ -145,31 +140,17 @@ def test_an_entry_for_other_bytes_is_a_miss(zoo, private_catalogue, validations,
     assert "(elsewhere)" not in zoo("show", NAME, "--json").out and validations["files"] == 1
 
 
-def test_a_changed_schema_is_a_miss(zoo, private_catalogue, validations, monkeypatch):
+@pytest.mark.parametrize("version", [
+    ("CARD_SCHEMA_VERSION", card_cache.CARD_SCHEMA_VERSION + 1),  # as after a change to the card model
+    ("__version__", "99.0"),  # as after upgrading the zoo
+])
+def test_a_changed_schema_is_a_miss(zoo, private_catalogue, validations, monkeypatch, version):
     zoo("list", "--json")
     zoo("list", "--json")
     assert validations["files"] == 1
-    card_cache.schema_fingerprint.cache_clear()
-    monkeypatch.setattr(card_cache, "_pydantic_version", lambda: "99.0")  # as after upgrading pydantic
-    try:
-        zoo("list", "--json")
-        assert validations["files"] == 2
-    finally:
-        card_cache.schema_fingerprint.cache_clear()
-
-
-def test_the_schema_fingerprint_follows_the_card_modules(monkeypatch):
-    card_cache.schema_fingerprint.cache_clear()
-    real = card_cache.schema_fingerprint()
-    assert real is not None and card_cache._pydantic_version() != "unknown"
-    original = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: original(self) + (b"# edited" if self.name == "limits.py" else b""))
-    card_cache.schema_fingerprint.cache_clear()
-    try:
-        assert card_cache.schema_fingerprint() != real
-    finally:
-        monkeypatch.undo()
-        card_cache.schema_fingerprint.cache_clear()
+    monkeypatch.setattr(card_cache, *version)
+    zoo("list", "--json")
+    assert validations["files"] == 2
 
 
 def test_a_cache_folder_that_cannot_be_written_changes_nothing(zoo, private_catalogue, validations, monkeypatch, tmp_path):
@@ -214,8 +195,13 @@ def test_a_header_is_validated_once(zoo, private_catalogue, monkeypatch):
     assert _header_entry(checkpoint).is_file()
     from zoo_core import cards
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("validated the header again")
+    header = json.loads(checkpoints.read_header(checkpoint)["__metadata__"][checkpoints.CARD_KEY])
+    validate = cards.ModelCard.model_validate  # loading validates the registry's card, from its cached table
+
+    def refuse(data, *args, **kwargs):
+        if data == header:
+            raise AssertionError("validated the header again")
+        return validate(data, *args, **kwargs)
 
     monkeypatch.setattr(cards.ModelCard, "model_validate", refuse)
     assert zoo("load", NAME).code == 0
@@ -228,10 +214,9 @@ def test_a_registry_card_no_longer_matching_its_header_is_refused_as_before(zoo,
     expected = (f"zoo: error: {checkpoint}: the card in the header disagrees with the registry at 'recipe.learning_rate': "
                 f"file has 0.001, registry has 0.002 (weights made for another card)\n")
     assert zoo("load", NAME).err == expected
-    # and the same in a fresh process that validates nothing (both files cached)
-    done = _fresh(f"import sys\nfrom zoo_core.cli import main\nassert main(['load', '{NAME}']) == 1\n"
-                  "print('pydantic' in sys.modules)\n")
-    assert done.stderr == expected and done.stdout == "False\n"
+    # and the same in a fresh process (both files cached)
+    done = _fresh(f"from zoo_core.cli import main\nassert main(['load', '{NAME}']) == 1\n")
+    assert done.stderr == expected
 
 
 def test_a_damaged_header_entry_is_ignored(zoo, private_catalogue):
@@ -241,3 +226,13 @@ def test_a_damaged_header_entry_is_ignored(zoo, private_catalogue):
     written = entry.read_bytes()
     entry.write_bytes(written.replace(b'"learning_rate":0.001', b'"learning_rate":0.002'))
     assert zoo("load", NAME).code == 0 and entry.read_bytes() == written
+
+
+def test_with_a_warm_cache_showing_imports_no_pydantic_or_torch(zoo):
+    # `zoo show` is part of the front: it reads the cached card as JSON, as listing does.
+    assert zoo("show", NAME).code == 0
+    done = _fresh("import contextlib, io, sys\nfrom zoo_core.cli import main\n"
+                  "with contextlib.redirect_stdout(io.StringIO()):\n"
+                  f"    assert main(['show', '{NAME}']) == 0 and main(['show', '{NAME}', '--json']) == 0\n"
+                  "print([m for m in ('pydantic', 'torch') if m in sys.modules])\n")
+    assert done.stdout == "[]\n"

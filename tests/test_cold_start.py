@@ -1,7 +1,8 @@
 """Cold start: what a command pays before its own work. With the card cache warm
 (zoo_core.catalogue.card_cache), listing imports neither pydantic nor torch (nor
-rich when no table is drawn), and loading and sampling import torch alone; sampling sets
-its thread count before loading, which is torch work too."""
+rich when no table is drawn): that front reads the cached cards as plain data. Loading and
+sampling, behind it, import torch and pydantic (the card); sampling sets its
+thread count before loading, which is torch work too."""
 
 from __future__ import annotations
 
@@ -42,13 +43,13 @@ def test_with_a_warm_cache_listing_imports_no_pydantic_torch_or_rich(zoo):
     assert _imported_after([["list"]], unwanted) == {"rich"}  # the table needs rich alone
 
 
-def test_with_a_warm_cache_loading_and_sampling_import_no_pydantic(zoo):
+def test_with_a_warm_cache_loading_and_sampling_import_torch_and_pydantic(zoo):
     assert zoo("load", "transformer-6b-sin").code == 0
     assert zoo("sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "2").code == 0
     imported = _imported_after([["load", "transformer-6b-sin"],
                                 ["sample", "gpt-char-mini", "--prompt", "ROMEO:", "--max-new-tokens", "2"]],
                                ("pydantic", "torch"))
-    assert imported == {"torch"}
+    assert imported == {"torch", "pydantic"}
 
 
 def test_sampling_sets_its_threads_before_loading(zoo, monkeypatch):

@@ -124,7 +124,7 @@ def test_training_gives_gradients_and_optimizer_state_to_the_adapters_alone():
     corpus = Corpus.from_text(SONG, model.tokenizer, recipe.train_fraction)
     trainer = Recording()
     with one_thread():
-        trainer.run(model.network, TrainingJob(recipe=recipe, corpus=corpus, context_length=model.facts.context_length))
+        trainer.run(model.network, TrainingJob(recipe=recipe, corpus=corpus, context_length=model.card.context_length))
     parameters = dict(model.network.named_parameters())
     with_gradients = {name for name, p in parameters.items() if p.grad is not None}
     adapters = {name for name in parameters if name.endswith((".lora_A", ".lora_B"))}

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 # what its old module offered (see their __init__), so they need no alias here.
 OLD_TO_NEW = {
     "cards": "catalogue.cards",
-    "card_facts": "catalogue.card_facts",
     "card_cache": "catalogue.card_cache",
     "card_docs": "catalogue.card_docs",
     "registry": "catalogue.registry",

@@ -8,6 +8,9 @@ Fields marked ``WEIGHTS`` (``json_schema_extra``) define the weights: change one
 and the checkpoint no longer matches its card. The others describe or measure.
 `zoo card-schema` prints the JSON Schema and `docs/cards.md` is generated from
 these models (`zoo_core.catalogue.card_docs`).
+
+Validated cards are cached (`zoo_core.catalogue.card_cache`): a change to what a
+card validates to, or to ``index_entry``, must bump ``CARD_SCHEMA_VERSION`` there.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonDict
 
-from .card_facts import first_difference  # noqa: F401  (pydantic-free; kept importable from here)
 from .limits import check_config_shape
 
 WEIGHTS: JsonDict = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
@@ -420,6 +422,13 @@ class ModelCard(_Strict):
         data.pop("components", None)
         return data
 
+    def index_entry(self) -> dict[str, Any]:
+        """The card as JSON, as a registry table holds it (`zoo show --json`
+        prints it): what the catalogue's front (`zoo list`, `search`, `show`,
+        completion) reads from the card cache without importing pydantic
+        (``Variant.index``). Fields that are unset (None) are absent."""
+        return self.model_dump(mode="json", exclude_none=True)
+
 
 def defines_weights(field: FieldInfo) -> bool:
     """Whether ``field`` is marked ``WEIGHTS`` (a callable json_schema_extra never is)."""
@@ -438,3 +447,25 @@ def _marked(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         nested = isinstance(value, BaseModel) and any(defines_weights(f) for f in type(value).model_fields.values())
         kept[key] = _marked(value, dumped[key]) if nested else dumped[key]
     return kept
+
+
+_ABSENT = object()
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """The first field (a dotted path) at which two JSON-like values differ, with
+    both values there (``None`` when they are equal); a field only one side has
+    is reported with ``"(absent)"`` on the other."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            found = first_difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    if a == b and isinstance(a, bool) == isinstance(b, bool):  # 1 == 1.0, but True is not 1
+        return None
+
+    def shown(value):
+        return "(absent)" if value is _ABSENT else value
+
+    return where or "(card)", shown(a), shown(b)

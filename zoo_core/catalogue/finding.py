@@ -1,7 +1,7 @@
 """Finding variants: `zoo list` filters and sorts, `zoo search` looks through text.
 
-Card facts only (`Variant.facts`, plain data): no torch and no pydantic, so both
-stay as fast as listing.
+Index entries only (`Variant.index`, plain data): no torch and no pydantic, so
+both stay as fast as listing.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def name_matches(name: str, pattern: str) -> bool:
 
 def dataset_of(variant: Variant) -> str | None:
     """The data a variant was trained on, as its recipe records it (None: hand-built)."""
-    recipe = variant.facts.recipe
-    return recipe.data if recipe.kind == "trained" else None
+    recipe = variant.index["recipe"]
+    return recipe["data"] if recipe["kind"] == "trained" else None
 
 
 def _dataset_matches(variant: Variant, wanted: str) -> bool:
@@ -53,12 +53,12 @@ class VariantFilter:
     dataset: str | None = None
 
     def accepts(self, variant: Variant) -> bool:
-        card = variant.facts
+        card = variant.index
         return (
-            (not self.pattern or name_matches(card.name, self.pattern))
-            and all(tag in card.tags for tag in self.tags)
-            and (self.architecture is None or card.architecture == self.architecture)
-            and (self.tokenizer is None or card.tokenizer.kind == self.tokenizer)
+            (not self.pattern or name_matches(card["name"], self.pattern))
+            and all(tag in card["tags"] for tag in self.tags)
+            and (self.architecture is None or card["architecture"] == self.architecture)
+            and (self.tokenizer is None or card["tokenizer"]["kind"] == self.tokenizer)
             and (self.dataset is None or _dataset_matches(variant, self.dataset))
         )
 
@@ -73,8 +73,8 @@ def sort_variants(variants: list[Variant], key: str | None) -> list[Variant]:
         return sorted(variants, key=lambda v: v.name)
 
     def value(variant: Variant) -> float:
-        facts = variant.facts
-        number = facts.metrics.validation_loss if key == "validation_loss" else facts.parameters
+        card = variant.index
+        number = card["metrics"].get("validation_loss") if key == "validation_loss" else card.get("parameters")
         return math.inf if number is None else number
 
     return sorted(variants, key=value)
@@ -104,9 +104,9 @@ def card_words(variant: Variant) -> list[str]:
     """What search looks through, in order: name, description, tags, architecture,
     then the components the card's config names (``positions = "none"`` reads
     ``positions none no positions``, the way a person asks for it)."""
-    card = variant.facts
-    text = [card.name, card.description, *card.tags, card.architecture]
-    for key, value in (card.config or {}).items():
+    card = variant.index
+    text = [card["name"], card["description"], *card["tags"], card["architecture"]]
+    for key, value in (card["config"] or {}).items():
         if isinstance(value, str) or value is False:
             text.append(f"{key} {value}" + (f" no {key}" if value in ("none", False) else ""))
     return [word for part in text for word in [*words(part), "|"]]  # "|": a phrase never spans two fields

@@ -17,26 +17,27 @@ def provenance(variant: Variant, plugins: Any = None) -> dict[str, Any]:
     (``components_recorded``: true); otherwise those the installed plugins
     provide now, which is what would build the variant today."""
     from ..plugin_api.manager import get_plugins
-    from ..plugin_api.sources import component_sources
+    from ..plugin_api.sources import providers
 
-    card = variant.card
+    card = variant.index  # the card as JSON: `zoo show` imports no pydantic
     found: dict[str, Any] = {
         "layer": LAYER_WORDS.get(variant.layer, variant.layer),
         "plugin": variant.plugin,
         "declared_in": str(variant.source),
     }
-    if card.recipe.base is not None:
-        found["base"] = {"name": card.recipe.base, "sha256": card.recipe.base_sha256}
-    if card.adapter is not None:
-        found["adapter"] = {"kind": card.adapter.kind, "base": card.adapter.base, "sha256": card.adapter.base_sha256}
-    if card.components:
-        found["components"] = {role: source.model_dump(mode="json") for role, source in card.components.items()}
+    recipe, adapter = card["recipe"], card.get("adapter")
+    if recipe.get("base") is not None:
+        found["base"] = {"name": recipe["base"], "sha256": recipe.get("base_sha256")}
+    if adapter is not None:
+        found["adapter"] = {"kind": adapter["kind"], "base": adapter["base"], "sha256": adapter["base_sha256"]}
+    if card.get("components"):
+        found["components"] = {role: dict(source) for role, source in card["components"].items()}
         found["components_recorded"] = True
     else:
-        found["components"] = component_sources(card, plugins or get_plugins())
+        found["components"] = providers(card, plugins or get_plugins())
         found["components_recorded"] = False
-    if card.origin is not None:  # installed from an archive (a file, a URL, a remote)
-        found["origin"] = card.origin.model_dump(mode="json", exclude_none=True)
+    if card.get("origin") is not None:  # installed from an archive (a file, a URL, a remote)
+        found["origin"] = dict(card["origin"])
     return found
 
 

@@ -6,8 +6,9 @@ variant's name. Paths inside a card are relative to the file that holds it, so a
 plugin package can carry its checkpoints beside its registry.
 
 Reading a registry needs tomllib and pydantic the first time only: the validated
-cards are cached (`zoo_core.catalogue.card_cache`), and `zoo list` and `zoo load` read them
-as plain facts without importing pydantic. Neither imports torch.
+cards are cached (`zoo_core.catalogue.card_cache`), and the catalogue's front
+(`zoo list`, `search`, `show`, completion) reads each card's index entry, JSON,
+without importing pydantic. Neither imports torch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import UnknownName, ZooError, printable
-from .card_facts import CardFacts
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -30,20 +30,21 @@ if TYPE_CHECKING:
 class Variant:
     """A card together with where it came from.
 
-    ``card`` is the validated pydantic ``ModelCard``; ``facts`` is the same
-    validated data as plain, read-only values (`zoo_core.catalogue.card_facts`). A variant
-    read from the card cache holds only its facts and registry table, and
-    validates its card when ``card`` is first used: the commands that read facts
-    alone (`zoo list`, `zoo load`, `zoo sample`) never import pydantic. Edit
-    neither in place: a changed card is a new ``Variant(card=...)``.
+    ``card`` is the validated pydantic ``ModelCard``: what everything behind the
+    catalogue's front (load, sample, train, ...) reads. ``index`` is the same
+    card as JSON (``ModelCard.index_entry``): what the front (`zoo list`,
+    `search`, `show`, completion) reads, so that it never imports pydantic.
+    A variant read from the card cache holds its index entry and registry table,
+    and validates its card when ``card`` is first used. Edit neither in place: a
+    changed card is a new ``Variant(card=...)``.
     """
 
-    __slots__ = ("source", "plugin", "layer", "_card", "_facts", "_table")
+    __slots__ = ("source", "plugin", "layer", "_card", "_index", "_table")
     source: Path
     plugin: str
     layer: str
     _card: ModelCard | None
-    _facts: CardFacts | None
+    _index: dict[str, Any] | None
     _table: dict[str, Any] | None
 
     def __init__(
@@ -53,22 +54,22 @@ class Variant:
         plugin: str,
         layer: str = "built-in",
         *,
-        facts: CardFacts | None = None,
+        index: dict[str, Any] | None = None,
         table: dict[str, Any] | None = None,
     ):
-        if card is None and (facts is None or table is None):
-            raise TypeError("a Variant needs its card, or the facts and registry table of a cached one")
+        if card is None and (index is None or table is None):
+            raise TypeError("a Variant needs its card, or the index entry and registry table of a cached one")
         set_ = object.__setattr__  # immutable from outside, as a frozen dataclass
         set_(self, "source", source)  # the registry file that declares it
         set_(self, "plugin", plugin)  # the plugin that contributed that file ("user"/"extra" for the user's own)
         set_(self, "layer", layer)  # see zoo_core.catalogue.layers.LAYERS
         set_(self, "_card", card)
-        set_(self, "_facts", facts)
+        set_(self, "_index", index)
         set_(self, "_table", table)
 
     @classmethod
     def cached(cls, cached: CachedCard, source: Path, plugin: str, layer: str = "built-in") -> "Variant":
-        return cls(None, source, plugin, layer, facts=cached.facts, table=cached.table)
+        return cls(None, source, plugin, layer, index=cached.entry, table=cached.table)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Variant is read-only; cannot set {name!r}")
@@ -82,7 +83,7 @@ class Variant:
     def card(self) -> ModelCard:
         card = self._card
         if card is None:
-            from .cards import ModelCard
+            from .cards import ModelCard  # here: the front reads ``index`` and must not import pydantic
 
             # The table validated before it was cached, so this cannot fail.
             card = ModelCard.model_validate(self._table)
@@ -90,16 +91,17 @@ class Variant:
         return card
 
     @property
-    def facts(self) -> CardFacts:
-        facts = self._facts
-        if facts is None:  # then the card was given (see __init__)
-            facts = CardFacts.of(self.card)
-            object.__setattr__(self, "_facts", facts)
-        return facts
+    def index(self) -> dict[str, Any]:
+        """The card as plain data, for the front: read it, never edit it."""
+        index = self._index
+        if index is None:  # then the card was given (see __init__)
+            index = self.card.index_entry()
+            object.__setattr__(self, "_index", index)
+        return index
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Variant) and (self.facts, self.source, self.plugin, self.layer) == (
-            other.facts,
+        return isinstance(other, Variant) and (self.index, self.source, self.plugin, self.layer) == (
+            other.index,
             other.source,
             other.plugin,
             other.layer,
@@ -112,7 +114,7 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return self.facts.name
+        return self.index["name"]
 
     def resolve(self, relative: str, what: str = "path") -> Path:
         """A path the card names, kept inside the registry's folder (see zoo_core.catalogue.paths)."""
@@ -122,16 +124,16 @@ class Variant:
             self.source.parent,
             relative,
             what=f"variant '{self.name}': {what}",
-            allow_outside=self.facts.allow_external_paths,
+            allow_outside=self.index.get("allow_external_paths", False),
         )
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.resolve(self.facts.checkpoint.path, "checkpoint path")
+        return self.resolve(self.index["checkpoint"]["path"], "checkpoint path")
 
     @property
     def tokenizer_path(self) -> Path | None:
-        file = self.facts.tokenizer.file
+        file = self.index["tokenizer"].get("file")
         return self.resolve(file, "tokenizer path") if file else None
 
 
@@ -175,11 +177,14 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
     cached = cached_cards(path, data)
     if cached is not None:
         for card in cached:
-            _check_external_paths(path, card.facts.name, card.facts.allow_external_paths, plugin, layer)
+            _check_external_paths(
+                path, card.entry["name"], card.entry.get("allow_external_paths", False), plugin, layer
+            )
         return [Variant.cached(card, source, plugin, layer) for card in cached]
     validated = _validate_registry(path, data, plugin, layer)
-    cache_cards(path, data, [CachedCard(table, CardFacts.of(card)) for table, card in validated])
-    return [Variant(card, source, plugin, layer) for _, card in validated]
+    variants = [Variant(card, source, plugin, layer, index=card.index_entry()) for _, card in validated]
+    cache_cards(path, data, [CachedCard(table, variant.index) for (table, _), variant in zip(validated, variants)])
+    return variants
 
 
 def _validate_registry(path: Path, data: bytes, plugin: str, layer: str) -> list[tuple[dict[str, Any], ModelCard]]:
@@ -302,11 +307,17 @@ class Catalogue:
 
 def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
     """TOML text for cards, one table per variant, in the order given."""
+    return render_index_entries([card.index_entry() for card in cards], preamble)
+
+
+def render_index_entries(entries: Iterable[dict[str, Any]], preamble: str = "") -> str:
+    """TOML text for cards as JSON (``ModelCard.index_entry``, ``Variant.index``):
+    `zoo show` renders a card without pydantic."""
     from ..storage.toml_text import render_toml
 
     document = {}
-    for card in cards:
-        data = card.model_dump(mode="json", exclude_none=True)
+    for entry in entries:
+        data = dict(entry)
         document[data.pop("name")] = data
     return render_toml(document, preamble)
 

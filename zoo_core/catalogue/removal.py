@@ -80,7 +80,7 @@ def _own_files(variant, registry: Path) -> list[Path]:
         checkpoint, tokenizer = variant.checkpoint_path, variant.tokenizer_path
     except ZooError as exc:
         raise ZooError(f"{exc}; not removed (nothing was deleted): fix or delete the link first") from None
-    for relative in (variant.facts.checkpoint.path, variant.facts.tokenizer.file):
+    for relative in (variant.card.checkpoint.path, variant.card.tokenizer.file):
         named = folder / relative if relative else None
         if named is not None and named.is_symlink():
             target = Path(os.path.realpath(named))

@@ -10,9 +10,9 @@ from ..errors import ZooError
 from .options import format_table, listing_actions
 
 
-def _summary(card) -> dict:
-    """The facts `zoo list` shows, from the card alone (``Variant.facts``: no pydantic)."""
-    config = card.config
+def _summary(card: dict) -> dict:
+    """What `zoo list` shows, from the card's index entry alone (``Variant.index``: no pydantic)."""
+    config = card["config"]
     positions = config.get("positions", "-")
     if isinstance(positions, bool):  # the puzzle's one-hot position slots are on or off
         positions = "one-hot" if positions else "none"
@@ -21,22 +21,23 @@ def _summary(card) -> dict:
     placement = "pre" if block and "pre-norm" in block else "post" if block and "post-norm" in block else block
     norm_label = f"{placement}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm) }" if block else "-"
     return {
-        "name": card.name,
-        "architecture": card.architecture,
+        "name": card["name"],
+        "architecture": card["architecture"],
         "layers": config.get("n_layer", "-"),
         "positions": positions,
         "norm": norm_label,
-        "context": card.context_length,
-        "parameters": card.parameters,
-        "validation_loss": card.metrics.validation_loss,
-        "tokenizer": card.tokenizer.kind,
-        "weights": card.checkpoint.sha256 is not None,
+        "context": card["context_length"],
+        "parameters": card.get("parameters"),
+        "validation_loss": card["metrics"].get("validation_loss"),
+        "tokenizer": card["tokenizer"]["kind"],
+        "weights": card["checkpoint"].get("sha256") is not None,
     }
 
 
-def _architecture_label(card) -> str:
+def _architecture_label(card: dict) -> str:
     """The architecture, marked when the variant is an adapter (its parameters are then the adapter's)."""
-    return card.architecture if card.adapter is None else f"{card.architecture} + {card.adapter.kind}"
+    adapter = card.get("adapter")
+    return card["architecture"] if adapter is None else f"{card['architecture']} + {adapter['kind']}"
 
 
 def _warn_catalogue_problems(found) -> None:
@@ -58,7 +59,7 @@ def _described(args) -> str:
 def _print_variants(args, variants, nothing: str) -> int:
     from ..loading.api import unbuildable_reason
 
-    rows = [{**_summary(v.facts), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
+    rows = [{**_summary(v.index), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k not in ("train_loss", "accuracy")} for r in rows], indent=2))
         return 0
@@ -71,7 +72,7 @@ def _print_variants(args, variants, nothing: str) -> int:
         )
         print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
         for variant, r in zip(variants, rows):
-            metrics = variant.facts.metrics
+            metrics = variant.index["metrics"]
             cells = [
                 f"`{r['name']}`",
                 r["architecture"],
@@ -80,11 +81,14 @@ def _print_variants(args, variants, nothing: str) -> int:
                 r["norm"],
                 r["context"],
                 f"{r['parameters']:,}" if r["parameters"] is not None else "—",
-                *(f"{v:.4f}" if v is not None else "—" for v in (metrics.train_loss, metrics.validation_loss)),
+                *(
+                    f"{v:.4f}" if v is not None else "—"
+                    for v in (metrics.get("train_loss"), metrics.get("validation_loss"))
+                ),
             ]
-            if metrics.accuracy is not None:  # task models are scored by accuracy, not loss
-                cells[-1] = f"accuracy {metrics.accuracy:.0%}"
-            bpb = metrics.validation_bits_per_byte
+            if metrics.get("accuracy") is not None:  # task models are scored by accuracy, not loss
+                cells[-1] = f"accuracy {metrics['accuracy']:.0%}"
+            bpb = metrics.get("validation_bits_per_byte")
             cells.append(f"{bpb:.4f}" if bpb is not None else "—")
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
@@ -92,7 +96,7 @@ def _print_variants(args, variants, nothing: str) -> int:
     table = [
         [
             r["name"],
-            _architecture_label(variant.facts),
+            _architecture_label(variant.index),
             r["layers"],
             r["positions"],
             r["norm"],
@@ -197,18 +201,18 @@ def show_arguments(commands) -> None:
 
 def cmd_show(args) -> int:
     from ..catalogue.provenance import provenance, provenance_lines
-    from ..catalogue.registry import render_registry
+    from ..catalogue.registry import render_index_entries
     from ..loading.api import get_variant
 
     variant = get_variant(args.name)
     found = provenance(variant)
     if args.json:  # the card's fields, and beside them where it came from
-        shown = {**variant.card.model_dump(mode="json", exclude_none=True), "provenance": found}
+        shown = {**variant.index, "provenance": found}
         print(json.dumps(shown, indent=2))
     else:
         print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
         print("\n".join(provenance_lines(found)))
-        print(render_registry([variant.card]), end="")
+        print(render_index_entries([variant.index]), end="")
     return 0
 
 
@@ -239,7 +243,7 @@ def cmd_load(args) -> int:
     verification = model.verification
     summary = {
         "name": model.name,
-        "architecture": model.facts.architecture,
+        "architecture": model.card.architecture,
         "parameters": model.parameters(),
         "checkpoint": str(verification.path),
         "sha256": verification.sha256,
@@ -253,7 +257,7 @@ def cmd_load(args) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(
-            f"{model.name}: {model.facts.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors"
+            f"{model.name}: {model.card.architecture}, {summary['parameters']:,} parameters, {verification.tensors} tensors"
         )
         print(f"  checkpoint {verification.path}")
         print(f"  verified   {', '.join(verification.checks)} (sha256 {verification.sha256[:16]}…)")

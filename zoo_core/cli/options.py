@@ -56,7 +56,7 @@ def load_on_threads(args):
 
     check_threads(args.threads)  # before paying for the catalogue and the checkpoint
     variant = get_variant(args.name)
-    use_threads_before_loading(variant.facts.parameters, args.threads)
+    use_threads_before_loading(variant.card.parameters, args.threads)
     model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)
     return model

@@ -28,11 +28,6 @@ class ZooModel:
         return self.variant.card
 
     @property
-    def facts(self):
-        """The same card as plain read-only data (``Variant.facts``): no pydantic needed."""
-        return self.variant.facts
-
-    @property
     def name(self) -> str:
         return self.variant.name
 

@@ -582,7 +582,7 @@ def _check_dataset(plugins: PluginSet, name: str) -> CheckResult:
 
 def _check_adapter(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
     subject = f"adapter '{name}'"
-    config = dict(users[0].facts.adapter.config or {}) if users else {}
+    config = dict(users[0].card.adapter.config or {}) if users else {}
     made: dict[str, Any] = {}
 
     def make():
@@ -638,7 +638,7 @@ def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) 
 
     subject = f"model '{name}'"
     if users:
-        smallest = min(users, key=lambda v: math.inf if v.facts.parameters is None else v.facts.parameters)
+        smallest = min(users, key=lambda v: math.inf if v.card.parameters is None else v.card.parameters)
         return checks(f"{subject} as variant '{smallest.name}' builds it", lambda: build_network(smallest, plugins))
     config = dict(TINY)
 
@@ -755,15 +755,15 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
         if deep:
             results += check_network(f"{subject} in a tiny transformer", tiny_transformer_builder(plugins, block=block))
     for model_name in registered.get("models", []):
-        users = [v for v in everything if v.facts.architecture == model_name and v.facts.adapter is None]
+        users = [v for v in everything if v.card.architecture == model_name and v.card.adapter is None]
         results += _check_model(plugins, model_name, users, deep)
     for trainer_name in registered.get("trainers", []):
         results += _check_trainer(plugins, trainer_name, deep)
     for adapter_name in registered.get("adapters", []):
-        users = [v for v in everything if v.facts.adapter is not None and v.facts.adapter.kind == adapter_name]
+        users = [v for v in everything if v.card.adapter is not None and v.card.adapter.kind == adapter_name]
         results += _check_adapter(plugins, adapter_name, users)
     for tokenizer_name in registered.get("tokenizers", []):
-        users = [v for v in everything if v.facts.tokenizer.kind == tokenizer_name]
+        users = [v for v in everything if v.card.tokenizer.kind == tokenizer_name]
         results += _check_tokenizer(plugins, tokenizer_name, users)
     for dataset_name in registered.get("datasets", []):
         results.append(_check_dataset(plugins, dataset_name))

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..catalogue.card_facts import first_difference
+from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import Verification, load_verified, load_verified_tensors
 
 if TYPE_CHECKING:
+    from ..catalogue.cards import ModelCard
     from ..catalogue.registry import Catalogue, Variant
     from ..plugin_api.manager import PluginSet
 
@@ -38,21 +39,22 @@ def load_adapted(
     both handed by the loader (api.py), which imports this module, not the reverse."""
     from ..storage.initialisation import random_init_skipped
 
-    facts = variant.facts
-    spec = facts.adapter
+    card = variant.card
+    spec = card.adapter
+    assert spec is not None, "called for an adapter variant"
     base = adapter_base(variant, found)
     try:
         adapter = plugins.components["adapters"].create(spec.kind, spec.config)
     except ZooError as exc:
-        raise ZooError(f"variant '{facts.name}': {exc}") from None
+        raise ZooError(f"variant '{card.name}': {exc}") from None
     with random_init_skipped():  # the verified load below replaces every weight
         network = build_network(base, plugins)
-    base_facts = base.facts
+    base_card = base.card
     verified_base = load_verified(
-        base.checkpoint_path, base_facts.checkpoint.sha256, network, base_facts.parameters, card=base_facts
+        base.checkpoint_path, base_card.checkpoint.sha256, network, base_card.parameters, card=base_card
     )
     tensors, verification = load_verified_tensors(
-        variant.checkpoint_path, facts.checkpoint.sha256, adapter.tensor_shapes(network), facts.parameters, card=facts
+        variant.checkpoint_path, card.checkpoint.sha256, adapter.tensor_shapes(network), card.parameters, card=card
     )
     adapter.apply(network, tensors, merge=merge)
     base_checks = verified_base.checks + (["card"] if verified_base.card_checked else [])
@@ -65,22 +67,23 @@ def adapter_base(variant: Variant, found) -> Variant:
     """The base ``variant``'s adapter applies to, from the catalogue ``found``:
     refused in one line unless it is there, has weights of its own, builds the
     same network and is the checkpoint the adapter was trained on."""
-    facts = variant.facts
-    spec = facts.adapter
-    name, base_name = printable(facts.name), printable(spec.base)
+    card = variant.card
+    spec = card.adapter
+    assert spec is not None, "called for an adapter variant"
+    name, base_name = printable(card.name), printable(spec.base)
     base = found.find(spec.base)
     if base is None:
         raise ZooError(f"adapter '{name}' needs base '{base_name}', which is not in the catalogue")
-    if base.facts.adapter is not None:
+    if base.card.adapter is not None:
         raise ZooError(f"adapter '{name}': its base '{base_name}' is an adapter itself, not weights of its own")
-    difference = first_difference(_network_of(facts), _network_of(base.facts))
+    difference = first_difference(_network_of(card), _network_of(base.card))
     if difference:
         field, here, there = difference
         raise ZooError(
             f"adapter '{name}' was made for another network than base '{base_name}' builds "
             f"({printable(field)}: {here!r} here, {there!r} in the base's card)"
         )
-    recorded = base.facts.checkpoint.sha256
+    recorded = base.card.checkpoint.sha256
     if recorded != spec.base_sha256:
         shown = f"{recorded[:16]}…" if recorded else "(none: not trained)"
         raise ZooError(
@@ -90,11 +93,11 @@ def adapter_base(variant: Variant, found) -> Variant:
     return base
 
 
-def _network_of(facts) -> dict[str, Any]:
+def _network_of(card: ModelCard) -> dict[str, Any]:
     """What decides the network and the meaning of its token ids."""
     return {
-        "architecture": facts.architecture,
-        "config": facts.config,
-        "context_length": facts.context_length,
-        "tokenizer": {"kind": facts.tokenizer.kind, "vocab_size": facts.tokenizer.vocab_size},
+        "architecture": card.architecture,
+        "config": card.config,
+        "context_length": card.context_length,
+        "tokenizer": {"kind": card.tokenizer.kind, "vocab_size": card.tokenizer.vocab_size},
     }

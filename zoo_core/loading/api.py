@@ -20,10 +20,9 @@ from ..storage.files import describe_os_error
 if TYPE_CHECKING:
     from ..catalogue.cards import ModelCard
 
-# The paths `zoo list`, `zoo load` and `zoo sample` take read a variant's
-# ``facts`` (plain data from the card cache), never its pydantic ``card``:
-# importing pydantic would cost those commands more than all the rest of their
-# work outside torch.
+# `zoo list` (through ``unbuildable_reason``) reads a variant's ``index`` (plain
+# data from the card cache), never its pydantic ``card``: importing pydantic
+# would cost it more than all the rest of its work. Loading reads the card.
 
 
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
@@ -38,7 +37,7 @@ def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> st
     claimed twice), from names alone: `zoo list` stays free of torch."""
     plugins = plugins or get_plugins()
     # Building needs every component the card names but its trainer.
-    return missing_component_problem(variant.facts, plugins, BUILDING_ROLES)
+    return missing_component_problem(variant.index, plugins, BUILDING_ROLES)
 
 
 # The components a card names that building its network needs (all but its trainer).
@@ -47,7 +46,7 @@ BUILDING_ROLES = tuple(role for role in ROLE_FAMILIES if role != "trainer")
 
 def require_components(variant: Variant, plugins: PluginSet) -> None:
     """Refuse, naming the distribution to reinstall, a variant a component of which is not installed."""
-    problem = missing_component_problem(variant.facts, plugins, BUILDING_ROLES, conflicts=False, only_recorded=True)
+    problem = missing_component_problem(variant.index, plugins, BUILDING_ROLES, conflicts=False, only_recorded=True)
     if problem is not None:
         raise ZooError(problem)
 
@@ -63,7 +62,7 @@ def get_variant(name: str) -> Variant:
 
 def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
     plugins = plugins or get_plugins()
-    spec = variant.facts.tokenizer  # what a tokenizer factory reads: kind, vocab_size, file, sha256 (see hookspecs)
+    spec = variant.card.tokenizer  # what a tokenizer factory reads: kind, vocab_size, file, sha256 (see hookspecs)
     path = variant.tokenizer_path
     if spec.sha256 is not None and path is not None:
         check_tokenizer_file(path, spec.sha256)
@@ -103,31 +102,31 @@ def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     from ..catalogue.limits import check_budget
 
     plugins = plugins or get_plugins()
-    facts = variant.facts
-    factory = plugins.components["models"].factory(facts.architecture)
-    config = facts.architecture_config()
+    card = variant.card
+    factory = plugins.components["models"].factory(card.architecture)
+    config = card.architecture_config()
 
     def measure() -> tuple[int, int]:  # the exact count: the architecture built on the meta device
         from .sizing import measure_on_meta
 
         return measure_on_meta(
-            lambda: plugins.components["models"].create(facts.architecture, dict(config), plugins.components)
+            lambda: plugins.components["models"].create(card.architecture, dict(config), plugins.components)
         )
 
-    return check_budget(facts.name, config, getattr(factory, "estimate_parameters", None), measure)
+    return check_budget(card.name, config, getattr(factory, "estimate_parameters", None), measure)
 
 
 def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
-    facts = variant.facts
+    card = variant.card
     check_variant_budget(variant, plugins)
     try:
-        return plugins.components["models"].create(facts.architecture, facts.architecture_config(), plugins.components)
+        return plugins.components["models"].create(card.architecture, card.architecture_config(), plugins.components)
     except ZooError:
         raise
     except (TypeError, ValueError) as exc:
-        raise ZooError(f"variant '{facts.name}': cannot build architecture '{facts.architecture}': {exc}") from exc
+        raise ZooError(f"variant '{card.name}': cannot build architecture '{card.architecture}': {exc}") from exc
 
 
 def load(
@@ -152,7 +151,7 @@ def load(
 
 def has_published_weights(variant: Variant) -> bool:
     """False for a variant declared before it was trained: no checksum, no file."""
-    return variant.facts.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
+    return variant.card.checkpoint.sha256 is not None or variant.checkpoint_path.exists()
 
 
 def load_variant(
@@ -183,10 +182,10 @@ def load_variant(
             f"(its card records no sha256): {train_command(variant)}"
         )
     tokenizer = load_tokenizer(variant, plugins)
-    facts = variant.facts
+    card = variant.card
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
-    if facts.adapter is not None:
+    if card.adapter is not None:
         from .adapters import load_adapted
 
         network, verification = load_adapted(variant, plugins, catalogue(plugins), build_network, merge=merge_adapter)
@@ -194,10 +193,10 @@ def load_variant(
         with random_init_skipped():  # the verified load below replaces every weight
             network = build_network(variant, plugins)
         verification = load_verified(
-            variant.checkpoint_path, facts.checkpoint.sha256, network, facts.parameters, card=facts
+            variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
         )
     network.eval()
     place(network, target, target_dtype)
-    if facts.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
+    if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)

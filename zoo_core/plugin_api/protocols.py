@@ -39,9 +39,9 @@ class TokenizerSpecView(Protocol):
     """What a tokenizer factory, ``factory(spec, path)``, is handed as ``spec``:
     the card's tokenizer section, read-only, by attribute.
 
-    It is not the pydantic ``zoo_core.catalogue.cards.TokenizerSpec`` but a view of the same
-    validated values (``zoo_core.catalogue.card_facts``), so that loading a variant never
-    imports pydantic; a factory that reads only these attributes works with both.
+    Loading hands the card's pydantic ``zoo_core.catalogue.cards.TokenizerSpec``;
+    a factory should read only these attributes, so that any object holding
+    them (a test's stand-in) works too.
     """
 
     kind: str  # the registered tokenizer's name

@@ -87,8 +87,8 @@ def pack_variant(name: str, out: Path | None = None) -> Path:
 
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
-    facts = variant.facts
-    if not has_published_weights(variant) or facts.checkpoint.sha256 is None:
+    card = variant.card
+    if not has_published_weights(variant) or card.checkpoint.sha256 is None:
         raise ZooError(f"variant '{name}' has no published weights to pack (its card records no sha256)")
     checkpoint = variant.checkpoint_path
     files: dict[str, Path] = {WEIGHTS: checkpoint}
@@ -107,9 +107,9 @@ def pack_variant(name: str, out: Path | None = None) -> Path:
         raise ZooError(f"{exc.filename}: not found; variant '{name}' cannot be packed") from None
     except OSError as exc:
         raise ZooError(f"{exc.filename}: cannot read: {describe_os_error(exc)}") from None
-    if members[WEIGHTS][1] != facts.checkpoint.sha256:
+    if members[WEIGHTS][1] != card.checkpoint.sha256:
         raise ZooError(
-            f"{checkpoint}: sha256 mismatch: the card has {facts.checkpoint.sha256[:16]}…, the file has "
+            f"{checkpoint}: sha256 mismatch: the card has {card.checkpoint.sha256[:16]}…, the file has "
             f"{members[WEIGHTS][1][:16]}… (corrupted or replaced); not packed"
         )
 
@@ -122,8 +122,8 @@ def pack_variant(name: str, out: Path | None = None) -> Path:
         "members": [{"name": m, "size": members[m][0], "sha256": members[m][1]} for m in order],
         "plugins": required_plugins(variant, plugins),
     }
-    if facts.adapter is not None:
-        manifest["base"] = {"name": facts.adapter.base, "sha256": facts.adapter.base_sha256}
+    if card.adapter is not None:
+        manifest["base"] = {"name": card.adapter.base, "sha256": card.adapter.base_sha256}
     manifest_bytes = _json_bytes(manifest)
 
     target = Path(out) if out is not None else Path(f"{name}{SUFFIX}")
@@ -173,9 +173,9 @@ def _archive_card(variant: Variant, tokenizer_member: str | None) -> dict[str, A
     return card.model_dump(mode="json", exclude_none=True)
 
 
-def needed_components(facts: Any) -> list[tuple[str, str]]:
+def needed_components(card: ModelCard) -> list[tuple[str, str]]:
     """(family, name) of every registered component the card names (see `named_components`)."""
-    return [(ROLE_FAMILIES[role], name) for role, name in named_components(facts).items()]
+    return [(ROLE_FAMILIES[role], name) for role, name in named_components(card.index_entry()).items()]
 
 
 def required_plugins(variant: Variant, plugins: PluginSet) -> list[dict[str, str]]:
@@ -184,7 +184,7 @@ def required_plugins(variant: Variant, plugins: PluginSet) -> list[dict[str, str
     A config value no plugin registers (an architecture's own setting that
     happens to share a key name) is not a component and is left out."""
     required = []
-    for kind, name in needed_components(variant.facts):
+    for kind, name in needed_components(variant.card):
         components = plugins.components[kind]
         if components.problem(name) is not None:
             if kind in ("models", "tokenizers", "adapters"):
@@ -614,8 +614,8 @@ def _check_base(path: Path, manifest: dict[str, Any], found: Any) -> None:
         raise ZooError(
             f"{path}: this adapter applies to the base variant {wanted}, which is not in the catalogue; install it first"
         )
-    if holder.facts.checkpoint.sha256 != base["sha256"]:
-        have = holder.facts.checkpoint.sha256 or "none"
+    if holder.card.checkpoint.sha256 != base["sha256"]:
+        have = holder.card.checkpoint.sha256 or "none"
         raise ZooError(
             f"{path}: this adapter applies to the base variant {wanted}, but the catalogue's has sha256 {have[:16]}…"
         )

@@ -30,7 +30,7 @@ def archive_file_name(name: str) -> str:
 
 def _archive_key(variant) -> str:
     """What decides an archive's bytes: the name, the weights and the card."""
-    weights = variant.facts.checkpoint.sha256 or sha256_file(variant.checkpoint_path)
+    weights = variant.card.checkpoint.sha256 or sha256_file(variant.checkpoint_path)
     card = json.dumps(variant.card.model_dump(mode="json", exclude_none=True), sort_keys=True)
     return hashlib.sha256(f"{variant.name}\n{weights}\n{card}".encode()).hexdigest()[:32]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..catalogue.card_facts import CardFacts, first_difference
+from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
 from .files import describe_os_error, open_regular, read_limited
 
@@ -123,7 +123,7 @@ def load_verified(
     expected_sha256: str | None,
     model,
     expected_parameters: int | None,
-    card: ModelCard | CardFacts | None = None,
+    card: ModelCard | None = None,
 ) -> Verification:
     """Load weights into ``model`` after checking them; raise ZooError naming what differs.
 
@@ -166,7 +166,7 @@ def load_verified_tensors(
     expected_sha256: str | None,
     expected_shapes: dict[str, tuple[int, ...]],
     expected_parameters: int | None,
-    card: ModelCard | CardFacts | None = None,
+    card: ModelCard | None = None,
 ) -> tuple[dict[str, Any], Verification]:
     """The tensors of a file that is not a whole network (an adapter's), checked as
     `load_verified` checks a network's: sha256, a safetensors file, exactly
@@ -247,11 +247,11 @@ def _read_checkpoint_bytes(path: Path, limit: int) -> bytes:
         raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
 
 
-def check_header_card(path: Path, header: dict[str, Any], card: ModelCard | CardFacts) -> bool:
-    """Compare the card stored in the header with ``card`` (the registry's, as a
-    pydantic card or its facts), ignoring the checksum (a file cannot hold its
-    own). False when the file carries no card at all (written by another tool); a
-    card that differs is an error naming the field."""
+def check_header_card(path: Path, header: dict[str, Any], card: ModelCard) -> bool:
+    """Compare the card stored in the header with ``card`` (the registry's),
+    ignoring the checksum (a file cannot hold its own). False when the file
+    carries no card at all (written by another tool); a card that differs is an
+    error naming the field."""
     text = (header.get("__metadata__") or {}).get(CARD_KEY)
     if text is None:
         return False

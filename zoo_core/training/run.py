@@ -82,7 +82,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     overrides = recipe_overrides(job)
     kind = overrides.get("kind", card.recipe.kind)
     missing = missing_component_problem(
-        variant.facts, plugins, conflicts=False, only_recorded=True
+        variant.index, plugins, conflicts=False, only_recorded=True
     )  # names what to reinstall
     if missing is not None and "kind" not in overrides:
         raise ZooError(missing)
@@ -162,10 +162,10 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     if job.from_weights:
         load_verified(
             variant.checkpoint_path,
-            variant.facts.checkpoint.sha256,
+            variant.card.checkpoint.sha256,
             network,
-            variant.facts.parameters,
-            card=variant.facts,
+            variant.card.parameters,
+            card=variant.card,
         )
     network = _prepared_network(trainer, network, replace(job, card=card, recipe=recipe))
     if writer:  # before the first step, not when the first state or the result is saved
@@ -375,8 +375,8 @@ def override_recipe(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
 def verified_base(variant: Variant) -> str:
     """The checkpoint sha256 of the variant a fine-tune starts from; refused
     when it has no published weights to start from."""
-    sha = variant.facts.checkpoint.sha256
-    adapter = variant.facts.adapter
+    sha = variant.card.checkpoint.sha256
+    adapter = variant.card.adapter
     if adapter is not None:
         raise ZooError(
             f"--from {variant.name}: is an adapter on '{adapter.base}', not weights of its own; "
