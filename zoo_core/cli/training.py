@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import tomllib
 from pathlib import Path
 
 from ..errors import ZooError
@@ -12,8 +16,6 @@ CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working
 
 def _resume_command(argv: list[str]) -> str:
     """The command line that continues this run: the same one, with --resume."""
-    import shlex
-
     return shlex.join(["zoo", *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
@@ -48,8 +50,6 @@ def parse_setting(text: str) -> tuple[str, object]:
     """``KEY=VALUE`` of ``--set``: the value read as a TOML value (``3e-4``,
     ``64``, ``true``, ``"cosine"``), else taken as the text it is (``cosine``);
     the recipe's schema then validates it."""
-    import tomllib
-
     key, separator, value = text.partition("=")
     key = key.strip()
     if not separator or not key:
@@ -90,8 +90,6 @@ def training_job(args, resume_command: str | None = None):
 
 def _worker_arguments(job, args) -> list[str]:
     """The command line each worker is handed: this one again, less the launch options."""
-    import json
-
     given = [(option, getattr(job, field)) for field, option in _JOB_OPTIONS.items()]
     given += [("--registry", registry) for registry in [*args.registry, *args.sub_registry]]
     worker = [job.variant]
@@ -133,11 +131,29 @@ def _launch_data_parallel(args, job) -> int:
     )
 
 
+def _worker(args) -> int:
+    """This process's share of a data-parallel run torchrun started (`zoo_core.training.distributed`)."""
+    from ..training.distributed import run_worker
+
+    if args.nproc_per_node is not None or args.nnodes is not None:
+        raise ZooError("a torchrun worker takes no --nproc-per-node or --nnodes: give them to torchrun")
+    return run_worker(training_job(args), [*args.registry, *args.sub_registry], args.debug)
+
+
 def train_arguments(commands) -> None:
     p = commands.add_parser(
         "train",
         help="train a variant from its card's recipe, or fine-tune one on your text (zoo train NEW --from VARIANT)",
     )
+    _what_to_train_arguments(p)
+    _destination_arguments(p)
+    _how_to_run_arguments(p)
+    _data_parallel_arguments(p)
+    p.set_defaults(run=cmd_train)
+
+
+def _what_to_train_arguments(p) -> None:
+    """The variant, its text and the recipe settings of this run."""
     p.add_argument("name", help="the variant to train (see `zoo list`); with --from, the new variant's name")
     p.add_argument(
         "--from",
@@ -188,6 +204,10 @@ def train_arguments(commands) -> None:
         action="store_true",
         help="drop characters the variant's vocabulary has no token for (counted and reported) instead of refusing",
     )
+
+
+def _destination_arguments(p) -> None:
+    """Where the trained variant goes, under which name."""
     p.add_argument("--out", type=Path, help="output folder (default runs/NAME)")
     p.add_argument(
         "--publish",
@@ -197,6 +217,10 @@ def train_arguments(commands) -> None:
     p.add_argument(
         "--name", dest="new_name", metavar="NEW", help="name of the trained variant (default: the variant's own name)"
     )
+
+
+def _how_to_run_arguments(p) -> None:
+    """Progress, logs, saved states, compiling, device and precision."""
     p.add_argument("--quiet", action="store_true", help="no progress display")
     log_to_option(p, "NAME.log.jsonl beside the checkpoint")
     p.add_argument(
@@ -229,6 +253,10 @@ def train_arguments(commands) -> None:
         help="run forward and backward through torch.compile (needs a C compiler on CPU; same weights and card)",
     )
     device_options(p, "train", training=True)
+
+
+def _data_parallel_arguments(p) -> None:
+    """The launch over several processes (and machines) through torchrun."""
     p.add_argument(
         "--nproc-per-node",
         type=int,
@@ -245,12 +273,13 @@ def train_arguments(commands) -> None:
         help="data-parallel: this machine's number, 0 to M-1 (0 is the one that writes)",
     )
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="data-parallel: where machine 0 listens for the others")
-    p.set_defaults(run=cmd_train)
 
 
 def cmd_train(args) -> int:
     from ..training.run import train_variant
 
+    if os.environ.get("ZOO_TORCHRUN_WORKER"):  # training.distributed.TORCHRUN_WORKER: one process of a run
+        return _worker(args)
     job = training_job(args, resume_command=_resume_command(args.argv))
     if args.nproc_per_node is not None or args.nnodes is not None:
         return _launch_data_parallel(args, job)
@@ -277,8 +306,6 @@ def _use_it_command(registry_file: Path, name: str) -> str:
     the run's file to the catalogue, unless the name is declared elsewhere too
     (say a shipped variant retrained into --out), which every command refuses;
     then `--only-registry` reads the run's file alone."""
-    import shlex
-
     from ..catalogue.layers import build_catalogue
 
     try:

@@ -5,10 +5,13 @@
     torchrun --nproc-per-node 2 -m zoo_core.training.distributed NAME --steps 100   # the same, by hand
 
 `zoo train --nproc-per-node` hands torchrun's own argument parser the options it
-knows and launches this module's workers through `torch.distributed.run`'s
-launcher, so every option means what torchrun says it means. Each worker is an
-ordinary `zoo train` run with a `DataParallelPlacement`: Gloo on the CPU, NCCL on
-CUDA (one GPU per local rank), the network wrapped in DistributedDataParallel.
+knows and launches the workers through `torch.distributed.run`'s launcher, so
+every option means what torchrun says it means. Each worker is an ordinary
+`zoo train` run (its command line, less the launch options, read by the CLI, not
+here) that `TORCHRUN_WORKER` in its environment makes a `run_worker`: a
+`DataParallelPlacement`, Gloo on the CPU, NCCL on CUDA (one GPU per local rank),
+the network wrapped in DistributedDataParallel. This module started by torchrun
+by hand becomes such a `zoo train`.
 
 The global batch is the recipe's. Every process draws the same windows a
 one-process run draws (the batch generator is seeded alike everywhere) and keeps
@@ -30,10 +33,22 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from ..devices import Placement
-from ..errors import ZooError
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import elastic_launch
+from torch.distributed.run import config_from_args, get_args_parser
+from torch.nn.parallel import DistributedDataParallel
 
-WORKER_MODULE = "zoo_core.training.distributed"
+from ..catalogue.layers import set_command_line_registries
+from ..devices import Placement, resolve_device, resolve_dtype
+from ..errors import ZooError
+from .job import TrainingJob
+from .run import train_variant
+
+# Set for each worker's `zoo train`: it runs as one process of a data-parallel run (`run_worker`).
+TORCHRUN_WORKER = "ZOO_TORCHRUN_WORKER"
 PEER_GONE = 3  # a worker's exit status when a collective failed because another process died
 
 
@@ -46,8 +61,6 @@ class DataParallelPlacement(Placement):
         self.rank, self.world_size = rank, world_size
 
     def prepare(self, network):
-        from torch.nn.parallel import DistributedDataParallel
-
         network.to(self.device)
         # Buffers are fixed tables (position frequencies) built alike everywhere:
         # nothing to broadcast at each step.
@@ -60,64 +73,55 @@ class DataParallelPlacement(Placement):
         return self.to_device(inputs[share]), self.to_device(targets[share])
 
     def reported_loss(self, loss) -> float:
-        import torch.distributed as dist
-
         total = loss.detach().float().clone()
         dist.all_reduce(total)  # Gloo has no AVG: sum, then divide
         return total.item() / self.world_size
 
 
 def worker_main(argv: list[str] | None = None) -> int:
-    """A worker process, started by torchrun: `zoo train`'s arguments, one share of the run."""
-    import torch
-    import torch.distributed as dist
-
-    from ..catalogue.layers import set_command_line_registries
-    from ..cli import build_parser
-    from ..cli.training import training_job
-    from ..devices import resolve_device, resolve_dtype
-    from .run import train_variant
-
+    """A worker process started by torchrun by hand, given `zoo train`'s arguments:
+    it becomes `zoo train` with them (the command line is the CLI's to read),
+    which, started as a worker, runs `run_worker`."""
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(["train", *argv])
-    # As `zoo train` does: --registry adds and redirects --publish.
-    set_command_line_registries([*args.registry, *args.sub_registry])
-    rank, world_size = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
     try:
-        if rank < 0 or world_size < 1:
-            raise ZooError(
-                "zoo_core.training.distributed is a torchrun worker: start it with `torchrun -m zoo_core.training.distributed NAME ...` "
-                "or `zoo train NAME --nproc-per-node N`"
-            )
-        if args.nproc_per_node is not None or args.nnodes is not None:
-            raise ZooError("a torchrun worker takes no --nproc-per-node or --nnodes: give them to torchrun")
-        job = training_job(args)
-        device = resolve_device(args.device)
-        if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-            torch.cuda.set_device(device)
-        elif device.type != "cpu":
-            raise ZooError(f"data-parallel training runs on CPUs (Gloo) or CUDA GPUs (NCCL), not {device.type}")
-        placement = DataParallelPlacement(device, resolve_dtype(args.dtype, device), rank, world_size)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        try:
-            card, registry_file = train_variant(replace(job, placement=placement))
-            # Leave together: no rank tears its Gloo connections down while
-            # another still works. Once in CI, rank 1 aborted at exit ("terminate
-            # called without an active exception") while rank 0 was still writing
-            # the card.
-            dist.barrier()
-        finally:
-            dist.destroy_process_group()
+        _check_torchrun()
     except ZooError as exc:
-        if args.debug:
+        print(f"zoo: error: {exc}", file=sys.stderr)
+        return 1
+    os.execve(sys.executable, _worker_command(argv), {**os.environ, TORCHRUN_WORKER: "1"})
+    return 1  # not reached: execve replaces this process
+
+
+def _worker_command(argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "zoo_core.cli", "train", *argv]
+
+
+def _check_torchrun() -> None:
+    rank, world_size = _rank()
+    if rank < 0 or world_size < 1:
+        raise ZooError(
+            "zoo_core.training.distributed is a torchrun worker: start it with `torchrun -m zoo_core.training.distributed NAME ...` "
+            "or `zoo train NAME --nproc-per-node N`"
+        )
+
+
+def run_worker(job: TrainingJob, registries: list[Path], debug: bool) -> int:
+    """This process's share of ``job``, in the data-parallel run torchrun started;
+    rank 0 says what was trained. A mistake is one line (``debug``: the traceback)."""
+    set_command_line_registries(registries)  # as `zoo train` does: --registry adds and redirects --publish
+    rank, world_size = _rank()
+    try:
+        _check_torchrun()
+        card, registry_file = _train_share(job, rank, world_size)
+    except ZooError as exc:
+        if debug:
             raise
         print(f"zoo: error: {exc}", file=sys.stderr)
         return 1
     except (torch.distributed.DistError, RuntimeError) as exc:
         # Another process died mid-collective; the launcher names it. A failure
         # of this process's own is still shown in full.
-        if args.debug or not _peer_gone(exc):
+        if debug or not _peer_gone(exc):
             raise
         return PEER_GONE
     except KeyboardInterrupt:
@@ -130,6 +134,33 @@ def worker_main(argv: list[str] | None = None) -> int:
             f"{metrics.tokens_per_second:,.0f} tokens/s)\n  card in {registry_file}"
         )
     return 0
+
+
+def _rank() -> tuple[int, int]:
+    """This process's rank and the number of processes, as torchrun sets them (-1, 0 outside it)."""
+    return int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
+
+
+def _train_share(job: TrainingJob, rank: int, world_size: int):
+    """`train_variant` with this process's placement, in a process group for the run's lifetime."""
+    device = resolve_device(job.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    elif device.type != "cpu":
+        raise ZooError(f"data-parallel training runs on CPUs (Gloo) or CUDA GPUs (NCCL), not {device.type}")
+    placement = DataParallelPlacement(device, resolve_dtype(job.dtype, device), rank, world_size)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        trained = train_variant(replace(job, placement=placement))
+        # Leave together: no rank tears its Gloo connections down while
+        # another still works. Once in CI, rank 1 aborted at exit ("terminate
+        # called without an active exception") while rank 0 was still writing
+        # the card.
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return trained
 
 
 def _peer_gone(exc: BaseException) -> bool:
@@ -161,11 +192,6 @@ def launch(
     """Run ``worker_argv`` (a `zoo train` command line without the launch options)
     on ``nproc_per_node`` processes here, as one of ``nnodes`` machines, through
     torchrun's launcher. A failed process becomes one ZooError naming it."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args, get_args_parser
-
     if nproc_per_node < 1 or nnodes < 1:
         raise ZooError("--nproc-per-node and --nnodes must be at least 1")
     if nnodes > 1 and (node_rank is None or rdzv_endpoint is None):
@@ -180,12 +206,14 @@ def launch(
     else:  # the static rendezvous: rank 0's machine listens on HOST:PORT, the others join it
         launcher += ["--node-rank", str(node_rank or 0), "--rdzv-endpoint", rdzv_endpoint]
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its warning
-    arguments = get_args_parser().parse_args([*launcher, "-m", WORKER_MODULE, *worker_argv])
+    # The workers are `zoo train` itself, told by TORCHRUN_WORKER (which they inherit) that they are workers.
+    arguments = get_args_parser().parse_args([*launcher, *_worker_command(worker_argv)[1:]])
     if arguments.master_port is None:  # as torchrun's run() sets it; only the static rendezvous reads it
         arguments.master_port = 29500
     config, command, command_args = config_from_args(arguments)
     if not debug:
         _quiet_launcher_logs()
+    os.environ[TORCHRUN_WORKER] = "1"
     try:
         elastic_launch(config, command)(*command_args)
     except SignalException as exc:  # Ctrl-C or a scheduler's SIGTERM: the agent has stopped the workers
@@ -202,6 +230,8 @@ def launch(
         if line is None:
             return 1  # a worker has already said what was wrong, in its one line
         raise ZooError(line) from exc
+    finally:
+        del os.environ[TORCHRUN_WORKER]  # this process is the launcher, not a worker
     return 0
 
 

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ZooError
+from ..seeding import check_seed
+from .run_log import parse_log_targets
 
 if TYPE_CHECKING:
     from ..catalogue.cards import Recipe
     from ..corpus.batches import Corpus
     from ..devices import Placement
-    from .loop import TrainingState
     from .progress import TrainingProgress
+    from .state import TrainingState
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +69,6 @@ class TrainingJob:
     def __post_init__(self):
         # Checked here, so `zoo train`, a data-parallel worker and the Python API
         # refuse the same mistakes with the same words (the command's).
-        from ..seeding import check_seed
-
         if self.variant is None and self.recipe is None:
             raise ZooError("a training job names the variant to train (or, handed to a trainer, carries its recipe)")
         if self.seed is not None:
@@ -83,8 +83,6 @@ class TrainingJob:
         if self.interim_eval_windows is not None and self.interim_eval_windows < 1:
             raise ZooError(f"--interim-eval-windows must be at least 1, not {self.interim_eval_windows}")
         if self.log_to:  # an unknown kind or a missing library, before anything is trained
-            from .run_log import parse_log_targets
-
             parse_log_targets(self.log_to)
 
     @property

@@ -6,6 +6,12 @@ generator of their own). Evaluation uses fixed windows, the same at every step
 and for every model of the same context, so losses are comparable; it draws on
 no generator that training uses, so it never changes what training does.
 
+There is one training loop, `train_together`: each `TrainingRun` in it draws its
+batch, takes its `training_step`, logs and evaluates (the evaluation is the
+run's own: fixed windows here, a study's target tokens in studies.py). The
+standard trainer runs one (in every process of a data-parallel run, too); a
+study (`zoo experiment`) runs one per arm, in lockstep, for each seed.
+
 `zoo train` reaches trainers through the plugin manager (hook
 ``register_trainers``); the standard trainer below is registered by a built-in
 plugin under the name ``trained``, and a third-party trainer may subclass it.
@@ -27,7 +33,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -35,9 +41,11 @@ from ..catalogue.cards import Recipe
 from ..corpus.batches import BatchSampler, Corpus, fixed_windows, mean_loss
 from ..devices import Placement
 from ..errors import ZooError, printable
+from ..seeding import seed_global
 from .job import TrainingJob
 from .optimizers import make_optimizer, trainable_parameters  # noqa: F401 - trainable_parameters: its old home
-from .step import training_step
+from .state import BestSoFar, TrainingState
+from .step import StepResult, training_step
 
 
 @dataclass
@@ -62,22 +70,6 @@ class TrainingResult:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens_seen / self.update_seconds if self.update_seconds else 0.0
-
-
-@dataclass
-class TrainingState:
-    """All that step ``step + 1`` depends on. The tensors are the live ones (not
-    copies): whoever receives a state writes it out before training goes on."""
-
-    step: int  # the last step taken
-    model: dict[str, torch.Tensor]
-    optimizer: dict  # Optimizer.state_dict()
-    sampler_rng: torch.Tensor  # the training batches' generator
-    torch_rng: torch.Tensor  # torch's global generator: dropout
-    history: list[dict]
-    update_seconds: float
-    tokens_seen: int
-    best: BestSoFar | None = None  # the best evaluation so far (keep="best", patience)
 
 
 def interim_windows(recipe: Recipe, requested: int | None = None) -> int:
@@ -160,126 +152,199 @@ class StandardTrainer:
         through `torch.compile` (same weights, same state dict). ``job.placement``
         says on which device, in which dtype and as which share of a
         data-parallel run this process trains (default: the CPU, float32, alone)."""
+        run, sampler = self._start(network, job)
+        first_step = 1
+        if job.resume_from is not None:
+            first_step = run.restore(job.resume_from, sampler) + 1
+        network.train()
+        with interrupts_at_step_end() as interrupted:
+            train_together([run], first_step, lambda step: _after_step(run, sampler, job, step, interrupted))
+        return run.finish()
+
+    def _start(self, network: torch.nn.Module, job: TrainingJob) -> tuple[TrainingRun, BatchSampler]:
+        """The run ``job`` asks for, before its first step, and the sampler its batches come from."""
         recipe, corpus, context_length = _corpus_inputs(job)
         self.check_options(recipe)
-        progress, run_log = job.progress, job.run_log
         placement = job.placement or Placement()
-        steps = recipe.steps
-        micro_batches = job.grad_accum
-        check_batch_splits(recipe.batch_size, placement.world_size, micro_batches)
+        check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
         sampler = BatchSampler(corpus.train, context_length, recipe.batch_size, recipe.seed)
-        windows = {
-            split: tuple(
-                map(placement.to_device, fixed_windows(corpus.split(split), context_length, recipe.eval_windows))
-            )
-            for split in ("train", "validation")
-        }
         # Keeping the best or stopping early compares evaluations: they all score every window.
         compares = recipe.keep == "best" or recipe.patience is not None
         interim = recipe.eval_windows if compares else interim_windows(recipe, job.interim_eval_windows)
+        evaluate = WindowEvaluation(network, corpus, context_length, recipe.eval_windows, interim, placement)
         forward = placement.prepare(network)  # before the optimizer: its state lives beside the weights
         if job.compile:
             forward = compiled(forward)
-        optimizer = self.make_optimizer(network, recipe)
-        result = TrainingResult(steps=steps)
-        best = BestSoFar(keep_weights=recipe.keep == "best")
-        on_checkpoint, checkpoint_every = job.on_checkpoint, job.checkpoint_interval
-        first_step = 1
-        if job.resume_from is not None:
-            first_step = _restore(job.resume_from, network, optimizer, sampler, result) + 1
-            best = job.resume_from.best or best
-        network.train()
-        with interrupts_at_step_end() as interrupted:
-            for step in range(first_step, steps + 1):
-                started = time.perf_counter()
-                # Every process draws the whole batch (the same windows as a one-process
-                # run) and keeps its share: the generator's state stays the same everywhere.
-                inputs, targets = placement.local_batch(*sampler.next())
-                update = training_step(
-                    network,
-                    optimizer,
-                    inputs,
-                    targets,
-                    step=step,
-                    recipe=recipe,
-                    placement=placement,
-                    forward=forward,
-                    micro_batches=micro_batches,
-                )
-                seconds = time.perf_counter() - started
-                result.update_seconds += seconds
-                tokens = targets.numel() * placement.world_size
-                result.tokens_seen += tokens
-                if run_log is not None:
-                    # Tensors, not floats: the log reads them in batches (no host sync per step on a GPU).
-                    run_log.log_step(
-                        step,
-                        {
-                            "loss": update.loss,
-                            "learning_rate": update.learning_rate,
-                            "tokens_per_second": tokens / seconds if seconds else 0.0,
-                            "grad_norm": update.grad_norm,
-                        },
-                    )
-                losses = None
-                stop_early = False
-                if step == 1 or step % recipe.eval_every == 0 or step == steps:
-                    count = recipe.eval_windows if step == steps else interim
-                    with placement.autocast():
-                        losses = {split: mean_loss(network, x[:count], y[:count]) for split, (x, y) in windows.items()}
-                    result.history.append(
-                        {"step": step, "train_batch": placement.reported_loss(update.loss), **losses, "windows": count}
-                    )
-                    if run_log is not None:
-                        run_log.log_evaluation(step, {**losses, "windows": count})
-                    best.observe(step, losses["validation"], network)
-                    stop_early = recipe.patience is not None and best.evaluations_since >= recipe.patience
-                if progress:
-                    # The tensor, not .item(): no host sync per step on a GPU (read when drawn).
-                    progress.update(
-                        step, result.update_seconds, result.tokens_seen, losses, batch_loss=update.loss.detach()
-                    )
-                if stop_early and step < steps:
-                    result.stopped_at = step
-                    if progress:
-                        progress.message(
-                            f"stopping early at step {step}: no better validation loss in {recipe.patience} "
-                            f"evaluations (best {best.loss:.4f} at step {best.step})"
-                        )
-                    break
-                if interrupted() and step < steps:
-                    if progress:
-                        progress.close()
-                    if on_checkpoint:
-                        on_checkpoint(_snapshot(step, network, optimizer, sampler, result, best))
-                    raise TrainingInterrupted(step, saved=on_checkpoint is not None)
-                if on_checkpoint and checkpoint_every and step % checkpoint_every == 0 and step < steps:
-                    on_checkpoint(_snapshot(step, network, optimizer, sampler, result, best))
+        # Every process draws the whole batch (the same windows as a one-process
+        # run) and keeps its share: the generator's state stays the same everywhere.
+        run = TrainingRun(
+            network,
+            self.make_optimizer(network, recipe),
+            recipe,
+            placement,
+            batches=lambda: placement.local_batch(*sampler.next()),
+            evaluate=evaluate,
+            forward=forward,
+            micro_batches=job.grad_accum,
+            run_log=job.run_log,
+        )
+        return run, sampler
+
+
+def train_together(runs: Sequence[TrainingRun], first_step: int, after_step: Callable[[int], bool]) -> None:
+    """The training loop: every run takes step 1, 2, ... in turn (a study's arms
+    in lockstep; the standard trainer's one run alone) up to their last
+    step (they all have the same); after each, ``after_step(step)`` does the
+    caller's duties and says whether to stop there."""
+    for step in range(first_step, runs[0].recipe.steps + 1):
+        for run in runs:
+            run.advance(step)
+        if after_step(step):
+            return
+
+
+def _after_step(
+    run: TrainingRun, sampler: BatchSampler, job: TrainingJob, step: int, interrupted: Callable[[], bool]
+) -> bool:
+    """The standard trainer's duties after a step: progress, an early stop, Ctrl-C, checkpoints."""
+    recipe, progress, on_checkpoint = run.recipe, job.progress, job.on_checkpoint
+    if progress:
+        # The tensor, not .item(): no host sync per step on a GPU (read when drawn).
+        result = run.result
+        losses = None if run.evaluated is None else {split: run.evaluated[split] for split in ("train", "validation")}
+        progress.update(step, result.update_seconds, result.tokens_seen, losses, batch_loss=run.loss.detach())
+    last = step == recipe.steps
+    if run.stop_early and not last:
+        run.result.stopped_at = step
+        if progress:
+            progress.message(
+                f"stopping early at step {step}: no better validation loss in {recipe.patience} "
+                f"evaluations (best {run.best.loss:.4f} at step {run.best.step})"
+            )
+        return True
+    if interrupted() and not last:
+        if progress:
+            progress.close()
+        if on_checkpoint:
+            on_checkpoint(run.snapshot(step, sampler))
+        raise TrainingInterrupted(step, saved=on_checkpoint is not None)
+    every = job.checkpoint_interval
+    if on_checkpoint and every and step % every == 0 and not last:
+        on_checkpoint(run.snapshot(step, sampler))
+    return False
+
+
+class WindowEvaluation:
+    """The standard trainer's evaluation: mean loss on fixed windows per split, all
+    of them at the last step and the first ``interim`` before it."""
+
+    def __init__(self, network, corpus: Corpus, context: int, count: int, interim: int, placement: Placement):
+        self.network, self.count, self.interim = network, count, interim
+        self.windows = {
+            split: tuple(map(placement.to_device, fixed_windows(corpus.split(split), context, count)))
+            for split in ("train", "validation")
+        }
+
+    def __call__(self, step: int, last: bool) -> dict:
+        count = self.count if last else self.interim
+        losses = {split: mean_loss(self.network, x[:count], y[:count]) for split, (x, y) in self.windows.items()}
+        return {**losses, "windows": count}
+
+
+class TrainingRun:
+    """One network's run of the loop: each `advance` draws its batch, updates
+    once (`training_step`), logs the step and, on evaluation steps, scores the
+    network with ``evaluate(step, last)`` into the history (the first step, every
+    ``recipe.eval_every``, the last). The standard trainer, each process of a
+    data-parallel run and each arm of a study are one of these."""
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        recipe: Recipe,
+        placement: Placement,
+        *,
+        batches: Callable[[], tuple[torch.Tensor, torch.Tensor]],  # this process's share of the next batch
+        evaluate: Callable[[int, bool], dict],  # the scores per split ("train", "validation"), and any more
+        forward: Callable | None = None,
+        micro_batches: int = 1,
+        run_log: Any = None,
+    ):
+        self.network, self.optimizer, self.recipe, self.placement = network, optimizer, recipe, placement
+        self.batches, self.evaluate, self.forward, self.micro_batches = batches, evaluate, forward, micro_batches
+        self.run_log = run_log
+        self.result = TrainingResult(steps=recipe.steps)
+        self.best = BestSoFar(keep_weights=recipe.keep == "best")
+        self.loss = torch.full((), math.nan)  # the last step's batch loss (a tensor: reading it syncs a GPU)
+        self.evaluated: dict | None = None  # the last step's evaluation, None where it had none
+        self.stop_early = False
+
+    def advance(self, step: int) -> StepResult:
+        """Take step ``step``."""
+        started = time.perf_counter()
+        inputs, targets = self.batches()
+        update = training_step(
+            self.network,
+            self.optimizer,
+            inputs,
+            targets,
+            step=step,
+            recipe=self.recipe,
+            placement=self.placement,
+            forward=self.forward,
+            micro_batches=self.micro_batches,
+        )
+        seconds = time.perf_counter() - started
+        self.loss = update.loss
+        self.result.update_seconds += seconds
+        tokens = targets.numel() * self.placement.world_size
+        self.result.tokens_seen += tokens
+        if self.run_log is not None:
+            # Tensors, not floats: the log reads them in batches (no host sync per step on a GPU).
+            self.run_log.log_step(
+                step,
+                {
+                    "loss": update.loss,
+                    "learning_rate": update.learning_rate,
+                    "tokens_per_second": tokens / seconds if seconds else 0.0,
+                    "grad_norm": update.grad_norm,
+                },
+            )
+        self.evaluated, self.stop_early = None, False
+        if step == 1 or step % self.recipe.eval_every == 0 or step == self.recipe.steps:
+            self._evaluate(step, update)
+        return update
+
+    def _evaluate(self, step: int, update: StepResult) -> None:
+        with self.placement.autocast():
+            self.evaluated = scores = self.evaluate(step, step == self.recipe.steps)
+        self.result.history.append({"step": step, "train_batch": self.placement.reported_loss(update.loss), **scores})
+        if self.run_log is not None:
+            self.run_log.log_evaluation(step, scores)
+        self.best.observe(step, scores["validation"], self.network)
+        patience = self.recipe.patience
+        self.stop_early = patience is not None and self.best.evaluations_since >= patience
+
+    def snapshot(self, step: int, sampler: BatchSampler) -> TrainingState:
+        """The state after ``step``, to continue from (live tensors: write them out before going on)."""
+        return _snapshot(step, self.network, self.optimizer, sampler, self.result, self.best)
+
+    def restore(self, state: TrainingState, sampler: BatchSampler) -> int:
+        """Put everything back as it was after ``state.step``; return that step."""
+        self.best = state.best or self.best
+        return _restore(state, self.network, self.optimizer, sampler, self.result)
+
+    def finish(self) -> TrainingResult:
+        """The result, with the best evaluation's weights put back where the recipe keeps the best."""
+        result, best = self.result, self.best
         if best.weights is not None and best.step != result.history[-1]["step"]:
             with torch.no_grad():
-                network.load_state_dict(best.weights)
+                self.network.load_state_dict(best.weights)
             result.kept_step = best.step
-        elif recipe.keep == "best":
+        elif self.recipe.keep == "best":
             result.kept_step = result.history[-1]["step"]
         return result
-
-
-class BestSoFar:
-    """The evaluation with the lowest validation loss so far, how many have
-    passed since, and (to keep the best) a copy of its weights."""
-
-    def __init__(self, keep_weights: bool, step: int = 0, loss: float = math.inf, evaluations_since: int = 0):
-        self.keep_weights = keep_weights
-        self.step, self.loss, self.evaluations_since = step, loss, evaluations_since
-        self.weights: dict[str, torch.Tensor] | None = None
-
-    def observe(self, step: int, loss: float, network: torch.nn.Module) -> None:
-        if loss < self.loss:
-            self.step, self.loss, self.evaluations_since = step, loss, 0
-            if self.keep_weights:
-                self.weights = {name: t.detach().clone() for name, t in network.state_dict().items()}
-        else:
-            self.evaluations_since += 1
 
 
 def check_batch_splits(batch_size: int, world_size: int, micro_batches: int = 1) -> None:
@@ -347,7 +412,5 @@ def _restore(state: TrainingState, model, optimizer, sampler: BatchSampler, resu
 
 def seeded_network(build, seed: int) -> torch.nn.Module:
     """Build a network with torch's global generator at ``seed`` (dropout included)."""
-    from ..seeding import seed_global
-
     seed_global(seed)
     return build()

@@ -17,12 +17,11 @@ from __future__ import annotations
 import atexit
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from ..cli.text import plain
-
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 _SMOOTHING = 0.9  # weight of the past in the running loss and the step time
 
@@ -151,16 +150,13 @@ class TrainingProgress:
         )
         if losses:
             bar.console.print(
-                plain(
+                Text(
                     f"{self.name}: step {step}/{self.total}  train {losses['train']:.4f}  val {losses['validation']:.4f}"
                 ),
                 highlight=False,
             )
 
     def _start_bar(self) -> tuple[Progress, TaskID]:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         console = Console(file=self.stream, force_terminal=True)
         self._bar = Progress(
             TextColumn("{task.description}", style="bold", markup=False),  # the name is data, not markup
@@ -191,7 +187,7 @@ class TrainingProgress:
     def message(self, text: str) -> None:
         """A line above the bar (or in the log)."""
         if self._bar is not None:
-            self._bar.console.print(plain(text), highlight=False)
+            self._bar.console.print(Text(text), highlight=False)  # shown exactly as it is
         else:
             self.stream.write(text + "\n")
             self.stream.flush()
@@ -215,9 +211,6 @@ class WorkProgress:
         if not self.shown:
             return
         if self._bar is None:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
             self._bar = Progress(
                 TextColumn("{task.description}", markup=False),  # the name is data, not markup
                 BarColumn(),

@@ -13,19 +13,25 @@ import contextlib
 import json
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..catalogue.cards import VARIANT_NAME, Metrics, ModelCard, Recipe, TrainedWith
+import torch
+from pydantic import ValidationError
+
+from ..catalogue.cards import VARIANT_NAME, ComponentSource, Metrics, ModelCard, Recipe, TrainedWith
+from ..catalogue.layers import command_line_registries
 from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card, remove_unnamed
-from ..catalogue.registry import Variant
+from ..catalogue.registry import Variant, describe_validation_error, read_registry_file
+from ..catalogue.suggestions import plugin_training_advice
 from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
+from ..devices import Placement, resolve_device, resolve_dtype
 from ..errors import ZooError, printable
 from ..loading.api import build_network, catalogue, load_tokenizer
 from ..loading.texts import variant_text
 from ..plugin_api.manager import get_plugins
-from ..plugin_api.sources import missing_component_problem
+from ..plugin_api.sources import component_sources, missing_component_problem
 from ..storage.checkpoints import load_verified, save_checkpoint, sha256_file
 from ..storage.files import (
     atomic_copy,
@@ -35,13 +41,13 @@ from ..storage.files import (
     make_folder,
     remove_stale_temporaries,
 )
-from ..storage.locations import inside_installed_package
+from ..storage.locations import inside_installed_package, user_registry_path
 from .destination import check_destination, weight_bytes
 from .job import TrainingJob
-from .loop import TrainingInterrupted, check_batch_splits, seeded_network
+from .loop import TrainingInterrupted, TrainingResult, check_batch_splits, seeded_network
 from .progress import TrainingProgress
 from .run_log import RunDescription, open_run_log
-from .state import read_training_state, run_identity, training_state_path, write_training_state
+from .state import TrainingState, read_training_state, run_identity, training_state_path, write_training_state
 
 
 def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
@@ -68,19 +74,90 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     The run's metrics go to its logs as it goes (`open_run_log`): NAME.log.jsonl
     beside the checkpoint, and those ``job.log_to`` names; a resumed run appends.
     """
+    plan = plan_training(job)
+    prepared = prepare_training(plan, job)
+    # One run per destination, for the whole run; in a data-parallel run the
+    # writer (rank 0) holds it for all its processes.
+    with (
+        exclusive_lock(plan.checkpoint_path, wait=False) if plan.writer else contextlib.nullcontext(),
+        contextlib.ExitStack() as logs,
+    ):
+        result, run_log = run_training(plan, prepared, job, logs)
+        return publish_training(plan, prepared, job, result, run_log)
+
+
+@dataclass
+class TrainingPlan:
+    """What a run is to do and where its results go, settled before anything is
+    loaded or written: the first of `train_variant`'s stages (plan, prepare, run, publish)."""
+
+    name: str  # the variant trained
+    target_name: str  # the variant made (a new name, or the same)
+    variant: Variant
+    card: ModelCard  # the card the run starts from, under the target name
+    recipe: Recipe  # the card's, with the job's overrides, data and base
+    trainer: Any
+    text: Any  # the training text (`variant_text`), None for a trainer that reads none
+    placement: Placement
+    plugins: Any
+    registry_file: Path
+    checkpoint_path: Path
+
+    @property
+    def writer(self) -> bool:
+        """Whether this process writes: in a data-parallel run only rank 0 does."""
+        return self.placement.rank == 0
+
+    @property
+    def state_path(self) -> Path:
+        return training_state_path(self.checkpoint_path)
+
+
+@dataclass
+class PreparedRun:
+    """The second stage: the network built (loaded, prepared by the trainer), the corpus read."""
+
+    network: torch.nn.Module
+    recipe: Recipe  # the plan's, with skip_unknown where characters were dropped
+    corpus: Corpus | None
+    identity: dict[str, Any] | None  # what a resumable state must match (`run_identity`)
+
+
+def plan_training(job: TrainingJob) -> TrainingPlan:
+    """Settle what ``job`` trains, with which trainer and recipe, and where it goes; refuse what cannot run."""
     name = _variant_name(job, "train_variant")
     placement = job.placement
     if placement is None:
-        from ..devices import Placement, resolve_device, resolve_dtype
-
         target = resolve_device(job.device)
         placement = Placement(target, resolve_dtype(job.dtype, target))
-    writer = placement.rank == 0
     plugins = get_plugins()
     variant = _variant_to_train(name, job, plugins)
-    card = variant.card
     overrides = recipe_overrides(job)
-    kind = overrides.get("kind", card.recipe.kind)
+    trainer = _trainer_for(name, variant, job, overrides, plugins)
+    if job.from_weights:
+        base = verified_base(variant)
+        overrides.update(base=name, base_sha256=base)
+    text = None
+    if trainer.uses_corpus:
+        text = variant_text(variant, job.data)
+        # The card records what the weights were trained on: a dataset's name, or
+        # the absolute path of the file given with --data; and its sha256 either way.
+        overrides.update(data=text.name, data_sha256=text.sha256)
+    recipe = override_recipe(variant.card.recipe, overrides)
+    check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
+    target_name = job.new_name or name
+    card = _target_card(variant.card, name, target_name, job, recipe, text)
+    registry_file, checkpoint_path = _destination(variant, target_name, job.publish, job.out, plugins)
+    plan = TrainingPlan(
+        name, target_name, variant, card, recipe, trainer, text, placement, plugins, registry_file, checkpoint_path
+    )
+    _check_resumable(job, plan.state_path)  # checked first: nothing is written for a run that cannot start
+    return plan
+
+
+def _trainer_for(name: str, variant: Variant, job: TrainingJob, overrides: dict[str, Any], plugins):
+    """The trainer the recipe (or ``--trainer``) names, refused options it cannot take."""
+    kind = overrides.get("kind", variant.card.recipe.kind)
     missing = missing_component_problem(
         variant.index, plugins, conflicts=False, only_recorded=True
     )  # names what to reinstall
@@ -103,18 +180,11 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             raise ZooError(
                 f"variant '{name}' is {kind}: its trainer reads no text and takes no {', '.join(given) or '--resume'}"
             )
-    if job.from_weights:
-        base = verified_base(variant)
-        overrides.update(base=name, base_sha256=base)
-    text = None
-    if trainer.uses_corpus:
-        text = variant_text(variant, job.data)
-        # The card records what the weights were trained on: a dataset's name, or
-        # the absolute path of the file given with --data; and its sha256 either way.
-        overrides.update(data=text.name, data_sha256=text.sha256)
-    recipe = override_recipe(card.recipe, overrides)
-    check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
-    target_name = job.new_name or name
+    return trainer
+
+
+def _target_card(card: ModelCard, name: str, target_name: str, job: TrainingJob, recipe: Recipe, text) -> ModelCard:
+    """The card the run starts from, named for the variant it makes (a fine-tune says so)."""
     if job.from_weights and target_name == name:
         raise ZooError(
             f"fine-tuning '{name}' makes a new variant: give it a name of its own (zoo train NEW --from {name})"
@@ -133,31 +203,16 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
                 "tags": [*card.tags, "fine-tuned"],
             }
         )
-    registry_file, checkpoint_path = _destination(variant, target_name, job.publish, job.out, plugins)
-    state_path = training_state_path(checkpoint_path)
-    _check_resumable(job, state_path)  # checked first: nothing is written for a run that cannot start
+    return card
 
-    corpus, identity = None, None
-    if text is not None:
-        tokenizer = load_tokenizer(variant, plugins)
-        unknown = unknown_characters(text.text, tokenizer)
-        if unknown and not job.skip_unknown:
-            raise ZooError(
-                f"{text.name}: {len(unknown)} character(s) of the text are not in the vocabulary of '{name}' "
-                f"({card.tokenizer.kind}, {card.tokenizer.vocab_size} tokens): {describe_characters(unknown)}; "
-                f"pass --skip-unknown to drop them, or start from a variant whose tokenizer encodes any text (bpe)"
-            )
-        if unknown:
-            recipe = override_recipe(recipe, {"skip_unknown": True})
-            if writer and not job.quiet:
-                print(
-                    f"{target_name}: dropped {sum(unknown.values()):,} occurrences of {len(unknown)} character(s) "
-                    f"not in the vocabulary: {describe_characters(unknown)}",
-                    file=sys.stderr,
-                )
-        source = drop_characters(text.text, unknown) if unknown else text.text  # found once, above
-        corpus = Corpus.from_text(source, tokenizer, recipe.train_fraction)
-        identity = run_identity(card, recipe, text.text)
+
+def prepare_training(plan: TrainingPlan, job: TrainingJob) -> PreparedRun:
+    """Read the corpus and build the network (loaded for a fine-tune, prepared by
+    the trainer); check the destination can take the result before any step."""
+    recipe, corpus, identity = plan.recipe, None, None
+    if plan.text is not None:
+        recipe, corpus, identity = _read_corpus(plan, job)
+    variant, plugins = plan.variant, plan.plugins
     network = seeded_network(lambda: build_network(variant, plugins), recipe.seed)
     if job.from_weights:
         load_verified(
@@ -167,130 +222,196 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
             variant.card.parameters,
             card=variant.card,
         )
-    network = _prepared_network(trainer, network, replace(job, card=card, recipe=recipe))
-    if writer:  # before the first step, not when the first state or the result is saved
-        keeps_state = trainer.uses_corpus and replace(job, recipe=recipe).checkpoint_interval > 0
-        check_destination([checkpoint_path.parent, registry_file.parent], weight_bytes(network), keeps_state)
+    network = _prepared_network(plan.trainer, network, replace(job, card=plan.card, recipe=recipe))
+    if plan.writer:  # before the first step, not when the first state or the result is saved
+        keeps_state = plan.trainer.uses_corpus and replace(job, recipe=recipe).checkpoint_interval > 0
+        folders = [plan.checkpoint_path.parent, plan.registry_file.parent]
+        check_destination(folders, weight_bytes(network), keeps_state)
+    return PreparedRun(network, recipe, corpus, identity)
 
-    # One run per destination, for the whole run; in a data-parallel run the
-    # writer (rank 0) holds it for all its processes.
-    with (
-        exclusive_lock(checkpoint_path, wait=False) if writer else contextlib.nullcontext(),
-        contextlib.ExitStack() as logs,
-    ):
-        for path in (state_path, checkpoint_path) if writer else ():  # left by a run killed while writing them
-            remove_stale_temporaries(path)
-        state = None
-        if job.resume:
-            assert identity is not None, "resuming is refused above for a trainer that reads no corpus"
-            state = read_training_state(state_path, identity, network)
-        show_progress = writer and not job.quiet
-        if show_progress and state is not None:
+
+def _read_corpus(plan: TrainingPlan, job: TrainingJob) -> tuple[Recipe, Corpus, dict[str, Any]]:
+    """The training text tokenized, characters the tokenizer lacks refused or
+    (``--skip-unknown``) dropped and recorded in the recipe; and the run's identity."""
+    text, card, recipe = plan.text, plan.card, plan.recipe
+    tokenizer = load_tokenizer(plan.variant, plan.plugins)
+    unknown = unknown_characters(text.text, tokenizer)
+    if unknown and not job.skip_unknown:
+        raise ZooError(
+            f"{text.name}: {len(unknown)} character(s) of the text are not in the vocabulary of '{plan.name}' "
+            f"({card.tokenizer.kind}, {card.tokenizer.vocab_size} tokens): {describe_characters(unknown)}; "
+            f"pass --skip-unknown to drop them, or start from a variant whose tokenizer encodes any text (bpe)"
+        )
+    if unknown:
+        recipe = override_recipe(recipe, {"skip_unknown": True})
+        if plan.writer and not job.quiet:
             print(
-                f"{target_name}: resuming at step {state.step + 1} of {recipe.steps} from {state_path}", file=sys.stderr
-            )
-        elif show_progress and state_path.exists():
-            print(
-                f"{target_name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
-                f"--resume continues it instead",
+                f"{plan.target_name}: dropped {sum(unknown.values()):,} occurrences of {len(unknown)} character(s) "
+                f"not in the vocabulary: {describe_characters(unknown)}",
                 file=sys.stderr,
             )
-        run_log = None
-        if writer:  # closed when the run ends, however it ends (the logs say how)
-            run_log = logs.enter_context(
-                open_run_log(
-                    job.log_to,
-                    checkpoint_path.parent,
-                    checkpoint_path.stem,
-                    _run_description(target_name, recipe),
-                    resumed_at=state.step if state else None,
-                )
+    source = drop_characters(text.text, unknown) if unknown else text.text  # found once, above
+    corpus = Corpus.from_text(source, tokenizer, recipe.train_fraction)
+    return recipe, corpus, run_identity(card, recipe, text.text)
+
+
+def run_training(
+    plan: TrainingPlan, prepared: PreparedRun, job: TrainingJob, logs: contextlib.ExitStack
+) -> tuple[TrainingResult, Any]:
+    """Run the trainer on the prepared network (from the saved state, to resume),
+    its logs entered into ``logs``; returns the result and the run's log (the writer's)."""
+    for path in (
+        (plan.state_path, plan.checkpoint_path) if plan.writer else ()
+    ):  # left by a run killed while writing them
+        remove_stale_temporaries(path)
+    recipe, state_path = prepared.recipe, plan.state_path
+    state = _state_to_resume(plan, prepared, job)
+    run_log = None
+    if plan.writer:  # closed when the run ends, however it ends (the logs say how)
+        checkpoint_path = plan.checkpoint_path
+        run_log = logs.enter_context(
+            open_run_log(
+                job.log_to,
+                checkpoint_path.parent,
+                checkpoint_path.stem,
+                _run_description(plan.target_name, recipe),
+                resumed_at=state.step if state else None,
             )
-        progress = TrainingProgress(
-            target_name,
-            recipe.steps,
-            enabled=show_progress and trainer.uses_corpus,
-            start_step=state.step if state else 0,
-            eval_every=recipe.eval_every,
-            log_every=job.log_every,
         )
-        prepared = replace(
-            job,
-            card=card,
-            recipe=recipe,
-            corpus=corpus,
-            context_length=card.context_length,
-            progress=progress,
-            resume_from=state,
-            on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if writer else None,
-            placement=placement,
-            run_log=run_log,
+    progress = TrainingProgress(
+        plan.target_name,
+        recipe.steps,
+        enabled=plan.writer and not job.quiet and plan.trainer.uses_corpus,
+        start_step=state.step if state else 0,
+        eval_every=recipe.eval_every,
+        log_every=job.log_every,
+    )
+    identity = prepared.identity
+    trainer_job = replace(
+        job,
+        card=plan.card,
+        recipe=recipe,
+        corpus=prepared.corpus,
+        context_length=plan.card.context_length,
+        progress=progress,
+        resume_from=state,
+        on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if plan.writer else None,
+        placement=plan.placement,
+        run_log=run_log,
+    )
+    try:
+        return _run_trainer(plan, prepared.network, trainer_job), run_log
+    finally:
+        progress.close()
+
+
+def _state_to_resume(plan: TrainingPlan, prepared: PreparedRun, job: TrainingJob) -> TrainingState | None:
+    """The saved state ``job.resume`` continues from (None: a fresh start), said on stderr."""
+    state, state_path = None, plan.state_path
+    if job.resume:
+        assert prepared.identity is not None, "resuming is refused above for a trainer that reads no corpus"
+        state = read_training_state(state_path, prepared.identity, prepared.network)
+    show_progress = plan.writer and not job.quiet
+    if show_progress and state is not None:
+        print(
+            f"{plan.target_name}: resuming at step {state.step + 1} of {prepared.recipe.steps} from {state_path}",
+            file=sys.stderr,
         )
-        try:
-            result = trainer.run(network, prepared)
-        except TrainingInterrupted as stop:
-            if not writer:
-                raise
-            how = job.resume_command or "the same command with --resume (or a job with resume=True)"
+    elif show_progress and state_path.exists():
+        print(
+            f"{plan.target_name}: note: starting over; {state_path} (an interrupted run) will be overwritten; "
+            f"--resume continues it instead",
+            file=sys.stderr,
+        )
+    return state
+
+
+def _run_trainer(plan: TrainingPlan, network: torch.nn.Module, job: TrainingJob) -> TrainingResult:
+    """``plan.trainer.run``; after Ctrl-C the writer says where the state is and how to continue."""
+    target_name, state_path = plan.target_name, plan.state_path
+    try:
+        return plan.trainer.run(network, job)
+    except TrainingInterrupted as stop:
+        if not plan.writer:
+            raise
+        how = job.resume_command or "the same command with --resume (or a job with resume=True)"
+        assert job.recipe is not None, "the run's job carries its recipe"
+        print(
+            f"\n{target_name}: stopped after step {stop.step} of {job.recipe.steps}; state saved in {state_path}\n"
+            f"  continue with: {how}",
+            file=sys.stderr,
+        )
+        raise
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
+        if plan.writer and state_path.exists():
             print(
-                f"\n{target_name}: stopped after step {stop.step} of {recipe.steps}; state saved in {state_path}\n"
-                f"  continue with: {how}",
+                f"\n{target_name}: stopped; the same command with --resume continues from the state in {state_path}",
                 file=sys.stderr,
             )
-            raise
-        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the steps
-            if writer and state_path.exists():
-                print(
-                    f"\n{target_name}: stopped; the same command with --resume continues from the state in {state_path}",
-                    file=sys.stderr,
-                )
-            raise
-        finally:
-            progress.close()
-        new_card = _trained_card(card, recipe, result, network, placement)
-        tensors, new_card = _saved_weights(trainer, network, new_card)
-        new_card = new_card.model_copy(update={"components": _component_sources(new_card, plugins)})
-        if not writer:
-            return new_card, registry_file
-        if variant.tokenizer_path is not None:
-            copied, copied_sha = _place_tokenizer(variant.tokenizer_path, checkpoint_path.parent, target_name)
-            new_card = new_card.model_copy(
-                update={
-                    "tokenizer": new_card.tokenizer.model_copy(
-                        update={"file": _relative(copied, registry_file.parent), "sha256": copied_sha}
-                    )
-                }
-            )
-        new_card = new_card.model_copy(
+        raise
+
+
+def publish_training(
+    plan: TrainingPlan, prepared: PreparedRun, job: TrainingJob, result: TrainingResult, run_log: Any
+) -> tuple[ModelCard, Path]:
+    """The trained card; the writer also writes the weights, tokenizer, history and
+    card where the plan says, removes the state and ends the run's log."""
+    network, recipe, registry_file = prepared.network, prepared.recipe, plan.registry_file
+    new_card = _trained_card(plan.card, recipe, result, network, plan.placement)
+    tensors, new_card = _saved_weights(plan.trainer, network, new_card)
+    new_card = new_card.model_copy(update={"components": _component_sources(new_card, plan.plugins)})
+    if not plan.writer:
+        return new_card, registry_file
+    new_card = _card_files(plan, job, new_card)
+    history = None
+    if result.history:  # hand-set weights have no history to keep
+        history = {"variant": plan.target_name, "recipe": recipe.model_dump(), "history": result.history}
+    with exclusive_lock(registry_file):
+        new_card, checkpoint_path = _publish(
+            registry_file, plan.checkpoint_path, tensors, new_card, history, plan.state_path
+        )
+    history_path = history_of(checkpoint_path)
+    plan.state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
+    sha = new_card.checkpoint.sha256
+    assert run_log is not None, "the writer opened the run's logs"
+    run_log.log_end(
+        new_card.metrics.model_dump(exclude_none=True),
+        checkpoint=checkpoint_path,
+        sha256=sha,
+        files=[checkpoint_path, history_path, *([] if job.publish else [registry_file])],
+        documents={"card.json": json.dumps(new_card.model_dump(mode="json", exclude_none=True), indent=1) + "\n"},
+    )
+    return new_card, registry_file
+
+
+def _card_files(plan: TrainingPlan, job: TrainingJob, card: ModelCard) -> ModelCard:
+    """``card`` pointing at its files as written: the tokenizer (copied beside the
+    checkpoint), the checkpoint, and a user's --data file outside its folder."""
+    registry_file, text = plan.registry_file, plan.text
+    if plan.variant.tokenizer_path is not None:
+        copied, copied_sha = _place_tokenizer(
+            plan.variant.tokenizer_path, plan.checkpoint_path.parent, plan.target_name
+        )
+        card = card.model_copy(
             update={
-                "checkpoint": new_card.checkpoint.model_copy(
-                    update={"path": _relative(checkpoint_path, registry_file.parent)}
+                "tokenizer": card.tokenizer.model_copy(
+                    update={"file": _relative(copied, registry_file.parent), "sha256": copied_sha}
                 )
             }
         )
-        # A file named with --data (not a registered dataset): recorded by its absolute path.
-        user_file = text.path if text is not None and job.data is not None and text.name == str(text.path) else None
-        if user_file is not None and registry_file.parent.resolve() not in user_file.parents:
-            # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
-            new_card = new_card.model_copy(update={"allow_external_paths": True})
-
-        history = None
-        if result.history:  # hand-set weights have no history to keep
-            history = {"variant": target_name, "recipe": recipe.model_dump(), "history": result.history}
-        with exclusive_lock(registry_file):
-            new_card, checkpoint_path = _publish(registry_file, checkpoint_path, tensors, new_card, history, state_path)
-        history_path = history_of(checkpoint_path)
-        state_path.unlink(missing_ok=True)  # the weights are safe: nothing is left to resume
-        sha = new_card.checkpoint.sha256
-        assert run_log is not None, "the writer opened the run's logs"
-        run_log.log_end(
-            new_card.metrics.model_dump(exclude_none=True),
-            checkpoint=checkpoint_path,
-            sha256=sha,
-            files=[checkpoint_path, history_path, *([] if job.publish else [registry_file])],
-            documents={"card.json": json.dumps(new_card.model_dump(mode="json", exclude_none=True), indent=1) + "\n"},
-        )
-    return new_card, registry_file
+    card = card.model_copy(
+        update={
+            "checkpoint": card.checkpoint.model_copy(
+                update={"path": _relative(plan.checkpoint_path, registry_file.parent)}
+            )
+        }
+    )
+    # A file named with --data (not a registered dataset): recorded by its absolute path.
+    user_file = text.path if text is not None and job.data is not None and text.name == str(text.path) else None
+    if user_file is not None and registry_file.parent.resolve() not in user_file.parents:
+        # The user named this corpus (--data) and this card is theirs: it may point outside its folder.
+        card = card.model_copy(update={"allow_external_paths": True})
+    return card
 
 
 def _publish(
@@ -357,10 +478,6 @@ def recipe_overrides(job: TrainingJob) -> dict[str, Any]:
 
 def override_recipe(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """``recipe`` with ``overrides`` applied, validated as a card's recipe is."""
-    from pydantic import ValidationError
-
-    from ..catalogue.registry import describe_validation_error
-
     fields = recipe.model_dump()
     for key, value in overrides.items():
         # A table field (options) takes the entries given on top of the card's own.
@@ -392,8 +509,6 @@ def verified_base(variant: Variant) -> str:
 
 def _publishing_registry() -> Path | None:
     """The registry file `--publish` writes when one was named: the last `--registry`."""
-    from ..catalogue.layers import command_line_registries
-
     named = command_line_registries()  # only an explicit --registry redirects publishing, not ZOO_REGISTRY
     return named[-1].expanduser().resolve() if named else None
 
@@ -405,8 +520,6 @@ def _variant_to_train(name: str, job: TrainingJob, plugins) -> Variant:
     the package's variant whether the package is installed editable (FILE is
     then the installed one) or not (the installed copy in site-packages
     declares the same name, and is left alone)."""
-    from ..catalogue.registry import read_registry_file
-
     registry_file = _publishing_registry() if job.publish and not job.new_name else None
     if registry_file is not None and registry_file.is_file():
         own = next((v for v in read_registry_file(registry_file, "extra", layer="extra") if v.name == name), None)
@@ -417,9 +530,6 @@ def _variant_to_train(name: str, job: TrainingJob, plugins) -> Variant:
 
 def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
     """The registry file and checkpoint a run writes."""
-    from ..catalogue.suggestions import plugin_training_advice
-    from ..storage.locations import user_registry_path
-
     if not publish:
         out_dir = (out_dir or Path("runs") / target_name).resolve()
         return out_dir / "registry.toml", out_dir / f"{target_name}.safetensors"
@@ -510,9 +620,6 @@ def _trained_card(card: ModelCard, recipe, result, network, placement) -> ModelC
 
 def _component_sources(card: ModelCard, plugins) -> dict[str, Any]:
     """The plugins (and their versions) that built these weights, as the card records them."""
-    from ..catalogue.cards import ComponentSource
-    from ..plugin_api.sources import component_sources
-
     return {role: ComponentSource(**source) for role, source in component_sources(card, plugins).items()}
 
 

@@ -21,7 +21,9 @@ TensorBoard and MLflow alike; the files keep the bare names with a ``kind``.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
+import logging
 import math
 import queue
 import re
@@ -30,8 +32,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+import torch
 
 from ..errors import ZooError, printable
 from ..storage.files import make_folder
@@ -127,8 +132,6 @@ def _check_installed(target: LogTarget) -> None:
 
 
 def _installed(module: str) -> bool:
-    from importlib.util import find_spec
-
     try:
         return find_spec(module) is not None
     except (ImportError, ValueError):  # ValueError: a module blocked in sys.modules
@@ -385,8 +388,6 @@ def _records(buffer: list[tuple[str, int, Mapping[str, Any], float]]) -> list[di
             if hasattr(value, "detach"):
                 tensors.setdefault(value.device, []).append((record, key))
     if tensors:
-        import torch
-
         for places in tensors.values():
             values = torch.stack([record[key].detach().reshape(()).float() for record, key in places]).tolist()
             for (record, key), number in zip(places, values):
@@ -447,8 +448,6 @@ class _Csv:
     """One row per step or evaluation, the columns of both (a row leaves the other's empty)."""
 
     def __init__(self, path: Path, resumed_at: int | None):
-        import csv
-
         make_folder(path.parent)
         self.details = {"csv": str(path)}
         appending = resumed_at is not None and path.is_file() and path.stat().st_size > 0
@@ -555,8 +554,6 @@ class _MLflow:
     @staticmethod
     def experiment_id(where: str | None, folder: Path, experiment: str):
         """The client of the store ``where`` names, the id of ``experiment`` in it (made when new), and the URI."""
-        import logging
-
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 

@@ -25,19 +25,57 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from ..catalogue.cards import ModelCard, Recipe, first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import one_line, read_header, shape_report
-from .loop import BestSoFar, TrainingState
+from ..storage.tensor_files import write_safetensors
 from .optimizers import indexed_parameters
 
 STATE_KEY = "zoo.training_state"
 FORMAT = 1
+
+
+@dataclass
+class TrainingState:
+    """All that step ``step + 1`` depends on. The tensors are the live ones (not
+    copies): whoever receives a state writes it out before training goes on."""
+
+    step: int  # the last step taken
+    model: dict[str, torch.Tensor]
+    optimizer: dict  # Optimizer.state_dict()
+    sampler_rng: torch.Tensor  # the training batches' generator
+    torch_rng: torch.Tensor  # torch's global generator: dropout
+    history: list[dict]
+    update_seconds: float
+    tokens_seen: int
+    best: BestSoFar | None = None  # the best evaluation so far (keep="best", patience)
+
+
+class BestSoFar:
+    """The evaluation with the lowest validation loss so far, how many have
+    passed since, and (to keep the best) a copy of its weights."""
+
+    def __init__(self, keep_weights: bool, step: int = 0, loss: float = math.inf, evaluations_since: int = 0):
+        self.keep_weights = keep_weights
+        self.step, self.loss, self.evaluations_since = step, loss, evaluations_since
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def observe(self, step: int, loss: float, network: torch.nn.Module) -> None:
+        if loss < self.loss:
+            self.step, self.loss, self.evaluations_since = step, loss, 0
+            if self.keep_weights:
+                self.weights = {name: t.detach().clone() for name, t in network.state_dict().items()}
+        else:
+            self.evaluations_since += 1
 
 
 def training_state_path(checkpoint_path: Path) -> Path:
@@ -61,8 +99,6 @@ def run_identity(card: ModelCard, recipe: Recipe, corpus_text: str) -> dict[str,
 def write_training_state(path: Path, state: TrainingState, identity: dict[str, Any] | None) -> None:
     """Write ``state`` to ``path`` with the `run_identity` it may be continued by
     (None from a trainer that reads no corpus: `zoo train` never resumes those)."""
-    from ..storage.tensor_files import write_safetensors
-
     tensors = {f"model.{name}": tensor for name, tensor in state.model.items()}
     optimizer_tensors, optimizer_json = _flatten_optimizer(state.optimizer)
     tensors.update(optimizer_tensors)
@@ -94,9 +130,6 @@ def write_training_state(path: Path, state: TrainingState, identity: dict[str, A
 
 def read_training_state(path: Path, identity: dict[str, Any], network: torch.nn.Module) -> TrainingState:
     """The state in ``path``, checked against this run and its network."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     header = read_header(path)  # bounds-checked before safetensors maps the file
     try:
         tensors = load_file(str(path))

@@ -20,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import multiprocessing
 import sys
 import time
 import tomllib
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +34,9 @@ from torch.nn import functional as F
 from ..catalogue.cards import Recipe
 from ..catalogue.registry import Variant
 from ..corpus.batches import Corpus, windows_at
+from ..devices import Placement, model_device, resolve_device, resolve_dtype
 from ..errors import ZooError
+from ..evaluation.plots import _figure_class, _save, text_panels_png
 from ..inference.sampling import sample_tokens
 from ..inference.settings import SamplingSettings
 from ..loading.api import build_network, catalogue, load_tokenizer
@@ -41,10 +45,10 @@ from ..plugin_api.manager import get_plugins
 from ..seeding import seeded_generator
 from ..storage.checkpoints import save_checkpoint
 from ..storage.files import atomic_write_text, make_folder
-from .loop import make_optimizer
+from .loop import TrainingRun, make_optimizer, train_together
 from .progress import TrainingProgress
 from .run_log import RunDescription, open_run_log, parse_log_targets, prepare_run_logs
-from .step import training_step
+from .step import training_step  # noqa: F401 - the update every arm takes, in TrainingRun: one function
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # In a checkout the studies live in experiments/; a wheel carries a copy inside
@@ -72,7 +76,13 @@ class StudyConfig:
     sample_tokens: int = 100
 
     def recipe(self, seed: int) -> Recipe:
-        return Recipe(learning_rate=self.learning_rate, weight_decay=self.weight_decay, steps=self.steps, seed=seed)
+        return Recipe(
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            steps=self.steps,
+            seed=seed,
+            eval_every=self.eval_every,
+        )
 
 
 def load_study(name: str, path: Path = STUDIES_FILE) -> StudyConfig:
@@ -133,8 +143,6 @@ def _targets(tokens: torch.Tensor, count: int, longest: int, seed: int) -> torch
 @torch.no_grad()
 def last_token_loss(model, tokens: torch.Tensor, targets: torch.Tensor, history: int, batch: int = 128) -> float:
     """Mean loss of predicting tokens[t] from the `history` tokens before it."""
-    from ..devices import model_device
-
     device = model_device(model)
     was_training = model.training
     model.eval()
@@ -214,8 +222,6 @@ def run_study(
     Each arm of each seed is a run of its own in the logs (`open_run_log`):
     ``out/logs/ARM-seedN.log.jsonl`` always, and the logs ``log_to`` names,
     tagged with the study and the seed."""
-    from ..devices import resolve_device, resolve_dtype
-
     if jobs < 1:
         raise ZooError(f"--jobs must be at least 1, not {jobs}")
     parse_log_targets(log_to)  # a mistake in them is refused before anything trains
@@ -245,50 +251,51 @@ def run_study(
     )
     make_folder(out)
     prepare_run_logs(log_to, out / LOGS, study.name)
-    runs = []
     if jobs == 1 or len(study.seeds) == 1:
-        progress = StudyProgress(study, len(arms), enabled=show_progress)
-        try:
-            for seed in study.seeds:
-                runs.extend(
-                    _run_seed(
-                        study,
-                        arms,
-                        corpus,
-                        targets,
-                        prompt_ids,
-                        tokenizer,
-                        seed,
-                        out,
-                        plugins,
-                        progress,
-                        placement,
-                        log_to,
-                    )
-                )
-        finally:
-            progress.close()
+        runs = _run_seeds(
+            study, arms, corpus, targets, prompt_ids, tokenizer, out, plugins, placement, show_progress, log_to
+        )
     else:
         runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress, log_to)
-    contexts = sorted({arm.context for arm in arms})
-    report = {
-        "study": study.name,
-        "description": study.description,
-        "config": {
-            **{k: v for k, v in study.__dict__.items() if k != "name"},
-            "contexts": contexts,
-            "device": placement[0],
-            "dtype": placement[1],
-            "prompt_text": tokenizer.decode(prompt_ids),
-            "loss_unit": f"nats per {first.card.tokenizer.kind} token",
-        },
-        "source_sha256": source_hash(),
-        "runs": runs,
-    }
+    report = _report(study, arms, placement, tokenizer.decode(prompt_ids), runs)
     atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
     plot_losses(report, out / "loss.png")
     plot_samples(report, out / "samples.png")
     return report
+
+
+def _run_seeds(study, arms, corpus, targets, prompt_ids, tokenizer, out, plugins, placement, show_progress, log_to):
+    """Every seed's runs in this process, one seed after the other, under one progress display."""
+    runs = []
+    progress = StudyProgress(study, len(arms), enabled=show_progress)
+    try:
+        for seed in study.seeds:
+            runs.extend(
+                _run_seed(
+                    study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, progress, placement, log_to
+                )
+            )
+    finally:
+        progress.close()
+    return runs
+
+
+def _report(study: StudyConfig, arms: list[Arm], placement, prompt_text: str, runs: list[dict]) -> dict:
+    """results.json: the study, its configuration, the code's hash and every run."""
+    return {
+        "study": study.name,
+        "description": study.description,
+        "config": {
+            **{k: v for k, v in study.__dict__.items() if k != "name"},
+            "contexts": sorted({arm.context for arm in arms}),
+            "device": placement[0],
+            "dtype": placement[1],
+            "prompt_text": prompt_text,
+            "loss_unit": f"nats per {arms[0].variant.card.tokenizer.kind} token",
+        },
+        "source_sha256": source_hash(),
+        "runs": runs,
+    }
 
 
 def _run_seeds_in_processes(
@@ -297,9 +304,6 @@ def _run_seeds_in_processes(
     """One process per seed (at most ``jobs`` at a time), results in seed order.
     Each process starts fresh (spawn: no state forked from this one) and computes
     with this process's thread count, so its arithmetic is a sequential run's."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(study.seeds)), mp_context=context) as pool:
         futures = [
@@ -373,111 +377,137 @@ def _run_description(study: StudyConfig, arm: Arm, seed: int) -> RunDescription:
 
 
 def _train_seed(study, arms, corpus, targets, prompt_ids, tokenizer, seed, out, plugins, progress, placement, run_logs):
-    from ..devices import Placement
-
+    """One seed's runs of the training loop, one per arm, in lockstep from shared initial values."""
     device, dtype = torch.device(placement[0]), getattr(torch, placement[1])
     networks = []
     for arm in arms:
         torch.manual_seed(seed)
         networks.append(build_network(arm.variant, plugins))
     _share_initial_values(networks)
-    placements = [Placement(device, dtype) for _ in networks]  # one gradient scaler per network
-    for network, where in zip(networks, placements):
-        where.prepare(network)
     recipe = study.recipe(seed)
-    optimizers = [make_optimizer(network, recipe) for network in networks]
     longest = max(arm.context for arm in arms)
-    batch_generator = torch.Generator().manual_seed(seed)
-    histories = [[] for _ in arms]
-    checkpoints: list[Path | None] = [None for _ in arms]  # each arm's last milestone
-    checkpoint_sha: list[str | None] = [None for _ in arms]
-    update_seconds = [0.0 for _ in arms]
-    samples = [{} for _ in arms]
-    # Every arm's milestone samples: the same prompt, settings and seed.
-    sampling = SamplingSettings(max_new_tokens=study.sample_tokens, seed=study.sample_seed)
+    runs = []
+    for arm, network, run_log in zip(arms, networks, run_logs):
+        where = Placement(device, dtype)  # one gradient scaler per network
+        where.prepare(network)
+        runs.append(
+            TrainingRun(
+                network,
+                make_optimizer(network, recipe),
+                recipe,
+                where,
+                batches=StudyBatches(corpus.train, study.tokens_per_update, longest, arm.context, seed, device),
+                evaluate=_last_token_evaluation(network, corpus, targets, arm.context),
+                run_log=run_log,
+            )
+        )
+    milestones = Milestones(study, arms, runs, prompt_ids, tokenizer, seed, out, device)
     if progress is not None:
         progress.seed_started(seed)
-    for step in range(1, study.steps + 1):
-        starts = torch.randint(
-            len(corpus.train) - longest, (study.tokens_per_update // longest,), generator=batch_generator
-        )
-        inputs, outputs = windows_at(corpus.train, starts, longest)
-        inputs, outputs = inputs.to(device), outputs.to(device)
-        for i, (arm, network, optimizer) in enumerate(zip(arms, networks, optimizers)):
-            tick = time.perf_counter()
-            # The same tokens for every arm, cut into sequences of its own context.
-            x, y = inputs.reshape(-1, arm.context), outputs.reshape(-1, arm.context)
-            update = training_step(network, optimizer, x, y, step=step, recipe=recipe, placement=placements[i])
-            loss = update.loss
-            seconds = time.perf_counter() - tick
-            update_seconds[i] += seconds
-            run_logs[i].log_step(
-                step,
-                {
-                    "loss": loss,
-                    "learning_rate": update.learning_rate,
-                    "tokens_per_second": study.tokens_per_update / seconds if seconds else 0.0,
-                    "grad_norm": update.grad_norm,
-                },
-            )
-            if step == 1 or step % study.eval_every == 0 or step == study.steps:
-                with placements[i].autocast():
-                    losses = {
-                        split: last_token_loss(network, corpus.split(split), targets[split], arm.context)
-                        for split in targets
-                    }
-                histories[i].append({"step": step, "train_batch": loss.item(), **losses})
-                run_logs[i].log_evaluation(step, losses)
-            if step in study.milestones:
-                checkpoints[i] = out / "checkpoints" / f"{_run_stem(arm, seed)}-step{step}.safetensors"
-                checkpoint_sha[i] = save_checkpoint(
-                    checkpoints[i],
-                    network.state_dict(),
-                    {"arm": arm.label, "seed": seed, "step": step},
-                )
-                ids = torch.tensor([prompt_ids], device=device)
-                generated = sample_tokens(network, ids, sampling, seeded_generator(sampling.seed))
-                samples[i][str(step)] = tokenizer.decode(generated[0, len(prompt_ids) :].tolist())
+
+    def after_step(step: int) -> bool:
+        milestones.reached(step)
         if progress is not None:
-            progress.step(seed, step, loss.item())
-    runs = []
-    for i, (arm, network) in enumerate(zip(arms, networks)):
-        run = {
-            "arm": arm.label,
-            "seed": seed,
-            "context": arm.context,
-            "parameters": sum(p.numel() for p in network.parameters()),
-            "update_seconds": round(update_seconds[i], 2),
-            "history": histories[i],
-            "samples": samples[i],
-        }
-        if study.cross_evaluate:
-            run["cross_evaluation"] = {
-                str(context): {
-                    split: last_token_loss(network, corpus.split(split), targets[split], context) for split in targets
-                }
-                for context in sorted({a.context for a in arms})
-                if context <= arm.context
+            progress.step(seed, step, runs[-1].loss.item())
+        return False
+
+    train_together(runs, 1, after_step)
+    return [
+        _report_run(study, arms, arm, seed, run, corpus, targets, milestones, i)
+        for i, (arm, run) in enumerate(zip(arms, runs))
+    ]
+
+
+class StudyBatches:
+    """An arm's batches: each update ``tokens_per_update`` target tokens in
+    windows of the longest context, drawn by a generator seeded with the seed,
+    cut into sequences of the arm's own context. Every arm's generator draws
+    alike, so every arm sees exactly the same tokens."""
+
+    def __init__(self, tokens: torch.Tensor, tokens_per_update: int, longest: int, context: int, seed: int, device):
+        self.tokens, self.longest, self.context, self.device = tokens, longest, context, device
+        self.count = tokens_per_update // longest
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(len(self.tokens) - self.longest, (self.count,), generator=self.generator)
+        inputs, outputs = windows_at(self.tokens, starts, self.longest)
+        inputs, outputs = inputs.to(self.device), outputs.to(self.device)
+        return inputs.reshape(-1, self.context), outputs.reshape(-1, self.context)
+
+
+def _last_token_evaluation(network, corpus: Corpus, targets: dict, context: int):
+    """A study's evaluation: the same target tokens for every arm, each from the arm's context of history."""
+
+    def evaluate(step: int, last: bool) -> dict:
+        return {split: last_token_loss(network, corpus.split(split), targets[split], context) for split in targets}
+
+    return evaluate
+
+
+class Milestones:
+    """At each milestone, every arm's checkpoint and its continuation of the
+    prompt (the same prompt, sampling settings and seed for every arm)."""
+
+    def __init__(self, study, arms, runs, prompt_ids, tokenizer, seed, out, device):
+        self.study, self.arms, self.runs, self.seed, self.out = study, arms, runs, seed, out
+        self.prompt_ids, self.tokenizer, self.device = prompt_ids, tokenizer, device
+        self.sampling = SamplingSettings(max_new_tokens=study.sample_tokens, seed=study.sample_seed)
+        self.checkpoints: list[Path | None] = [None for _ in arms]  # each arm's last milestone
+        self.checkpoint_sha: list[str | None] = [None for _ in arms]
+        self.samples: list[dict] = [{} for _ in arms]
+
+    def reached(self, step: int) -> None:
+        if step not in self.study.milestones:
+            return
+        for i, (arm, run) in enumerate(zip(self.arms, self.runs)):
+            path = self.out / "checkpoints" / f"{_run_stem(arm, self.seed)}-step{step}.safetensors"
+            self.checkpoints[i] = path
+            self.checkpoint_sha[i] = save_checkpoint(
+                path, run.network.state_dict(), {"arm": arm.label, "seed": self.seed, "step": step}
+            )
+            ids = torch.tensor([self.prompt_ids], device=self.device)
+            generated = sample_tokens(run.network, ids, self.sampling, seeded_generator(self.sampling.seed))
+            self.samples[i][str(step)] = self.tokenizer.decode(generated[0, len(self.prompt_ids) :].tolist())
+
+
+def _report_run(study, arms, arm, seed, run, corpus, targets, milestones, i) -> dict:
+    """An arm's entry in results.json (cross-evaluated where the study asks), its log ended."""
+    network, history = run.network, run.result.history
+    report = {
+        "arm": arm.label,
+        "seed": seed,
+        "context": arm.context,
+        "parameters": sum(p.numel() for p in network.parameters()),
+        "update_seconds": round(run.result.update_seconds, 2),
+        "history": history,
+        "samples": milestones.samples[i],
+    }
+    if study.cross_evaluate:
+        report["cross_evaluation"] = {
+            str(context): {
+                split: last_token_loss(network, corpus.split(split), targets[split], context) for split in targets
             }
-        runs.append(run)
-        final = histories[i][-1]
-        run_logs[i].log_end(
-            {
-                "train_loss": final["train"],
-                "validation_loss": final["validation"],
-                "update_seconds": run["update_seconds"],
-            },
-            checkpoint=checkpoints[i],
-            sha256=checkpoint_sha[i],
-            files=[path for path in (checkpoints[i],) if path is not None],
-        )
-    return runs
+            for context in sorted({a.context for a in arms})
+            if context <= arm.context
+        }
+    final = history[-1]
+    checkpoint = milestones.checkpoints[i]
+    run.run_log.log_end(
+        {
+            "train_loss": final["train"],
+            "validation_loss": final["validation"],
+            "update_seconds": report["update_seconds"],
+        },
+        checkpoint=checkpoint,
+        sha256=milestones.checkpoint_sha[i],
+        files=[path for path in (checkpoint,) if path is not None],
+    )
+    return report
 
 
 def plot_losses(report: dict, path: Path) -> None:
     """Validation (and train) loss per arm: the mean over seeds, shaded between the best and worst seed."""
-    from ..evaluation.plots import _figure_class, _save
-
     Figure = _figure_class()
     figure = Figure(figsize=(11, 4.5), layout="constrained")
     figure.suptitle(f"{report['study']}: {report['description']}", fontsize=10)
@@ -499,8 +529,6 @@ def plot_losses(report: dict, path: Path) -> None:
 
 def plot_samples(report: dict, path: Path) -> None:
     """The first seed's samples at the last milestone, one panel per arm."""
-    from ..evaluation.plots import text_panels_png
-
     seed, last = report["config"]["seeds"][0], str(report["config"]["steps"])
     runs = [run for run in report["runs"] if run["seed"] == seed]
     panels = [
