@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
+from ..api import catalogue, get_variant, load, unbuildable_reason
+from ..catalogue.finding import VariantFilter, find_variants, search_variants
+from ..catalogue.provenance import provenance, provenance_lines
+from ..catalogue.registry import render_registry
+from ..catalogue.removal import remove_variant
+from ..corpus.datasets import USER
+from ..corpus.user_datasets import add_user_dataset, read_user_datasets, remove_user_dataset
 from ..errors import ZooError
+from ..plugin_api.manager import get_plugins
 from .options import format_table, listing_actions
 
 
@@ -56,8 +65,6 @@ def _described(args) -> str:
 
 
 def _print_variants(args, variants, nothing: str) -> int:
-    from ..api import unbuildable_reason
-
     rows = [{**_summary(v.facts), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k not in ("train_loss", "accuracy")} for r in rows], indent=2))
@@ -150,9 +157,6 @@ def list_arguments(commands) -> None:
 
 
 def cmd_list(args) -> int:
-    from ..api import catalogue
-    from ..catalogue.finding import VariantFilter, find_variants
-
     found = catalogue()
     _warn_catalogue_problems(found)
     everything = list(found)
@@ -179,9 +183,6 @@ def search_arguments(commands) -> None:
 
 
 def cmd_search(args) -> int:
-    from ..api import catalogue
-    from ..catalogue.finding import search_variants
-
     text = " ".join(args.text)
     return _print_variants(
         args, search_variants(catalogue(), text), f"no variant's name, description or tags hold '{text}'"
@@ -196,10 +197,6 @@ def show_arguments(commands) -> None:
 
 
 def cmd_show(args) -> int:
-    from ..api import get_variant
-    from ..catalogue.provenance import provenance, provenance_lines
-    from ..catalogue.registry import render_registry
-
     variant = get_variant(args.name)
     found = provenance(variant)
     if args.json:  # the card's fields, and beside them where it came from
@@ -225,8 +222,6 @@ def load_arguments(commands) -> None:
 
 
 def cmd_load(args) -> int:
-    from ..api import load
-
     # torch is imported first and timed apart: it costs the same for every
     # variant, and "loaded in" should say what loading this variant costs.
     started = time.perf_counter()
@@ -346,8 +341,6 @@ def datasets_arguments(commands) -> None:
 
 
 def _user_dataset_names(prefix: str, **_) -> list[str]:
-    from ..corpus.user_datasets import read_user_datasets
-
     try:
         return [name for name in read_user_datasets() if name.startswith(prefix)]
     except Exception:  # a damaged file must not break the user's shell
@@ -356,11 +349,6 @@ def _user_dataset_names(prefix: str, **_) -> list[str]:
 
 def _dataset_rows() -> list[dict]:
     """Every dataset, usable ones by name, then the user's that plugins shadow."""
-    import os
-
-    from ..corpus.datasets import USER
-    from ..plugin_api.manager import get_plugins
-
     plugins = get_plugins()
 
     def row(d, shadowed_by: list[str] | None = None) -> dict:
@@ -428,8 +416,6 @@ def cmd_datasets(args) -> int:
 
 
 def cmd_datasets_add(args) -> int:
-    from ..corpus.user_datasets import add_user_dataset
-
     dataset, text, replaced = add_user_dataset(
         args.name, args.path, args.description, args.train_fraction, replace=args.replace
     )
@@ -442,8 +428,6 @@ def cmd_datasets_add(args) -> int:
 
 
 def cmd_datasets_remove(args) -> int:
-    from ..corpus.user_datasets import remove_user_dataset
-
     removed = remove_user_dataset(args.name)
     print(f"removed dataset '{removed.name}' from your datasets; its files ({removed.path}) are untouched")
     return 0
@@ -456,8 +440,6 @@ def remove_arguments(commands) -> None:
 
 
 def cmd_remove(args) -> int:
-    from ..catalogue.removal import remove_variant
-
     deleted = remove_variant(args.name)
     print(f"removed '{args.name}' from your catalogue" + "".join(f"\n  deleted {path}" for path in deleted))
     return 0

@@ -6,8 +6,12 @@ import json
 import sys
 from pathlib import Path
 
+from ..api import get_variant, load
 from ..errors import ZooError
-from .options import device_options, format_table, load_on_threads
+from ..evaluation.plots import attention_grid_png, grid_png, text_panels_png
+from ..storage.files import atomic_write_bytes
+from ..web.svg import heatmap
+from .options import device_options, format_table, load_on_threads, sampling_settings
 
 
 def eval_arguments(commands) -> None:
@@ -48,7 +52,6 @@ def cmd_eval(args) -> int:
         raise ZooError("give --data PATH or --dataset NAME, not both")
     data = args.dataset if args.dataset is not None else args.data
     if args.record:  # refused before any scoring: a card in an installed package is never rewritten
-        from ..api import get_variant
         from ..evaluation.scoring import recordable_registry
 
         if data is not None or args.text_chars is not None:
@@ -124,7 +127,6 @@ def compare_arguments(commands) -> None:
 
 def cmd_compare(args) -> int:
     from ..evaluation.compare import compare_variants
-    from .options import sampling_settings
 
     # Checked here to name the flags (--max-new-tokens, --seed); the API names its arguments.
     sampling_settings(args)
@@ -147,8 +149,6 @@ def cmd_compare(args) -> int:
     )
     in_bits = report["unit"] == "bits per byte"
     if args.out:
-        from ..evaluation.plots import text_panels_png
-
         score = "bits_per_byte" if in_bits else "validation_loss"
         panels = [(f"{m['name']}  ({score.replace('_', ' ')} {m[score]:.4f})", m["sample"]) for m in report["models"]]
         text_panels_png(panels, f"same prompt, temperature 1, sampling seed {report['seed']}", args.out)
@@ -222,9 +222,6 @@ def attention_arguments(commands) -> None:
 
 def cmd_attention(args) -> int:
     import torch
-
-    from ..api import load
-    from ..evaluation.plots import attention_grid_png
 
     model = load(args.name, device=args.device, dtype=args.dtype)
     ids = model.encode_prompt(args.prompt)
@@ -332,7 +329,6 @@ def _check_inspect_arguments(args) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from ..api import load
     from ..inspection import ablation
 
     _check_inspect_arguments(args)
@@ -455,11 +451,6 @@ def _draw(report: dict, out: Path) -> None:
         title = f"{report['name']}: patching, fraction of the logit difference recovered"
         text, label = None, "fraction recovered"
     if out.suffix.lower() == ".png":
-        from ..evaluation.plots import grid_png
-
         grid_png(matrix, rows, columns, title, out, cell_text=text, value_label=label)
     else:
-        from ..storage.files import atomic_write_bytes
-        from ..web.svg import heatmap
-
         atomic_write_bytes(out, heatmap(matrix, rows, columns, title, cell_text=text).encode("utf-8"))

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Collection, Sequence
 
+from ..api import get_variant, load_variant
+from ..devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
+from ..inference.settings import OPTION_NAMES, SamplingSettings
+from .help import DefaultsHelpFormatter
+
 
 def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Collection[int] = frozenset()) -> str:
     from .tables import render_table
@@ -14,8 +19,6 @@ def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Co
 
 def device_options(parser: argparse.ArgumentParser, what: str, training: bool = False, threads: bool = False) -> None:
     """--device and --dtype; with ``threads``, --threads too (commands that run a loaded model)."""
-    from ..devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
-
     parser.add_argument(
         "--device",
         type=device_argument,
@@ -47,7 +50,6 @@ def load_on_threads(args):
     """``args.name`` loaded for `zoo sample` and `zoo eval` (``--device``,
     ``--dtype``), torch's threads set from ``--threads`` or the model's size
     before loading, since loading is torch work too."""
-    from ..api import get_variant, load_variant
     from ..inference.threads import (
         check_threads,
         use_threads,
@@ -66,8 +68,6 @@ def sampling_settings(args, **overrides):
     """The ``SamplingSettings`` of a command that samples: every setting it has a
     flag for, by the flag's name (``--top-p`` is ``top_p``), errors naming the
     flags; ``overrides`` for values the command reads differently."""
-    from ..inference.settings import OPTION_NAMES, SamplingSettings
-
     given = {name: getattr(args, name) for name in OPTION_NAMES if hasattr(args, name)}
     return SamplingSettings(**{**given, **overrides}, flags=True)
 
@@ -76,8 +76,6 @@ def listing_actions(parser: argparse.ArgumentParser, dest: str, help: str):
     """Give ``parser`` actions (``zoo datasets add``, ``zoo remote remove``...) for a
     command whose bare form lists, ``--json`` included; returns the function that
     adds one action. Its ``list`` takes ``--json`` too, before or after the word."""
-    from .help import DefaultsHelpFormatter
-
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     actions = parser.add_subparsers(dest=dest, metavar="ACTION", help=help)
 
