@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from ..api import load
 from ..errors import ZooError
 
 
@@ -31,8 +32,6 @@ class ModelCache:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self._models:
-                from ..api import load
-
                 self._models[name] = load(name, self._plugins)
             return self._models[name]
 

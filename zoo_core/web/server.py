@@ -33,9 +33,12 @@ from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..api import catalogue, has_published_weights
 from ..errors import ZooError
+from ..sharing.index import build_index
 from .completions import Completions
-from .connections import ConnectionLimits
+from .connections import ConnectionLimits, descriptor_shortage, protocol_for
+from .exhaustion_log import log_exhaustion_once_per
 from .generation import ModelCache
 from .metrics import MetricsMiddleware, ServerMetrics
 from .security import Security, bind_notice, check_bind
@@ -94,8 +97,6 @@ def create_app(
     """The ASGI app; ``site`` is a folder written by `zoo gallery` (optional)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    from ..api import catalogue
-
     cache = cache or ModelCache()
     metrics = metrics or ServerMetrics()
     variants = {v.name: v for v in catalogue()}
@@ -153,8 +154,6 @@ def create_app(
         # that nobody pulls from should not pay.
         with shared_lock:
             if not shared:
-                from ..sharing.index import build_index
-
                 shared["index"], shared["archives"] = build_index(warn=True)
             return shared["index"], shared["archives"]
 
@@ -217,8 +216,6 @@ def create_app(
 
 
 def _has_weights(variant) -> bool:
-    from ..api import has_published_weights
-
     return has_published_weights(variant)
 
 
@@ -231,9 +228,6 @@ def serve(
     connections: ConnectionLimits = ConnectionLimits(),
 ) -> None:
     import uvicorn
-
-    from .connections import descriptor_shortage, protocol_for
-    from .exhaustion_log import log_exhaustion_once_per
 
     check_bind(host, security.api_key)
     if site is not None and not (site / "index.html").is_file():
