@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import ZooError
-from .files import describe_os_error
+from .files import _lock, _unlock, describe_os_error
 from .locations import cache_dir
 
 
@@ -48,8 +48,6 @@ def _remove_unheld_locks(folder: Path) -> list[Path]:
     is running). A process may open a lock between the test and the unlink;
     then it locks a file no one else will open, which only costs exclusion
     for that one write, as with a lock folder wiped by hand."""
-    from .files import _lock, _unlock
-
     removed = []
     for path in _files(folder):
         try:
