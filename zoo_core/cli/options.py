@@ -6,7 +6,7 @@ import argparse
 from typing import Collection, Sequence
 
 from ..api import get_variant, load_variant
-from ..devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
+from ..device_names import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
 from ..inference.settings import OPTION_NAMES, SamplingSettings
 from .help import DefaultsHelpFormatter
 
