@@ -30,7 +30,8 @@ from typing import Generator, Iterator, Sequence
 import torch
 
 from ..errors import ZooError
-from ..seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
+from ..seed_range import LARGEST_SEED, SMALLEST_SEED
+from ..seeding import seeded_generator
 from .carried import feed, is_unbounded
 from .settings import SamplingSettings, resolve_settings
 
