@@ -16,6 +16,7 @@ from ..corpus.datasets import USER
 from ..corpus.user_datasets import add_user_dataset, read_user_datasets, remove_user_dataset
 from ..errors import ZooError
 from ..plugin_api.manager import get_plugins
+from ..sharing.remotes import get_remote
 from .options import format_table, listing_actions
 
 
@@ -162,7 +163,6 @@ def cmd_list(args) -> int:
     everything = list(found)
     if args.remote:  # the network, and pydantic for its cards, only when asked for
         from ..sharing.pull import offered_variants
-        from ..sharing.remotes import get_remote
 
         everything += offered_variants(get_remote(args.remote))
     criteria = VariantFilter(args.pattern, args.tag or [], args.architecture, args.tokenizer, args.dataset)

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..api import get_variant, load
 from ..errors import ZooError
 from ..evaluation.plots import attention_grid_png, grid_png, text_panels_png
+from ..inspection.roles import format_role_report, task_ablation, verify_roles
 from ..storage.files import atomic_write_bytes
 from ..web.svg import heatmap
 from .options import device_options, format_table, load_on_threads, sampling_settings
@@ -346,8 +347,6 @@ def cmd_inspect(args) -> int:
 
         report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
     if args.ablate:
-        from ..inspection.roles import task_ablation
-
         answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
         if answers is not None:
             if args.ablation != "zero":
@@ -357,8 +356,6 @@ def cmd_inspect(args) -> int:
             groups = groups if groups is not None else ablation.every_head(model)
             report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
     if args.verify_roles:
-        from ..inspection.roles import verify_roles
-
         report["roles"] = verify_roles(model)
     if args.out is not None:
         _draw(report, args.out)
@@ -376,8 +373,6 @@ def cmd_inspect(args) -> int:
         if view in report:
             show(report[view])
     if "roles" in report:
-        from ..inspection.roles import format_role_report
-
         print("\n".join(format_role_report(report["roles"], model.name)))
     if args.out is not None:
         print(f"written to {args.out}")
