@@ -7,6 +7,9 @@ the commands that need them, so `zoo list` stays fast.
 Each command family is a module of this package (``COMMANDS`` names it), with
 each command's arguments (``NAME_arguments``) beside its handler (``cmd_NAME``);
 a family is imported only when one of its commands runs, or help lists them all.
+Since help and shell completion import every family, this package is the
+cold-start front: a family imports at its top only what is free of torch and
+pydantic, and a handler imports the heavy part it runs (tests/test_import_budget.py).
 """
 
 from __future__ import annotations
