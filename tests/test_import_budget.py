@@ -43,6 +43,7 @@ HOISTED = {
     "zoo_core/storage/checkpoints.py": {"pydantic", "zoo_core.catalogue.cards"},
     # The catalogue's writers are on the front's import path; tomlkit costs `zoo list` 40 ms.
     "zoo_core/storage/toml_text.py": {"tomlkit"},
+    "zoo_core/storage/locations.py": {"sysconfig"},  # locations is on `zoo list`'s path, sysconfig is not
     "zoo_core/storage/*.py": set(),
     "zoo_core/devices.py": set(),
     "zoo_core/device_names.py": set(),

@@ -7,7 +7,6 @@ from typing import Collection, Sequence
 
 from ..api import get_variant, load_variant
 from ..device_names import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
-from ..inference.settings import OPTION_NAMES, SamplingSettings
 from .help import DefaultsHelpFormatter
 
 
@@ -68,6 +67,8 @@ def sampling_settings(args, **overrides):
     """The ``SamplingSettings`` of a command that samples: every setting it has a
     flag for, by the flag's name (``--top-p`` is ``top_p``), errors naming the
     flags; ``overrides`` for values the command reads differently."""
+    from ..inference.settings import OPTION_NAMES, SamplingSettings  # not on `zoo list`'s path
+
     given = {name: getattr(args, name) for name in OPTION_NAMES if hasattr(args, name)}
     return SamplingSettings(**{**given, **overrides}, flags=True)
 

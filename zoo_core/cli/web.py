@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 
 from ..errors import ZooError
-from ..web.connections import ConnectionLimits
-from ..web.security import Security, check_bind
 
 
 def gallery_arguments(commands) -> None:
@@ -120,6 +118,8 @@ def serve_arguments(commands) -> None:
 
 
 def cmd_serve(args) -> int:
+    from ..web.connections import ConnectionLimits
+    from ..web.security import Security, check_bind
     from ..web.server import Limits, serve
 
     if not 0 <= args.port <= 65535:  # before the gallery is written, not after

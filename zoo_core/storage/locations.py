@@ -13,7 +13,6 @@ caches follow on Linux.
 from __future__ import annotations
 
 import os
-import sysconfig
 from pathlib import Path
 
 
@@ -45,6 +44,8 @@ def cache_dir() -> Path:
 def inside_installed_package(path: Path) -> bool:
     """Whether ``path`` lies in the interpreter's site-packages: a file there
     belongs to pip, and the zoo never rewrites it (an upgrade would replace it)."""
+    import sysconfig  # not on `zoo list`'s path
+
     installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
     path = Path(path).resolve()
     return any(folder == path or folder in path.parents for folder in installed)
