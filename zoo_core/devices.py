@@ -15,31 +15,17 @@ only then moved.
 from __future__ import annotations
 
 import contextlib
-import re
 
+import torch
+
+from .device_names import DEVICE_CHOICES, DEVICE_PATTERN, DTYPE_CHOICES
 from .errors import ZooError
-
-DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
-DTYPE_CHOICES = ("float32", "bfloat16", "float16")
-_DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-
-
-def device_argument(text: str) -> str:
-    """argparse ``type=`` for ``--device``: the spelling only (no torch import;
-    whether the machine has the device is checked when the command runs)."""
-    import argparse
-
-    if not _DEVICE_PATTERN.match(text):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a device; use {DEVICE_CHOICES}")
-    return text
 
 
 def resolve_device(spec: str | None = "auto"):
     """The ``torch.device`` for ``spec``; a ZooError if this machine lacks it."""
-    import torch
-
     spec = spec or "auto"
-    if not _DEVICE_PATTERN.match(spec):
+    if not DEVICE_PATTERN.match(spec):
         raise ZooError(f"'{spec}' is not a device; use {DEVICE_CHOICES}")
     if spec == "auto":
         if torch.cuda.is_available():
@@ -61,16 +47,12 @@ def resolve_device(spec: str | None = "auto"):
 
 
 def _mps_available() -> bool:
-    import torch
-
     backend = getattr(torch.backends, "mps", None)
     return bool(backend and backend.is_available())
 
 
 def resolve_dtype(name: str | None, device=None):
     """The ``torch.dtype`` called ``name`` (default float32), refused where ``device`` cannot compute in it."""
-    import torch
-
     name = name or "float32"
     if name not in DTYPE_CHOICES:
         raise ZooError(f"'{name}' is not a dtype; use {', '.join(DTYPE_CHOICES)}")
@@ -84,8 +66,6 @@ def resolve_dtype(name: str | None, device=None):
 
 def describe_device(device) -> str:
     """What a card records: the device type, and the GPU's model where there is one."""
-    import torch
-
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     return device.type
@@ -97,8 +77,6 @@ def dtype_name(dtype) -> str:
 
 def autocast(device, dtype):
     """Mixed precision for a training forward pass; nothing at all for float32."""
-    import torch
-
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
@@ -106,8 +84,6 @@ def autocast(device, dtype):
 
 def gradient_scaler(device, dtype):
     """float16 gradients underflow without loss scaling; the scaler is a no-op otherwise."""
-    import torch
-
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
@@ -125,8 +101,6 @@ def place(network, device, dtype=None):
 
 def model_device(network):
     """The device a network's parameters (or, lacking any, buffers) live on."""
-    import torch
-
     for tensor in network.parameters():
         return tensor.device
     for tensor in network.buffers():
@@ -144,8 +118,6 @@ class Placement:
     rank = 0
 
     def __init__(self, device=None, dtype=None):
-        import torch
-
         self.device = device if device is not None else torch.device("cpu")
         self.dtype = dtype if dtype is not None else torch.float32
         self.scaler = gradient_scaler(self.device, self.dtype)
@@ -171,8 +143,6 @@ class Placement:
     def step(self, optimizer, parameters, grad_clip: float | None):
         """Take the optimizer step; return the gradients' total norm before clipping
         (a tensor: logged, never read here)."""
-        import torch
-
         self.scaler.unscale_(optimizer)  # measure and clip the true gradients, not the scaled ones
         if grad_clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(parameters, grad_clip)

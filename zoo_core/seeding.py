@@ -12,31 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import TYPE_CHECKING
 
-from .errors import ZooError
+import torch
 
-# torch is imported inside the functions that draw: checking a seed (the CLI,
-# SamplingSettings) happens before anything pays for importing torch.
-if TYPE_CHECKING:
-    import torch
+# Checking a seed needs no torch: the CLI and SamplingSettings import seed_range alone.
+from .seed_range import SMALLEST_SEED, check_seed
 
-SMALLEST_SEED, LARGEST_SEED = -(2**63), 2**64 - 1
 _WORDS = 624  # the Mersenne Twister's state, 32-bit words
 _STATE_OFFSET = 24  # torch's CPU generator state: seed, left, seeded, next, then the words as uint64
 
 
-def check_seed(seed, what: str = "--seed") -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ZooError(f"{what} must be a whole number, not {seed!r}")
-    if not SMALLEST_SEED <= seed <= LARGEST_SEED:
-        raise ZooError(f"{what} must be from -2**63 to 2**64-1 (a 64-bit seed), not {seed}")
-    return seed
-
-
 def _state_for(seed: int) -> torch.Tensor:
-    import torch
-
     template = bytearray(torch.Generator().manual_seed(0).get_state().numpy().tobytes())
     offset = seed - SMALLEST_SEED  # 0 .. 2**64 + 2**63: fits in three words, one-to-one
     words = [offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF, offset >> 64]
@@ -58,8 +44,6 @@ def _state_for(seed: int) -> torch.Tensor:
 
 def seeded_generator(seed: int, what: str = "--seed") -> torch.Generator:
     """A CPU generator for ``seed`` (see the module's docstring)."""
-    import torch
-
     generator = torch.Generator()
     seed_generator(generator, seed, what)
     return generator
@@ -75,8 +59,6 @@ def seed_generator(generator: torch.Generator, seed: int, what: str = "--seed") 
 
 def seed_global(seed: int, what: str = "seed") -> None:
     """torch's global generator (initial weights, dropout), seeded as above."""
-    import torch
-
     check_seed(seed, what)
     if 0 <= seed < 2**32:
         torch.manual_seed(seed)

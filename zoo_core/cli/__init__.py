@@ -7,6 +7,9 @@ the commands that need them, so `zoo list` stays fast.
 Each command family is a module of this package (``COMMANDS`` names it), with
 each command's arguments (``NAME_arguments``) beside its handler (``cmd_NAME``);
 a family is imported only when one of its commands runs, or help lists them all.
+Since help and shell completion import every family, this package is the
+cold-start front: a family imports at its top only what is free of torch and
+pydantic, and a handler imports the heavy part it runs (tests/test_import_budget.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import os
 import sys
 from pathlib import Path
 
+from ..catalogue.layers import set_command_line_registries
+from ..catalogue.limits import parse_size
 from ..errors import ZooError
+from ..storage.files import describe_os_error
 from .help import DefaultsHelpFormatter, finish_help, unknown_command_message
 
 
@@ -48,14 +54,14 @@ COMMANDS = {
     "inspect": "evaluation",
     "gallery": "web",
     "serve": "web",
-    "verify": "catalogue",
+    "verify": "maintenance",
     "plugins": "plugins",
     "new-plugin": "plugins",
-    "datasets": "catalogue",
-    "remove": "catalogue",
+    "datasets": "maintenance",
+    "remove": "maintenance",
     "cache": "caching",
     "train-tokenizer": "training",
-    "card-schema": "catalogue",
+    "card-schema": "maintenance",
     "check-plugin": "plugins",
     "completion": "shell",
     "export": "interop",
@@ -150,10 +156,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _apply_limits(args) -> dict[str, str | None]:
     """Hand --max-parameters / --max-memory on the way the environment variables
     are (zoo_core.catalogue.limits reads them); returns what to restore afterwards."""
-    import os
-
-    from ..catalogue.limits import parse_size
-
     before = {}
     for option, variable in (("max_parameters", "ZOO_MAX_PARAMETERS"), ("max_memory", "ZOO_MAX_MEMORY")):
         value = getattr(args, option, None)
@@ -165,8 +167,6 @@ def _apply_limits(args) -> dict[str, str | None]:
 
 
 def _restore_environment(before: dict[str, str | None]) -> None:
-    import os
-
     for variable, value in before.items():
         if value is None:
             os.environ.pop(variable, None)
@@ -212,8 +212,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
 
-    from ..catalogue.layers import set_command_line_registries
-
     set_command_line_registries([*args.registry, *args.sub_registry], args.only_registry)
 
     changed: dict[str, str | None] = {}
@@ -235,7 +233,6 @@ def main(argv: list[str] | None = None) -> int:
         # permission, a vanished file) is still one line, never a traceback.
         if args.debug:
             raise
-        from ..storage.files import describe_os_error
 
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"zoo: error: {where}{describe_os_error(exc)}", file=sys.stderr)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from ..storage.cache_folder import CACHE_PARTS, clear_cache
+from ..storage.locations import cache_dir
+
 
 def cache_arguments(commands) -> None:
-    from ..storage.cache_folder import CACHE_PARTS
-
     kept = ", ".join(part.folder for part in CACHE_PARTS if part.only_with_all)
     p = commands.add_parser(
         "cache",
@@ -20,9 +21,6 @@ def cache_arguments(commands) -> None:
 
 
 def cmd_cache(args) -> int:
-    from ..storage.cache_folder import clear_cache
-    from ..storage.locations import cache_dir
-
     cleared = clear_cache(everything=args.all)
     print(f"cleared {cache_dir()}:")
     for part, files, size in cleared:

@@ -7,8 +7,13 @@ import sys
 from pathlib import Path
 
 from ..errors import ZooError
+from ..evaluation.plots import attention_grid_png, grid_png, text_panels_png
+from ..inspection.roles import format_role_report, task_ablation, verify_roles
+from ..loading.api import load
 from ..plugin_api.protocols import SelfEvaluating, implements
-from .options import device_options, format_table, load_on_threads
+from ..storage.files import atomic_write_bytes
+from ..web.svg import heatmap
+from .options import device_options, format_table, load_on_threads, sampling_settings
 
 
 def eval_arguments(commands) -> None:
@@ -119,7 +124,6 @@ def compare_arguments(commands) -> None:
 
 def cmd_compare(args) -> int:
     from ..evaluation.compare import compare_variants
-    from .options import sampling_settings
 
     # Checked here to name the flags (--max-new-tokens, --seed); the API names its arguments.
     sampling_settings(args)
@@ -139,8 +143,6 @@ def cmd_compare(args) -> int:
     )
     in_bits = report["unit"] == "bits per byte"
     if args.out:
-        from ..evaluation.plots import text_panels_png
-
         score = "bits_per_byte" if in_bits else "validation_loss"
         panels = [(f"{m['name']}  ({score.replace('_', ' ')} {m[score]:.4f})", m["sample"]) for m in report["models"]]
         text_panels_png(panels, f"same prompt, temperature 1, sampling seed {report['seed']}", args.out)
@@ -222,9 +224,6 @@ def attention_arguments(commands) -> None:
 
 def cmd_attention(args) -> int:
     import torch
-
-    from ..evaluation.plots import attention_grid_png
-    from ..loading.api import load
 
     model = load(args.name, device=args.device, dtype=args.dtype)
     ids = model.encode_prompt(args.prompt)
@@ -350,8 +349,6 @@ def cmd_inspect(args) -> int:
 
         report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
     if args.ablate:
-        from ..inspection.roles import task_ablation
-
         answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
         if answers is not None:
             if args.ablation != "zero":
@@ -361,8 +358,6 @@ def cmd_inspect(args) -> int:
             groups = groups if groups is not None else ablation.every_head(model)
             report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
     if args.verify_roles:
-        from ..inspection.roles import verify_roles
-
         report["roles"] = verify_roles(model)
     if args.out is not None:
         _draw(report, args.out)
@@ -380,8 +375,6 @@ def cmd_inspect(args) -> int:
         if view in report:
             show(report[view])
     if "roles" in report:
-        from ..inspection.roles import format_role_report
-
         print("\n".join(format_role_report(report["roles"], model.name)))
     if args.out is not None:
         print(f"written to {args.out}")
@@ -455,11 +448,6 @@ def _draw(report: dict, out: Path) -> None:
         title = f"{report['name']}: patching, fraction of the logit difference recovered"
         text, label = None, "fraction recovered"
     if out.suffix.lower() == ".png":
-        from ..evaluation.plots import grid_png
-
         grid_png(matrix, rows, columns, title, out, cell_text=text, value_label=label)
     else:
-        from ..storage.files import atomic_write_bytes
-        from ..web.svg import heatmap
-
         atomic_write_bytes(out, heatmap(matrix, rows, columns, title, cell_text=text).encode("utf-8"))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import ZooError
+from ..loading.api import load
+from ..storage.files import make_folder
 
 
 def export_arguments(commands) -> None:
@@ -24,8 +29,6 @@ def export_arguments(commands) -> None:
 
 
 def cmd_export(args) -> int:
-    from ..loading.api import load
-
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
     if args.format == "hf":
         from ..interop.hf import export_hf as export
@@ -52,11 +55,6 @@ def _written_whole(out: Path, write):
     """``write(folder)`` into a fresh folder beside ``out``, moved into ``out`` only
     once it returned (the exporters check what they wrote against the zoo last):
     a failed or interrupted export leaves ``out`` as it was, with no partial files."""
-    import shutil
-    import tempfile
-
-    from ..storage.files import make_folder
-
     out = out.expanduser().absolute()
     if out.exists() and not out.is_dir():
         raise ZooError(f"{out}: --out names a file; give a folder")
@@ -107,7 +105,6 @@ def cmd_import(args) -> int:
         from ..interop.hf import import_hf
 
         card, registry = import_hf(args.path, args.name, args.tokenizer, args.license)
-    import os
 
     source = os.fsencode(args.path).decode("utf-8", "backslashreplace")  # a name need not be UTF-8; the terminal is
     print(f"{card.name}: {card.parameters:,} parameters from {source} -> {registry.parent / card.checkpoint.path}")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Collection, Sequence
 
+from ..device_names import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
+from ..loading.api import get_variant, load_variant
+from .help import DefaultsHelpFormatter
+
 
 def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Collection[int] = frozenset()) -> str:
     from .tables import render_table
@@ -14,8 +18,6 @@ def format_table(headers: list[str], rows: Sequence[Sequence[object]], right: Co
 
 def device_options(parser: argparse.ArgumentParser, what: str, training: bool = False, threads: bool = False) -> None:
     """--device and --dtype; with ``threads``, --threads too (commands that run a loaded model)."""
-    from ..devices import DEVICE_CHOICES, DTYPE_CHOICES, device_argument
-
     parser.add_argument(
         "--device",
         type=device_argument,
@@ -52,7 +54,6 @@ def load_on_threads(args):
         use_threads,
         use_threads_before_loading,
     )
-    from ..loading.api import get_variant, load_variant
 
     check_threads(args.threads)  # before paying for the catalogue and the checkpoint
     variant = get_variant(args.name)
@@ -66,7 +67,7 @@ def sampling_settings(args, **overrides):
     """The ``SamplingSettings`` of a command that samples: every setting it has a
     flag for, by the flag's name (``--top-p`` is ``top_p``), errors naming the
     flags; ``overrides`` for values the command reads differently."""
-    from ..inference.settings import OPTION_NAMES, SamplingSettings
+    from ..inference.settings import OPTION_NAMES, SamplingSettings  # not on `zoo list`'s path
 
     given = {name: getattr(args, name) for name in OPTION_NAMES if hasattr(args, name)}
     return SamplingSettings(**{**given, **overrides}, flags=True)
@@ -76,8 +77,6 @@ def listing_actions(parser: argparse.ArgumentParser, dest: str, help: str):
     """Give ``parser`` actions (``zoo datasets add``, ``zoo remote remove``...) for a
     command whose bare form lists, ``--json`` included; returns the function that
     adds one action. Its ``list`` takes ``--json`` too, before or after the word."""
-    from .help import DefaultsHelpFormatter
-
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     actions = parser.add_subparsers(dest=dest, metavar="ACTION", help=help)
 

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from ..errors import ZooError
+from ..loading.api import catalogue
+from ..plugin_api.manager import get_plugins
 
 
 def _plugin_problems_status(plugins) -> int:
@@ -28,9 +30,6 @@ def plugins_arguments(commands) -> None:
 
 
 def cmd_plugins(args) -> int:
-    from ..loading.api import catalogue
-    from ..plugin_api.manager import get_plugins
-
     plugins = get_plugins()
     try:
         catalogue(plugins)  # reports third-party registry errors against their plugin

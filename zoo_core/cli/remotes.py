@@ -6,10 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..sharing import remotes
+from .options import format_table, listing_actions
+
 
 def remote_arguments(commands) -> None:
-    from .options import listing_actions
-
     p = commands.add_parser(
         "remote",
         help="add, list or remove the remote catalogues `zoo pull` reads; publish one into a folder",
@@ -30,8 +31,6 @@ def remote_arguments(commands) -> None:
 
 
 def cmd_remote(args) -> int:
-    from ..sharing import remotes
-
     if args.remote_action == "add":
         remote = remotes.add_remote(args.name, args.url)
         print(f"added remote '{remote.name}' ({remote.url}); `zoo list --remote {remote.name}` shows what it offers")
@@ -52,8 +51,6 @@ def cmd_remote(args) -> int:
         elif not found:
             print("no remotes; add one with `zoo remote add NAME URL`", file=sys.stderr)
         else:
-            from .options import format_table
-
             print(format_table(["name", "url"], [[r.name, r.url] for r in found]))
     return 0
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 from ..errors import ZooError
+from ..inference.prompts import read_prompt
+from ..inference.settings import OPTION_NAMES  # no torch
 from ..plugin_api.protocols import TaskModel, implements
-from .options import device_options, load_on_threads
+from .options import device_options, load_on_threads, sampling_settings
 
 # Options of `zoo sample` that only language models use: these, and a flag per
 # sampling setting (named by SamplingSettings). Task models (the puzzle) answer
@@ -19,14 +22,10 @@ _DISPLAY_OPTIONS = ("greedy", "stream")
 
 def _unescape(text: str) -> str:
     r"""``\n`` and ``\t`` typed in a shell argument mean a newline and a tab (``\\``: a backslash)."""
-    import re
-
     return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
 
 
 def sample_arguments(commands) -> None:
-    from ..inference.settings import OPTION_NAMES  # no torch
-
     p = commands.add_parser(
         "sample",
         help="continue a prompt (task models such as the puzzle answer it)",
@@ -86,9 +85,6 @@ def sample_arguments(commands) -> None:
 
 
 def cmd_sample(args) -> int:
-    from ..inference.prompts import read_prompt
-    from .options import sampling_settings
-
     if args.greedy:
         args.temperature = 0.0
     # Check what the user typed before paying for torch and the checkpoint.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..storage.locations import zoo_home
+
 
 def pack_arguments(commands) -> None:
     p = commands.add_parser("pack", help="write a variant as one .zoo archive another machine can install")
@@ -35,7 +37,6 @@ def install_arguments(commands) -> None:
 
 def cmd_install(args) -> int:
     from ..sharing.archives import install_archive
-    from ..storage.locations import zoo_home
 
     origin = None
     if args.archive.partition("://")[0] in ("http", "https", "file"):

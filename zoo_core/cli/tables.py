@@ -12,6 +12,8 @@ import io
 import sys
 from typing import Collection, Sequence
 
+from .text import plain
+
 _NO_WRAP_WIDTH = 10_000
 
 
@@ -20,8 +22,6 @@ def render_table(headers: list[str], rows: Sequence[Sequence[object]], right: Co
     from rich import box
     from rich.console import Console
     from rich.table import Table
-
-    from .text import plain
 
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     for index, header in enumerate(headers):

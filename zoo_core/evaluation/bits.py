@@ -27,6 +27,7 @@ import math
 import torch
 from torch.nn import functional as F
 
+from ..corpus.batches import split_text
 from ..errors import ZooError
 from ..inference.carried import carried_nll, context_description, is_unbounded
 
@@ -103,8 +104,6 @@ def bits_per_byte(model, text: str, before: str, progress=None) -> dict:
 
 def validation_text(text: str, train_fraction: float, characters: int | None = None) -> tuple[str, str]:
     """The validation split of ``text`` (or its first ``characters``) and the text before it."""
-    from ..corpus.batches import split_text
-
     train, validation = split_text(text, train_fraction)
     if characters is not None:
         if characters < 1:

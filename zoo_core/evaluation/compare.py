@@ -29,6 +29,7 @@ from ..loading.api import load
 from ..loading.texts import variant_text
 from ..plugin_api.protocols import TaskModel, implements
 from ..seeding import seeded_generator
+from .bits import METHOD, bits_per_byte, validation_text
 
 
 def _shared_tokenizer(models) -> str | None:
@@ -169,8 +170,6 @@ def compare_variants(
 def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) -> dict:
     """Every model scores the same validation text (its first ``text_chars``
     characters, or all of it) in bits per byte with its own tokenizer."""
-    from .bits import METHOD, bits_per_byte, validation_text
-
     first = models[0]
     source = shared_text(models, data)  # never silently the first one's text: theirs differ, or it is named
     text, before = validation_text(source.text, first.card.recipe.train_fraction, text_chars)

@@ -6,10 +6,13 @@ that draw need it. No pyplot: no GUI backend and no global state.
 
 from __future__ import annotations
 
+import io
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ZooError
+from ..storage.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -25,10 +28,6 @@ def _figure_class():
 
 def _save(figure, path: Path) -> None:
     """Rendered in memory, then written atomically: a full disk leaves no half PNG."""
-    import io
-
-    from ..storage.files import atomic_write_bytes
-
     buffer = io.BytesIO()
     figure.savefig(buffer, dpi=120, format=Path(path).suffix.lstrip(".").lower() or "png")
     atomic_write_bytes(Path(path), buffer.getvalue())
@@ -80,8 +79,6 @@ def attention_grid_png(
 
 def text_panels_png(panels: Sequence[tuple[str, str]], title: str, path: Path, width: int = 60) -> None:
     """Write texts side by side, one titled panel each (samples from several models)."""
-    import textwrap
-
     Figure = _figure_class()
     # Undertrained models emit control bytes; a font has no glyph for them.
     printable = ["".join(c if c == "\n" or c.isprintable() else "·" for c in text) for _, text in panels]

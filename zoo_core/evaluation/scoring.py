@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..catalogue.registry import upsert_registry_entry
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..errors import ZooError
 from ..inference.carried import carried_nll, is_unbounded
 from ..loading.texts import variant_text
 from ..plugin_api.protocols import BOUNDED, UNBOUNDED
+from ..storage.files import exclusive_lock
+from ..storage.locations import inside_installed_package
+from .bits import bits_per_byte, validation_text
 
 
 def evaluate_language_model(
@@ -24,8 +28,6 @@ def evaluate_language_model(
     bits per byte and per character of the validation text (all of it, or its
     first ``text_chars`` characters), which compare across tokenizers.
     ``progress`` (a training.progress.WorkProgress) is told of each stage."""
-    from .bits import bits_per_byte, validation_text
-
     if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
         raise ZooError(f"--windows must be at least 1, not {windows}")
     card = model.card
@@ -90,8 +92,6 @@ def recordable_registry(variant) -> Path:
     refused before any scoring, saying how to record on a copy of one's own: pip
     owns those files, and declaring the name again in the user's catalogue
     would be refused as declared twice."""
-    from ..storage.locations import inside_installed_package
-
     if variant.layer == "plugin" or inside_installed_package(variant.source):
         name = variant.name
         raise ZooError(
@@ -107,9 +107,6 @@ def record_bits_per_byte(model, report: dict) -> Path:
     card in its own registry file (``recordable_registry``). The checkpoint is
     not rewritten: these metrics are left out when its header's card is
     compared with the registry's."""
-    from ..catalogue.registry import upsert_registry_entry
-    from ..storage.files import exclusive_lock
-
     registry = recordable_registry(model.variant)
     card = model.card.model_copy(deep=True)
     card.metrics.validation_bits_per_byte = round(report["validation_bits_per_byte"], 4)

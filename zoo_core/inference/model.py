@@ -8,8 +8,9 @@ from typing import Any, ContextManager, Iterator, Mapping, Sequence
 import torch
 
 from ..catalogue.registry import Variant
-from ..devices import model_device
+from ..devices import model_device, place, resolve_device, resolve_dtype
 from ..errors import ZooError
+from ..plugin_api.hook_points import hook_point_names, hooks, run_with_cache
 from ..storage.checkpoints import Verification
 from .sampling import Sample, SampleStream, sample_seeds, stream_text
 from .settings import SamplingSettings, resolve_settings
@@ -109,8 +110,6 @@ class ZooModel:
 
     def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "ZooModel":
         """Move (and cast) the network, e.g. ``model.to("cuda", "bfloat16")``; returns the model."""
-        from ..devices import place, resolve_device, resolve_dtype
-
         target = device if isinstance(device, torch.device) else resolve_device(device) if device else self.device
         if isinstance(dtype, str) or dtype is None:
             dtype = resolve_dtype(dtype, target) if dtype else None
@@ -124,8 +123,6 @@ class ZooModel:
 
     def hook_points(self) -> list[str]:
         """The names of the network's hook points, in the order a forward passes them."""
-        from ..plugin_api.hook_points import hook_point_names
-
         return hook_point_names(self.network)
 
     def prompt_ids(self, prompt: str | torch.Tensor) -> torch.Tensor:
@@ -145,8 +142,6 @@ class ZooModel:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The logits (1, T, V) for ``prompt`` and the activations at the hook points
         ``names`` match (names or globs like ``"blocks.*.resid_post"``; None: all), by name."""
-        from ..plugin_api.hook_points import run_with_cache
-
         ids = self.prompt_ids(prompt)
         with torch.no_grad():
             return run_with_cache(self.network, ids, names)
@@ -154,6 +149,4 @@ class ZooModel:
     def hooks(self, mapping: Mapping[str, Any]) -> ContextManager[None]:
         """``with model.hooks({"blocks.0.attention.heads": fn}):`` sets ``fn(activation, name)``
         (None keeps the activation, a tensor replaces it) for the block, and removes it after."""
-        from ..plugin_api.hook_points import hooks
-
         return hooks(self.network, mapping)

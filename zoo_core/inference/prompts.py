@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ZooError
+from ..storage.files import describe_os_error, read_limited
 
 MAX_PROMPT_BYTES = 16 * 1024 * 1024
 
@@ -23,8 +24,6 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: BinaryIO | 
     if prompt is not None and prompt_file is not None:
         raise ZooError("give the prompt once: --prompt TEXT, --prompt - (standard input) or --prompt-file PATH")
     if prompt_file is not None:
-        from ..storage.files import describe_os_error, read_limited
-
         try:
             data = read_limited(prompt_file, MAX_PROMPT_BYTES, "prompt file")
         except FileNotFoundError:

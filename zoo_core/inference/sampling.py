@@ -31,7 +31,8 @@ import torch
 
 from ..errors import ZooError
 from ..plugin_api.protocols import CachedDecoding, implements
-from ..seeding import LARGEST_SEED, SMALLEST_SEED, seeded_generator
+from ..seed_range import LARGEST_SEED, SMALLEST_SEED
+from ..seeding import seeded_generator
 from .carried import feed, is_unbounded
 from .settings import SamplingSettings, resolve_settings
 

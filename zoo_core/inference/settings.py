@@ -19,7 +19,7 @@ import math
 from dataclasses import InitVar, dataclass, fields
 
 from ..errors import ZooError
-from ..seeding import check_seed
+from ..seed_range import check_seed
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,14 +19,39 @@ adds nothing. Variants without a head bias (nanoGPT's layout) map one to one.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from ..catalogue.cards import Recipe
+from ..catalogue.limits import limits
+from ..corpus.batches import split_text
 from ..errors import ZooError, printable
+from ..loading.texts import variant_text
+from ..plugin_api.components import PositionEncodingBase
+from ..plugin_api.manager import get_plugins
+from ..storage.checkpoints import MAX_HEADER_BYTES, sha256_file
+from ..storage.files import describe_os_error, open_regular, read_limited
+from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
+from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+from .imports import (
+    BUILTIN_CORPUS,
+    check_card_fits_tensors,
+    check_name_is_free,
+    check_tokenizer,
+    imported_card,
+    publish_import,
+    tokenizer_for_vocabulary,
+)
 
 LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and transformers' for the same function.
@@ -50,8 +75,6 @@ def _require_transformers():
 
 def gpt2_refusal(model) -> str | None:
     """Why the variant has no exact GPT-2 form, or None when it has one."""
-    from ..plugin_api.components import PositionEncodingBase
-
     card, network = model.card, model.network
     config = transformer_layout(card)
     name = card.name
@@ -78,8 +101,6 @@ def gpt2_refusal(model) -> str | None:
 
 def gpt2_state(network, context_length: int, activation: str):
     """GPT-2 tensors and config fields computing the zoo network's logits."""
-    import torch
-
     zoo = {name: tensor.detach().to(torch.float64) for name, tensor in network.state_dict().items()}
     d_model = zoo["token_embedding.weight"].shape[1]
     n_layer = len(network.blocks)
@@ -163,9 +184,6 @@ def gpt2_state(network, context_length: int, activation: str):
 
 def verification_ids(model, count: int = 64) -> tuple[list[int], str]:
     """The first ``count`` tokens of the validation split (cut to the context), and that split's text."""
-    from ..corpus.batches import split_text
-    from ..loading.texts import variant_text
-
     text = variant_text(model.variant).text
     validation = split_text(text, model.card.recipe.train_fraction)[1]
     return model.tokenizer.encode(validation[: 4 * count])[: min(count, model.card.context_length)], validation
@@ -183,12 +201,8 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     """Write ``out`` for `AutoModelForCausalLM` and `AutoTokenizer`; check both
     against the zoo (logits to 1e-4, ids on the whole validation text) before
     returning."""
-    import torch
-
     _require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from .hf_tokenizers import hf_tokenizer_for
 
     refusal = gpt2_refusal(model)
     if refusal:
@@ -228,7 +242,6 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     expected = model.tokenizer.encode(validation)
     if loaded_tokenizer(validation, verbose=False)["input_ids"] != expected:
         raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
-    from .hf_card import write_hub_card
 
     write_hub_card(model.card, out)  # last: a README describes only a folder that passed the checks
     checks = {"max_logit_difference": difference, "logit_tokens": len(ids), "tokenizer_ids_checked": len(expected)}
@@ -245,9 +258,6 @@ def with_hub_card(card, folder: Path, license_given: bool):
     is registered here (what `zoo eval` then scores on), and notes for the rest.
     Metrics a README reports go to the notes, never to ``metrics``: the zoo
     records only what it measured."""
-    from ..plugin_api.manager import get_plugins
-    from .hf_card import card_fields_from_hub, read_hub_card
-
     found = read_hub_card(folder)
     if found is None:
         return card
@@ -281,8 +291,6 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def _gpt2_config(folder: Path) -> dict:
-    from ..storage.files import read_limited
-
     path = folder / "config.json"
     try:
         config = json.loads(read_limited(path, MAX_CONFIG_BYTES, "config"))
@@ -309,9 +317,6 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
     """The folder's tokenizer.json in the zoo's form, when it has one: single
     characters (word level), or byte-level BPE whose first 256 ids are the bytes
     in order (what `zoo export` writes). None when the folder has no tokenizer."""
-    from ..storage.files import read_limited
-    from .hf_tokenizers import bytes_to_unicode
-
     path = folder / "tokenizer.json"
     if not path.exists():
         return None
@@ -330,8 +335,6 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
         )
         return target
     if model.get("type") == "BPE":
-        import base64
-
         to_byte = {c: b for b, c in bytes_to_unicode().items()}
         try:
             tokens = [bytes(to_byte[c] for c in token) for token, _ in by_id]
@@ -350,10 +353,6 @@ def _check_weights_file(weights: Path) -> None:
     """A regular file (a FIFO is refused without waiting on it) no larger than
     the parameter limit allows (8 bytes a value, and the largest header): it is
     refused before any of it is read."""
-    from ..catalogue.limits import limits
-    from ..storage.checkpoints import MAX_HEADER_BYTES
-    from ..storage.files import describe_os_error, open_regular
-
     try:
         with open_regular(weights, "weights file") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -371,20 +370,6 @@ def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, licen
     ``gpt`` variant in the user's catalogue. The folder's README.md (a Hub model
     card), when it has one, gives the license (unless ``license`` is given),
     tags, description and dataset (`hub_card_fields`)."""
-    import tempfile
-
-    from ..catalogue.cards import Recipe
-    from ..storage.checkpoints import sha256_file
-    from .imports import (
-        BUILTIN_CORPUS,
-        check_card_fits_tensors,
-        check_name_is_free,
-        check_tokenizer,
-        imported_card,
-        publish_import,
-        tokenizer_for_vocabulary,
-    )
-
     if not folder.is_dir():
         raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder)")
     check_name_is_free(name)
@@ -437,8 +422,6 @@ def _gpt2_sizes(folder: Path, config: dict[str, Any]) -> dict[str, int]:
 def _gpt2_tensors(weights: Path, n_layer: int) -> dict[str, Any]:
     """The file's tensors (without transformers' ``transformer.`` prefix), holding
     the layers config.json says and GPT-2's embeddings."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     try:
         tensors = load_file(str(weights))

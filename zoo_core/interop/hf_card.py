@@ -32,6 +32,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import ZooError, printable
+from ..plugin_api.manager import get_plugins
+from ..storage.files import atomic_write_text, read_limited
+
 # Lower-cased zoo license texts -> the Hub's license identifiers (its list of
 # licenses; the Hub's identifiers are lower-case SPDX ones where SPDX has one).
 HUB_LICENSES = {
@@ -77,8 +81,6 @@ def hub_license(text: str) -> tuple[str, str | None]:
 
 def registered_dataset(card: Any) -> str | None:
     """The recipe's dataset when a plugin registers it; None for a private text."""
-    from ..plugin_api.manager import get_plugins
-
     data = card.recipe.data if card.recipe.kind != "hand-built" else None
     return data if data and data in get_plugins().datasets.plugin_names() else None
 
@@ -238,8 +240,6 @@ def hub_readme(card: Any) -> str:
 
 def write_hub_card(card: Any, out: Path) -> list[Path]:
     """README.md (and LICENSE, for a license the Hub has no identifier for) in ``out``."""
-    from ..storage.files import atomic_write_text
-
     written = [out / "README.md"]
     atomic_write_text(written[0], hub_readme(card))
     if hub_license(card.license)[1] is not None:
@@ -252,8 +252,6 @@ def write_hub_card(card: Any, out: Path) -> list[Path]:
 
 
 def _warn(path: Path, problem: str) -> None:
-    from ..errors import printable
-
     print(f"zoo: warning: {path}: {printable(problem)}; its metadata was not read", file=sys.stderr)
 
 
@@ -261,9 +259,6 @@ def read_hub_card(folder: Path) -> tuple[dict[str, Any], str] | None:
     """The front matter (a dict) and body of ``folder``/README.md. None, without a
     word, when there is none (a README is optional); None with one warning line
     when its front matter is not YAML, or not a table."""
-    from ..errors import ZooError
-    from ..storage.files import read_limited
-
     path = folder / "README.md"
     if not path.is_file():
         return None

@@ -9,8 +9,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import torch
+from pydantic import ValidationError
+
 from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
+from ..catalogue.limits import limits
+from ..catalogue.registry import Variant, describe_validation_error
 from ..errors import ZooError, printable
+from ..loading.api import build_network, catalogue
+from ..plugin_api.manager import get_plugins
+from ..plugin_api.sources import component_sources
+from ..storage.checkpoints import shape_report
+from ..storage.locations import user_registry_path
 from ..storage.user_catalogue import USER_PLUGIN, add_user_variant
 
 BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are scored on
@@ -19,8 +29,6 @@ BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are
 def builtin_char_vocabulary() -> Path:
     """The built-in catalogue's 65-character vocabulary file (nanoGPT's
     shakespeare_char one), found through the catalogue wherever it is installed."""
-    from ..loading.api import catalogue
-
     for variant in catalogue():
         spec = variant.card.tokenizer
         if variant.layer == "built-in" and spec.kind == "char" and spec.vocab_size == 65 and variant.tokenizer_path:
@@ -31,8 +39,6 @@ def builtin_char_vocabulary() -> Path:
 def check_name_is_free(name: str) -> None:
     """A name lives in one layer only: an import may replace the user's own
     variant of that name, never a built-in or plugin one."""
-    from ..loading.api import catalogue
-
     if not re.fullmatch(ModelCard.model_fields["name"].metadata[0].pattern, name):
         raise ZooError(
             f"--name '{name}': a variant name is lower-case letters, digits, '-' and '.', starting with a letter or digit"
@@ -64,8 +70,6 @@ def tokenizer_for_vocabulary(vocab_size: int, tokenizer_file: Path | None) -> tu
 
 def check_tokenizer(spec: TokenizerSpec, path: Path) -> None:
     """Build the tokenizer now: a file of another size is refused before anything is written."""
-    from ..plugin_api.manager import get_plugins
-
     get_plugins().components["tokenizers"].create(spec.kind, spec, path)
 
 
@@ -83,10 +87,6 @@ def imported_card(
 ) -> ModelCard:
     """The card of an import, validated as any card is: an impossible
     configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line."""
-    from pydantic import ValidationError
-
-    from ..catalogue.registry import describe_validation_error
-
     for key, value in config.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ZooError(f"{source}: configuration {key} is {value}; a model needs a finite number there")
@@ -117,10 +117,6 @@ def check_tensors_are_dense(source: Path, tensors: dict[str, Any]) -> None:
     checkpoint: a sparse tensor, or a view larger than the data stored for it
     (``torch.zeros(1).expand(10**9)`` is one float in the file and 4 GB once
     made contiguous); and tensors that together exceed the parameter limit."""
-    import torch
-
-    from ..catalogue.limits import limits
-
     max_parameters, _ = limits()
     total, seen = 0, set()
     for name, tensor in tensors.items():
@@ -151,11 +147,6 @@ def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, An
     window first (a 4,672-parameter file that claims a billion layers is refused
     before anything is built), then the network the card builds (within the size
     limits), name by name and shape by shape, and its parameter count."""
-    from ..catalogue.registry import Variant
-    from ..loading.api import build_network
-    from ..storage.checkpoints import shape_report
-    from ..storage.locations import user_registry_path
-
     config = card.config
     layers = {int(block.group(1)) for n in tensors if (block := re.match(r"blocks\.(\d+)\.", n))}
     embedding = tensors.get("token_embedding.weight")
@@ -180,9 +171,6 @@ def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, An
 def imported_components(card: ModelCard) -> dict[str, ComponentSource]:
     """The plugins that build the imported weights here. No trainer: the weights
     were trained elsewhere, and the card's default recipe kind did not make them."""
-    from ..plugin_api.manager import get_plugins
-    from ..plugin_api.sources import component_sources
-
     sources = component_sources(card, get_plugins())
     sources.pop("trainer", None)
     return {role: ComponentSource(**source) for role, source in sources.items()}

@@ -15,14 +15,17 @@ LayerNorm; the tensors are renamed, never changed.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..catalogue.cards import ModelCard, Recipe
 from ..errors import ZooError, printable
 from ..storage.checkpoints import sha256_file
-from ..storage.files import describe_os_error
+from ..storage.files import describe_os_error, open_regular
 from .imports import (
     BUILTIN_CORPUS,
     check_card_fits_tensors,
@@ -53,8 +56,6 @@ MAX_CHECKPOINT_BYTES = 8 * 1024**3
 def read_nanogpt_checkpoint(path: Path) -> dict[str, Any]:
     """The checkpoint dict, unpickled safely; any refusal is one line."""
 
-    from ..storage.files import open_regular
-
     try:  # a FIFO or a device is refused without waiting on it, a missing file in words
         handle = open_regular(path, "checkpoint")
     except FileNotFoundError:
@@ -82,10 +83,6 @@ def _torch_load(path: Path, source: Path) -> Any:
     """``torch.load`` of ``source`` (standing for ``path``, named in messages),
     tensors and plain data only; mmap keeps the tensors in the file until used,
     so a large (or sparse) file is never read whole before they are checked."""
-    import pickle
-
-    import torch
-
     try:
         return torch.load(source, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
@@ -194,8 +191,6 @@ def import_nanogpt(
     path: Path, name: str, tokenizer_file: Path | None = None, license: str = "unspecified"
 ) -> tuple[ModelCard, Path]:
     """Convert the checkpoint to safetensors with a card in the user's catalogue."""
-    import torch
-
     check_name_is_free(name)
     checkpoint = read_nanogpt_checkpoint(path)
     check_tensors_are_dense(path, checkpoint["model"])

@@ -12,20 +12,18 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import torch
 
 from ..errors import ZooError
 from ..plugin_api.protocols import TaskModel, implements
-
-if TYPE_CHECKING:
-    import torch
+from .hf import verification_ids
 
 LOGIT_TOLERANCE = 1e-4
 
 
 def _logits_only(network: torch.nn.Module) -> torch.nn.Module:
     """``network`` wrapped as forward(input_ids) -> logits, the signature an ONNX graph should have."""
-    import torch  # here, not at the top: importing this module must not import torch
 
     class LogitsOnly(torch.nn.Module):
         def __init__(self, inner):
@@ -39,8 +37,6 @@ def _logits_only(network: torch.nn.Module) -> torch.nn.Module:
 
 
 def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
-    import torch
-
     try:
         import onnx  # noqa: F401
         import onnxruntime
@@ -48,7 +44,6 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
         raise ZooError("ONNX export needs onnx and onnxruntime: pip install 'zoo-lm[interop]'") from None
     if implements(model.network, TaskModel):
         raise ZooError(f"cannot export to ONNX: '{model.name}' answers questions; it has no logits over text to export")
-    from .hf import verification_ids
 
     ids, _ = verification_ids(model)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,14 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file, save_file
+
 from ..errors import ZooError
-from .hf import transformer_layout
+from ..loading.api import load
+from ..plugin_api.components import PositionEncodingBase
+from .hf import quiet_transformers, transformer_layout, verification_ids
+from .hf_tokenizers import hf_tokenizer_for
 
 LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and TransformerLens' for the same function.
@@ -42,8 +48,6 @@ def _require_transformer_lens():
 
 def transformer_lens_refusal(model) -> str | None:
     """Why the variant has no exact `HookedTransformer` form, or None when it has one."""
-    from ..plugin_api.components import PositionEncodingBase
-
     card, network = model.card, model.network
     config = transformer_layout(card)
     name = card.name
@@ -65,8 +69,6 @@ def transformer_lens_refusal(model) -> str | None:
 
 def hooked_transformer_config(model) -> dict:
     """The `HookedTransformerConfig` fields (plain JSON values) of the variant."""
-    import torch
-
     card, network = model.card, model.network
     config = transformer_layout(card)
     d_model = network.token_embedding.weight.shape[1]
@@ -104,8 +106,6 @@ def hooked_transformer_config(model) -> dict:
 
 def hooked_transformer_state(network, fields: dict) -> dict:
     """The zoo network's tensors under TransformerLens' names and shapes."""
-    import torch
-
     zoo = {name: tensor.detach().to(torch.float32) for name, tensor in network.state_dict().items()}
     d_model, n_heads, d_head = fields["d_model"], fields["n_heads"], fields["d_head"]
     rms = fields["normalization_type"] == "RMS"
@@ -161,8 +161,6 @@ def _quiet_construction():
 
 def _tokenizer(model):
     """The zoo tokenizer as a transformers tokenizer, or None where none maps."""
-    from .hf_tokenizers import hf_tokenizer_for
-
     try:
         tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length)
     except ZooError:
@@ -183,8 +181,6 @@ def hooked_transformer(model_or_name):
 
     model = model_or_name
     if isinstance(model_or_name, str):
-        from ..loading.api import load
-
         model = load(model_or_name, merge_adapter=True)
     refusal = transformer_lens_refusal(model)
     if refusal:
@@ -209,7 +205,6 @@ def hooked_transformer(model_or_name):
 def load_exported(folder: Path):
     """What the documented snippet does: the `HookedTransformer` a `zoo export
     --format transformer-lens` folder describes."""
-    from safetensors.torch import load_file
     from transformer_lens import HookedTransformer, HookedTransformerConfig
     from transformers import AutoTokenizer
 
@@ -226,11 +221,6 @@ def export_transformer_lens(model, out: Path) -> tuple[list[Path], dict]:
     ``model.safetensors`` (TransformerLens' state dict), the tokenizer files
     `AutoTokenizer` loads, and ``zoo_card.json``; then load it back as the
     documented snippet does and check its logits against the zoo's (1e-4)."""
-    import torch
-    from safetensors.torch import save_file
-
-    from .hf import quiet_transformers, verification_ids
-
     lens = hooked_transformer(model)
     quiet_transformers()
     fields = hooked_transformer_config(model)

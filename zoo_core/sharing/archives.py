@@ -42,14 +42,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from safetensors.torch import load_file
 
+from ..catalogue.cards import NAME_PATTERN, ModelCard, Origin
+from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
+from ..catalogue.registry import Variant, describe_validation_error
 from ..errors import ZooError, printable
+from ..loading.api import catalogue, has_published_weights, load_variant
+from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import ROLE_FAMILIES, named_components
-from ..storage.files import atomic_write, describe_os_error, exclusive_lock, make_folder, open_regular
+from ..storage.checkpoints import save_checkpoint, sha256_file
+from ..storage.files import (
+    atomic_write,
+    content_named,
+    describe_os_error,
+    exclusive_lock,
+    make_folder,
+    open_regular,
+    replace_file,
+)
+from ..storage.locations import user_registry_path, zoo_home
 
 if TYPE_CHECKING:
-    from ..catalogue.cards import ModelCard
-    from ..catalogue.registry import Variant
     from ..plugin_api.manager import PluginSet
 
 FORMAT = 1
@@ -81,10 +95,6 @@ def pack_variant(name: str, out: Path | None = None) -> Path:
     ``./NAME.zoo``; a folder gets ``NAME.zoo`` inside it), atomically; returns
     the path written. Its checkpoint is checked against the card's sha256 first:
     a damaged file is never packed."""
-    from ..loading.api import catalogue, has_published_weights
-    from ..plugin_api.manager import get_plugins
-    from ..storage.checkpoints import sha256_file
-
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
@@ -467,11 +477,6 @@ def _copy_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], si
 
 
 def _validated_card(path: Path, data: bytes, manifest: dict[str, Any]) -> ModelCard:
-    from pydantic import ValidationError
-
-    from ..catalogue.cards import ModelCard
-    from ..catalogue.registry import describe_validation_error
-
     try:
         card = ModelCard.model_validate(json.loads(data))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -510,11 +515,6 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
     card as installed. ``origin`` adds to what the card's ``origin`` records
     (e.g. ``{"source": URL, "remote": NAME}``; by default the source is ``path``).
     Every refusal is one ZooError line, and then nothing is installed."""
-    from ..catalogue.cards import NAME_PATTERN
-    from ..loading.api import catalogue
-    from ..plugin_api.manager import get_plugins
-    from ..storage.locations import zoo_home
-
     path = Path(path)
     if new_name is not None and not re.match(NAME_PATTERN, new_name):
         raise ZooError(f"--name '{printable(new_name)}': a variant name is lower-case letters, digits, '.' and '-'")
@@ -553,11 +553,6 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
 def _origin(path: Path, archive_sha256: str, extra: dict | None) -> Any:
     """What the installed card's ``origin`` records; ``extra`` (from a caller
     such as a pull) adds or replaces fields."""
-    from pydantic import ValidationError
-
-    from ..catalogue.cards import Origin
-    from ..catalogue.registry import describe_validation_error
-
     fields = {
         "archive_sha256": archive_sha256,
         "source": str(path.resolve()),
@@ -594,8 +589,6 @@ def _check_plugins(path: Path, manifest: dict[str, Any], card: ModelCard, plugin
 
 
 def _check_free(name: str, holder: Variant | None, own_name: bool) -> None:
-    from ..storage.locations import user_registry_path
-
     if holder is not None:
         hint = "install it under another name with --name NEW" if own_name else "choose another --name"
         raise ZooError(
@@ -628,13 +621,6 @@ def _verify_and_install(
     budget, the network built and the weights verified against the card), then
     move its files into ``$ZOO_HOME/checkpoints`` and add the card to the user
     registry, under the registry's lock. Returns the card as installed."""
-    from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
-    from ..catalogue.registry import Variant
-    from ..loading.api import catalogue, load_variant
-    from ..storage.checkpoints import save_checkpoint, sha256_file
-    from ..storage.files import content_named, replace_file
-    from ..storage.locations import user_registry_path, zoo_home
-
     try:
         load_variant(Variant(card, staging / "registry.toml", "user", layer="user"), plugins)
     except ZooError as exc:
@@ -645,8 +631,6 @@ def _verify_and_install(
     installed.name = name
     installed.origin = origin
     if name != card.name:  # the header's card names the variant: the same tensors, written under the new name
-        from safetensors.torch import load_file
-
         renamed = staging / f"renamed-{WEIGHTS}"
         installed.checkpoint.sha256 = save_checkpoint(renamed, load_file(staging / WEIGHTS), installed.header_json())
         os.replace(renamed, staging / WEIGHTS)

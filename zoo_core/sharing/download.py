@@ -21,14 +21,18 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable
+from typing import BinaryIO, Callable
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from ..errors import ZooError
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-if TYPE_CHECKING:
-    from rich.progress import Progress
+from ..catalogue.limits import parse_size
+from ..errors import ZooError
+from ..storage.checkpoints import sha256_file
+from ..storage.files import describe_os_error, exclusive_lock, make_folder, open_regular
+from ..version import __version__
 
 MAX_REDIRECTS = 5
 MAX_INDEX_BYTES = 64 << 20
@@ -52,8 +56,6 @@ def timeout() -> float:
 
 
 def max_download() -> int:
-    from ..catalogue.limits import parse_size
-
     return parse_size(os.environ.get("ZOO_MAX_DOWNLOAD") or DEFAULT_MAX_DOWNLOAD, "ZOO_MAX_DOWNLOAD")
 
 
@@ -75,8 +77,6 @@ class _Interrupted(Exception):
 
 
 def _user_agent() -> str:
-    from ..version import __version__
-
     return f"zoo/{__version__}"
 
 
@@ -85,16 +85,12 @@ def open_url(url: str, offset: int = 0) -> tuple[BinaryIO, int, int | None]:
     (the stream, where it starts, the whole file's size when known)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
-        from ..storage.files import open_regular
-
         path = Path(url2pathname(parts.path))
         try:
             handle = open_regular(path, "remote file")
         except FileNotFoundError:
             raise ZooError(f"{url}: no such file") from None
         except OSError as exc:
-            from ..storage.files import describe_os_error
-
             raise ZooError(f"{url}: cannot read: {describe_os_error(exc)}") from None
         size = os.fstat(handle.fileno()).st_size
         start = offset if offset <= size else 0
@@ -158,9 +154,6 @@ def download(url: str, target: Path, size: int | None = None, sha256: str | None
     With ``size`` and ``sha256`` (from an index) nothing else is accepted: more
     bytes than ``size`` stop the transfer, and a file whose hash differs is
     deleted and refused in one line."""
-    from ..storage.checkpoints import sha256_file
-    from ..storage.files import exclusive_lock, make_folder
-
     limit = max_download()
     if size is not None and size > limit:
         raise ZooError(f"{url}: {size:,} bytes, more than ZOO_MAX_DOWNLOAD={limit:,}; refused")
@@ -250,8 +243,6 @@ class _progress:
     def __enter__(self) -> Callable[[int], None]:
         if not sys.stderr.isatty():
             return lambda n: None
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
         bar = self.bar = Progress(
             TextColumn("{task.description}", markup=False),  # a file or variant name: data, not markup

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import sys
+from functools import partial
 from pathlib import Path
 
 from ..errors import ZooError
+from ..loading.api import catalogue, get_variant, has_published_weights
 from ..storage.checkpoints import sha256_file
+from ..storage.files import atomic_write, atomic_write_text, exclusive_lock, make_folder
+from ..storage.locations import cache_dir
+from .archives import archive_manifest, pack_variant
 
 INDEX_FORMAT = 1  # bumped when a field of the index changes meaning
 ARCHIVES = "archives"  # the archives' folder, relative to the index
@@ -38,10 +45,6 @@ def _archive_key(variant) -> str:
 def cached_archive(variant) -> Path:
     """The variant's archive in the cache folder, packed now if it is not there yet.
     Packing happens under a lock, so two requests at once pack it once."""
-    from ..storage.files import exclusive_lock, make_folder
-    from ..storage.locations import cache_dir
-    from .archives import pack_variant
-
     target = cache_dir() / "archives" / f"{variant.name}-{_archive_key(variant)}.zoo"
     if target.is_file():
         return target
@@ -58,11 +61,6 @@ def build_index(names: list[str] | None = None, warn: bool = False) -> tuple[dic
     unnamed ones without weights are simply not offered, nor (with ``warn``, a
     warning line each) those that cannot be packed: one broken variant does not
     take the whole catalogue down."""
-    import sys
-
-    from ..loading.api import catalogue, get_variant, has_published_weights
-    from .archives import archive_manifest
-
     if names:
         variants = [get_variant(name) for name in names]
         for variant in variants:
@@ -100,11 +98,6 @@ def publish(folder: Path, names: list[str] | None = None) -> dict:
     """Write the index and the archives into ``folder``: a catalogue others reach
     as a ``file://`` remote (a shared or network drive). The archives go first and
     the index last, so a reader never finds an index naming an archive not yet there."""
-    import shutil
-    from functools import partial
-
-    from ..storage.files import atomic_write, atomic_write_text
-
     index, archives = build_index(names)
     for name, path in archives.items():
         target = folder / ARCHIVES / archive_file_name(name)

@@ -4,13 +4,21 @@ install it with the archive's own checks, recording where it came from."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
+from pydantic import ValidationError
+
+from ..catalogue.cards import ModelCard
+from ..catalogue.registry import Variant
 from ..errors import ZooError
+from ..storage.locations import cache_dir
+from .archives import archive_manifest, install_archive
+from .download import download, fetch_bytes
 from .index import INDEX_FORMAT
 from .remotes import Remote, get_remote, load_remotes
 
@@ -32,8 +40,6 @@ class Offer:
 
 def remote_offers(remote: Remote) -> list[Offer]:
     """What ``remote`` offers, its index checked in shape before anything is believed."""
-    from .download import fetch_bytes
-
     url = remote.index_url
     try:
         index = json.loads(fetch_bytes(url))
@@ -87,16 +93,12 @@ def find_offer(spec: str) -> Offer:
 
 
 def downloads_folder() -> Path:
-    from ..storage.locations import cache_dir
-
     return cache_dir() / "downloads"
 
 
 def fetch_archive(offer: Offer) -> tuple[Path, bool]:
     """The offer's archive in the cache (downloaded now unless already there) and
     whether it was downloaded."""
-    from .download import download
-
     target = downloads_folder() / f"{offer.sha256}.zoo"
     downloaded = download(offer.url, target, offer.size, offer.sha256, label=f"{offer.remote.name}/{offer.name}")
     return target, downloaded
@@ -104,8 +106,6 @@ def fetch_archive(offer: Offer) -> tuple[Path, bool]:
 
 def pull(spec: str, new_name: str | None = None):
     """Download (or find cached) and install; returns (the installed card, the offer, downloaded?)."""
-    from .archives import archive_manifest, install_archive
-
     offer = find_offer(spec)
     path, downloaded = fetch_archive(offer)
     held = archive_manifest(path).get("variant")
@@ -119,10 +119,6 @@ def fetch_url(url: str) -> Path:
     """An archive named by URL alone (`zoo install URL`): no index vouches for it,
     so it is downloaded afresh each time, bounded by ZOO_MAX_DOWNLOAD, and the
     archive's own manifest is all that is checked."""
-    import hashlib
-
-    from .download import download
-
     target = downloads_folder() / f"url-{hashlib.sha256(url.encode()).hexdigest()[:32]}.zoo"
     download(url, target)
     return target
@@ -132,11 +128,6 @@ def offered_variants(remote: Remote) -> list:
     """The remote's offers as catalogue variants (layer ``remote NAME``), so `zoo list`
     filters and prints them like local ones. Their cards are validated here: a card
     this zoo cannot read is one line naming it."""
-    from pydantic import ValidationError
-
-    from ..catalogue.cards import ModelCard
-    from ..catalogue.registry import Variant
-
     variants = []
     for offer in remote_offers(remote):
         try:

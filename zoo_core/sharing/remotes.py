@@ -21,6 +21,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import ZooError
+from ..storage.files import atomic_write_text, exclusive_lock, read_limited, shared_lock
+from ..storage.locations import zoo_home
+from ..storage.toml_text import render_toml
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SCHEMES = ("http", "https", "file")
@@ -42,8 +45,6 @@ class Remote:
 
 
 def remotes_path() -> Path:
-    from ..storage.locations import zoo_home
-
     return zoo_home() / "remotes.toml"
 
 
@@ -65,15 +66,11 @@ def normalise_url(url: str) -> str:
 
 
 def load_remotes() -> list[Remote]:
-    from ..storage.files import shared_lock
-
     with shared_lock(remotes_path()):
         return _read()
 
 
 def _read() -> list[Remote]:
-    from ..storage.files import read_limited
-
     path = remotes_path()
     if not path.exists():
         return []
@@ -91,8 +88,6 @@ def _read() -> list[Remote]:
 
 
 def _render(remotes: list[Remote]) -> str:
-    from ..storage.toml_text import render_toml
-
     return render_toml(
         {"remotes": {remote.name: {"url": remote.url} for remote in remotes}},
         "The zoo's remotes, in the order `zoo pull` looks through them (`zoo remote add/remove`).",
@@ -102,8 +97,6 @@ def _render(remotes: list[Remote]) -> str:
 def _change(change) -> list[Remote]:
     """Read, change and write the remotes file under its lock: two commands at
     once both land, and a reader sees the old file or the new one."""
-    from ..storage.files import atomic_write_text, exclusive_lock
-
     path = remotes_path()
     with exclusive_lock(path):
         remotes = change(_read())  # the shared lock would wait for this one forever

@@ -17,9 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load
+
+from ..catalogue.card_cache import cache_header_fields, cached_header_fields
 from ..catalogue.cards import first_difference
+from ..catalogue.registry import describe_validation_error
 from ..errors import ZooError, printable
 from .files import describe_os_error, open_regular, read_limited
+from .tensor_files import write_safetensors
 
 if TYPE_CHECKING:
     from ..catalogue.cards import ModelCard
@@ -80,8 +87,6 @@ def header_card(path: Path) -> dict[str, Any] | None:
 def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any], *, by_content: bool = False) -> str:
     """Write weights (and the card, in the header) atomically; return the file's sha256.
     ``by_content`` names the file after it (`tensor_files.content_named`)."""
-    from .tensor_files import write_safetensors
-
     return write_safetensors(
         path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)}, by_content=by_content
     )
@@ -131,8 +136,6 @@ def load_verified(
     agree with it in every field but the checksum: weights trained by another
     recipe or for another configuration are refused even when their shapes fit.
     """
-    import torch
-
     started = time.perf_counter()
     target = model.state_dict()
     tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
@@ -196,9 +199,6 @@ def load_verified_tensors(
 def _read_verified(path: Path, expected_sha256: str | None, limit: int) -> tuple[dict[str, Any], str, dict, list[str]]:
     """The file's tensors, its sha256 (checked against ``expected_sha256`` when
     given), its header, and the checks done so far."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
     checks = []
     raw = _read_checkpoint_bytes(path, limit)
     actual = hashlib.sha256(raw).hexdigest()
@@ -217,8 +217,6 @@ def _read_verified(path: Path, expected_sha256: str | None, limit: int) -> tuple
 
 
 def _check_finite(path: Path, name: str, tensor) -> None:
-    import torch
-
     if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
         # A diverged run's NaNs would only surface later, as a sampling crash.
         raise ZooError(f"{path}: tensor {name} holds NaN or infinite values")
@@ -274,8 +272,6 @@ def header_weight_fields(path: Path, text: str) -> dict[str, Any]:
     """The weight-defining fields of the card ``text`` found in the header of
     ``path``; one that is not JSON or not a valid card is an error. A header
     validated before is read from the card cache: loading needs no pydantic."""
-    from ..catalogue.card_cache import cache_header_fields, cached_header_fields
-
     if not isinstance(text, str):  # safetensors metadata values are text; anything else is no card
         raise ZooError(f"{path}: the card in the header is not JSON")
     cached = cached_header_fields(path, text)
@@ -284,7 +280,6 @@ def header_weight_fields(path: Path, text: str) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from ..catalogue.cards import ModelCard
-    from ..catalogue.registry import describe_validation_error
 
     try:
         stored = ModelCard.model_validate(json.loads(text))

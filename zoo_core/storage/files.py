@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ZooError
+from .locations import cache_dir
 
 
 def atomic_write(
@@ -257,10 +260,6 @@ def cache_file_for(path: Path, folder: str, suffix: str) -> Path:
     """The file standing for ``path`` in the cache folder's ``folder``: named after
     the absolute path (a digest, then the file's own name to stay readable), so
     every process that means the same file finds the same one."""
-    import hashlib
-
-    from .locations import cache_dir
-
     absolute = str(Path(path).expanduser().resolve())
     digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:24]
     return cache_dir() / folder / f"{digest}-{Path(path).name[:80]}{suffix}"
@@ -273,9 +272,6 @@ def read_cache_entry(entry: Path, key: str) -> Any | None:
     """The JSON payload the cache file ``entry`` holds under ``key``; None on any
     kind of miss: missing, unreadable, stored under another key, or damaged (the
     header line carries the key and the sha256 of the JSON body below it)."""
-    import hashlib
-    import json
-
     try:
         head, _, body = entry.read_bytes().partition(b"\n")
         header = json.loads(head)
@@ -290,9 +286,6 @@ def write_cache_entry(entry: Path, key: str, payload: Any) -> None:
     """Store ``payload`` (plain JSON) in ``entry`` under ``key``, atomically: a
     reader sees the old entry or the new one. Best effort: a cache that cannot be
     written means doing the work again next time, never an error."""
-    import hashlib
-    import json
-
     try:
         body = json.dumps(payload, separators=(",", ":")).encode()
         header = json.dumps({"format": CACHE_ENTRY_FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()})

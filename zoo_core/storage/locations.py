@@ -44,7 +44,7 @@ def cache_dir() -> Path:
 def inside_installed_package(path: Path) -> bool:
     """Whether ``path`` lies in the interpreter's site-packages: a file there
     belongs to pip, and the zoo never rewrites it (an upgrade would replace it)."""
-    import sysconfig
+    import sysconfig  # not on `zoo list`'s path
 
     installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
     path = Path(path).resolve()

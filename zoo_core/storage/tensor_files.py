@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from safetensors.torch import save
 
 from ..errors import ZooError
 from .files import atomic_write, content_named, write_chunks
@@ -97,8 +98,6 @@ def write_safetensors(
     if sys.byteorder == "little" and all(tensor.dtype in _DTYPES for tensor in tensors.values()):
         pieces = _pieces(tensors, metadata)
     else:
-        from safetensors.torch import save
-
         pieces = iter([save(tensors, metadata=metadata)])
 
     def hashed():

@@ -27,9 +27,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
 from ..errors import ZooError
+from ..inference.carried import feed
+from ..inference.sampling import TextRow, draw_tokens
 from ..inference.settings import SamplingSettings
 from ..plugin_api.protocols import UNBOUNDED, CachedDecoding, RowBatching, context_kind, implements
+from ..seeding import seeded_generator
 
 
 class QueueFull(Exception):
@@ -132,8 +137,6 @@ class Batcher:
             self._wake.notify()
 
     def _run(self) -> None:
-        import torch
-
         with torch.inference_mode():
             while True:
                 with self._wake:
@@ -180,17 +183,10 @@ class Batcher:
         self._take(drawn)
 
     def _feed_prompt(self, network, row: Row):
-        import torch
-
-        from ..inference.sampling import TextRow
-        from ..seeding import seeded_generator
-
         row.ids = list(row.prompt_ids)
         row.text = TextRow(self.model.tokenizer, row.settings.stop)
         row.generator = seeded_generator(row.settings.seed, "seed")
         if self.carried:
-            from ..inference.carried import feed
-
             logits, row.cache = feed(network, torch.tensor([row.ids], device=_device(network)), self.window)
             return logits[0]
         ids = torch.tensor([row.ids[-self.window :]], device=_device(network))
@@ -207,8 +203,6 @@ class Batcher:
 
     def _step(self, network):
         """(row, next-token logits) for every running row, each computed as `zoo sample` computes it."""
-        import torch
-
         done = []
         if self.batch is not None:
             for row in [r for r in self.batch.rows if not self.batch.room(r)]:
@@ -238,10 +232,6 @@ class Batcher:
     def _take(self, drawn: list) -> None:
         """Draw each row's token from its logits: rows that sample alike are filtered
         together, each still drawing with its own generator from its own row."""
-        import torch
-
-        from ..inference.sampling import draw_tokens
-
         alike: dict = {}
         for row, logits in drawn:
             s = row.settings
@@ -254,8 +244,6 @@ class Batcher:
                 self._record(row, logits, token)
 
     def _record(self, row: Row, logits, token: int) -> None:
-        import torch
-
         row.ids.append(token)
         logprob = top = None
         if row.top_logprobs is not None:
@@ -287,6 +275,4 @@ def _deliver_all(items: list) -> None:
 
 
 def _device(network):
-    import torch
-
     return next(network.parameters(), torch.empty(0)).device

@@ -31,9 +31,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ZooError
+from ..inference.sampling import sample_seeds
 from ..inference.settings import OPTION_NAMES, SamplingSettings
 from .batching import Admission, Batcher, Drawn, Finished, QueueFull, Row
 from .generation import ModelCache, answer_text, is_task_model
+from .scoring import prompt_logprobs
 
 MAX_LOGPROBS = 20
 
@@ -308,8 +310,6 @@ class _Run:
     """One request's rows: submitted to the batch, their tokens gathered into choices."""
 
     def __init__(self, service: Completions, model, params: CompletionRequest, prompts: list[str], encoded):
-        from ..inference.sampling import sample_seeds
-
         self.service, self.model, self.params = service, model, params
         self.prompts, self.encoded = prompts, encoded
         self.rows_held = len(prompts) * params.n
@@ -330,8 +330,6 @@ class _Run:
 
     def score_prompts(self) -> None:
         if self.params.echo and self.params.logprobs is not None:
-            from .scoring import prompt_logprobs
-
             for p, ids in enumerate(self.encoded):
                 self.prompt_scores[p] = prompt_logprobs(self.model, ids, self.params.logprobs)
 

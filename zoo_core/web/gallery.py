@@ -27,14 +27,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+import torch
+
+from ..corpus.batches import Corpus, mean_loss
 from ..errors import ZooError
+from ..evaluation.compare import shared_windows
 from ..inference.settings import SamplingSettings
+from ..inspection.ablation import ablate_heads, every_head
+from ..inspection.logit_lens import logit_lens
+from ..loading.api import catalogue, has_published_weights
+from ..loading.texts import variant_text
 from ..plugin_api.protocols import LanguageModel, NamedHeads, NamedSlots, RoleVerifying, Traceable, implements
 from ..storage.files import describe_os_error
+from ..storage.locations import cache_dir
 from . import svg
+from .generation import ModelCache, is_task_model
 
 if TYPE_CHECKING:
-    from ..corpus.batches import Corpus
     from ..inference.model import ZooModel
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -71,15 +80,11 @@ CACHE_VERSION = 2
 def default_cache_folder() -> Path:
     """Where measurements are kept: ``gallery/`` in the zoo's cache folder
     (``$ZOO_CACHE``, else ``$XDG_CACHE_HOME/zoo``), which `zoo cache clear` empties."""
-    from ..storage.locations import cache_dir
-
     return cache_dir() / "gallery"
 
 
 def served_site_folder() -> Path:
     """The gallery `zoo serve` writes and serves when given no --site."""
-    from ..storage.locations import cache_dir
-
     return cache_dir() / "site"
 
 
@@ -145,7 +150,6 @@ def _loss_chart(name: str, history: dict) -> str:
 
 def _row(variant) -> dict:
     card = variant.card
-    from ..loading.api import has_published_weights
 
     metrics = card.metrics
     return {
@@ -190,12 +194,6 @@ class _Baseline:
 
 def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | None:
     """What `zoo compare bigram NAME --windows 128 --seed 42` reports, without its samples."""
-    import torch
-
-    from ..corpus.batches import Corpus, mean_loss
-    from ..evaluation.compare import shared_windows
-    from ..loading.texts import variant_text
-
     if model.name == BASELINE or not baseline.shares_tokenizer(model.variant):
         return None
     if baseline.model is None:
@@ -220,8 +218,6 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
 
 
 def _attention(model, prompt: str) -> dict | None:
-    import torch
-
     network = model.network
     if not implements(network, LanguageModel):
         return None
@@ -248,11 +244,6 @@ def _inspection(model, prompt: str) -> dict | None:
     """The logit lens on ``prompt`` (its last context of tokens) and every head zeroed
     alone on the first validation windows, through the hook points; None for a
     network without a residual stream of blocks (the bigram)."""
-    import torch
-
-    from ..inspection.ablation import ablate_heads, every_head
-    from ..inspection.logit_lens import logit_lens
-
     ids = torch.tensor([model.encode_prompt(prompt)[-model.card.context_length :]])
     try:
         lens = logit_lens(model, ids).to_dict()
@@ -279,8 +270,6 @@ def _task_answers(model) -> list[dict]:
 
 def _task_structure(model) -> dict:
     """Slots and heads of a task network that names them (the puzzle)."""
-    import torch
-
     network = model.network
     slots = list(network.slots.names or []) if implements(network, NamedSlots) else []
     heads = list(network.head_names or []) if implements(network, NamedHeads) else []
@@ -301,8 +290,6 @@ def _task_structure(model) -> dict:
 
 
 def _measure(variant, models, baseline: _Baseline) -> dict:
-    from .generation import is_task_model
-
     model = models.get(variant.name)
     measured: dict = {"parameters": model.parameters()}
     if is_task_model(model):
@@ -461,8 +448,6 @@ def write_gallery(
     experiments: Path | None = None,
 ) -> dict:
     """Write the site into ``out``; returns counts and the seconds it took."""
-    from ..loading.api import catalogue
-
     started = time.perf_counter()
     environment = _templates()
     everything = catalogue()
@@ -502,7 +487,6 @@ def _prepare_site(out: Path) -> None:
 def _write_variant_pages(out: Path, environment, variants, everything, cache: Path, quiet: bool):
     """One page per variant; returns the index's rows, the task models' entries
     for the puzzle page, and how many measurements came from the cache."""
-    from .generation import ModelCache
 
     models = ModelCache()
     baseline = _Baseline(everything)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import ZooError
+from ..loading.api import load
 from ..plugin_api.protocols import TaskModel, implements
 
 
@@ -32,8 +33,6 @@ class ModelCache:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self._models:
-                from ..loading.api import load
-
                 self._models[name] = load(name, self._plugins)
             return self._models[name]
 

@@ -34,8 +34,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import ZooError
+from ..loading.api import catalogue, has_published_weights
+from ..sharing.index import build_index
 from .completions import Completions
-from .connections import ConnectionLimits
+from .connections import ConnectionLimits, descriptor_shortage, protocol_for
+from .exhaustion_log import log_exhaustion_once_per
 from .generation import ModelCache
 from .metrics import MetricsMiddleware, ServerMetrics
 from .security import Security, bind_notice, check_bind
@@ -93,8 +96,6 @@ def create_app(
 ) -> Starlette:
     """The ASGI app; ``site`` is a folder written by `zoo gallery` (optional)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-    from ..loading.api import catalogue
 
     cache = cache or ModelCache()
     metrics = metrics or ServerMetrics()
@@ -177,8 +178,6 @@ def _catalogue_routes() -> list[Route]:
         # that nobody pulls from should not pay.
         with shared_lock:
             if not shared:
-                from ..sharing.index import build_index
-
                 shared["index"], shared["archives"] = build_index(warn=True)
             return shared["index"], shared["archives"]
 
@@ -224,8 +223,6 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 
 def _has_weights(variant) -> bool:
-    from ..loading.api import has_published_weights
-
     return has_published_weights(variant)
 
 
@@ -238,9 +235,6 @@ def serve(
     connections: ConnectionLimits = ConnectionLimits(),
 ) -> None:
     import uvicorn
-
-    from .connections import descriptor_shortage, protocol_for
-    from .exhaustion_log import log_exhaustion_once_per
 
     check_bind(host, security.api_key)
     if site is not None and not (site / "index.html").is_file():
