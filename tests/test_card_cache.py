@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import zoo_core.api
-from zoo_core import card_cache, registry
+from zoo_core.catalogue import card_cache, registry
 from zoo_core.catalogue.card_facts import CardFacts
 from zoo_core.storage.locations import cache_dir
 
@@ -212,7 +212,7 @@ def test_a_header_is_validated_once(zoo, private_catalogue, monkeypatch):
     checkpoint = (private_catalogue.parent / "checkpoints" / f"{NAME}.safetensors").resolve()
     assert zoo("load", NAME).code == 0
     assert _header_entry(checkpoint).is_file()
-    from zoo_core import cards
+    from zoo_core.catalogue import cards
 
     def refuse(*args, **kwargs):
         raise AssertionError("validated the header again")

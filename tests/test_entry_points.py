@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from zoo_core import entry_points
+from zoo_core.plugin_api import entry_points
 from zoo_core.plugin_api.entry_points import ZooEntryPoint
 from zoo_core.storage.files import write_cache_entry
 

@@ -5,10 +5,6 @@ Importing this package is cheap: torch is imported only when a model is built.
 
 import pluggy
 
-from . import _moved
-
-_moved.install()
-
 hookimpl = pluggy.HookimplMarker("zoo")
 
 __version__ = "0.1.0"

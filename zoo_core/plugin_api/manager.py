@@ -31,9 +31,9 @@ from typing import Any, Callable
 
 import pluggy
 
-from .. import hookspecs
 from ..corpus.datasets import Dataset, Datasets
 from ..errors import UnknownName, ZooError
+from . import hookspecs
 from .entry_points import zoo_entry_points
 from .protocols import conformance_problem
 

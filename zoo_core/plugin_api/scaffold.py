@@ -285,7 +285,7 @@ _TEST = '''\
 import pytest
 
 import $package
-from zoo_core import testing
+from zoo_core.plugin_api import testing
 from zoo_core.plugin_api.manager import PluginInfo, get_plugins
 
 
