@@ -2,12 +2,16 @@
 by the family module the command table names."""
 
 import importlib
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from zoo_core import cli
+
+from .conftest import ROOT
 
 
 @pytest.mark.parametrize("old", ["sampling", "hookspecs", "plugin_manager", "testing", "components", "trainrun"])
@@ -15,6 +19,26 @@ def test_the_paths_from_before_the_grouping_are_gone(old):
     # One path per module: the old top-level names are not aliases any more.
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(f"zoo_core.{old}")
+
+
+def test_the_built_in_plugins_have_one_import_name():
+    # The folder is plugins/, the package zoo_plugins, in a checkout as installed:
+    # `plugins.x` imports only where a checkout's top happens to be on sys.path.
+    names = sorted(path.stem for path in (ROOT / "plugins").iterdir() if not path.name.startswith(("_", ".")))
+    bare = re.compile(r"(?<![\w.])(from plugins[. ]|import plugins\b|plugins\.(%s)\.)" % "|".join(names))
+    folders = [ROOT / name for name in ("zoo_core", "plugins", "tests", "examples", "docs", "benchmarks")]
+    files = [
+        ROOT / "README.md",
+        *[path for folder in folders for kind in ("*.py", "*.md") for path in folder.rglob(kind)],
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if path != Path(__file__).resolve()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert not found, "\n".join(found)
 
 
 def test_an_unknown_old_path_is_still_an_import_error():
