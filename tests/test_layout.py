@@ -5,6 +5,7 @@ import importlib
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,23 @@ def test_the_built_in_plugins_have_one_import_name():
         if bare.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def test_pyproject_lists_every_package_folder():
+    # setuptools' finder cannot rename plugins* to zoo_plugins*, so pyproject.toml lists
+    # the packages; a folder left out of the list would be left out of the wheel.
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("zoo_core", "plugins")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    packages = {
+        "zoo_plugins" + name.removeprefix("plugins") if name.startswith("plugins") else name for name in folders
+    }
+    assert listed - {"zoo_plugins.shipped"} == packages, (
+        f"not listed: {sorted(packages - listed)}, no folder: {sorted(listed - packages - {'zoo_plugins.shipped'})}"
+    )
 
 
 def test_an_unknown_old_path_is_still_an_import_error():
