@@ -2,7 +2,7 @@
 
 In a checkout (and an editable install) they lie at the top of the repository,
 beside this package's folder; a wheel carries copies in ``zoo_plugins/shipped/``
-(see setup.py). This plugin finds whichever is there, so the rest of the zoo
+(see pyproject.toml). This plugin finds whichever is there, so the rest of the zoo
 never needs to know how it was installed.
 
 `ZOO_BUILTIN_REGISTRY=FILE` replaces the built-in registry file. It exists for

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from zoo_core import hookimpl, testing
+from zoo_core import hookimpl
+from zoo_core.kit import testing
 from zoo_core.loading.api import load
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import sample_tokens

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import zoo_core.loading.api
-from zoo_core import card_cache, registry
+from zoo_core.catalogue import card_cache, registry
 from zoo_core.storage import checkpoints
 from zoo_core.storage.locations import cache_dir
 
@@ -193,7 +193,7 @@ def test_a_header_is_validated_once(zoo, private_catalogue, monkeypatch):
     checkpoint = (private_catalogue.parent / "checkpoints" / f"{NAME}.safetensors").resolve()
     assert zoo("load", NAME).code == 0
     assert _header_entry(checkpoint).is_file()
-    from zoo_core import cards
+    from zoo_core.catalogue import cards
 
     header = json.loads(checkpoints.read_header(checkpoint)["__metadata__"][checkpoints.CARD_KEY])
     validate = cards.ModelCard.model_validate  # loading validates the registry's card, from its cached table

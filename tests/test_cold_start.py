@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from zoo_core import checkpoints
+from zoo_core.storage import checkpoints
 
 from .conftest import ROOT
 

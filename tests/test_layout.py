@@ -1,36 +1,62 @@
-"""The core's layout: import paths from before the redesign name the same modules,
-and every command is served by the family module the command table names."""
+"""The core's layout: each module has one import path, and every command is served
+by the family module the command table names."""
 
 import importlib
+import re
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
-from zoo_core import _moved, cli
+from zoo_core import cli
+
+from .conftest import ROOT
 
 
-@pytest.mark.parametrize("old, new", sorted(_moved.OLD_TO_NEW.items()))
-def test_an_old_import_path_is_the_new_module(old, new):
-    assert importlib.import_module(f"zoo_core.{old}") is importlib.import_module(f"zoo_core.{new}")
+@pytest.mark.parametrize("old", ["sampling", "hookspecs", "plugin_manager", "testing", "components", "trainrun"])
+def test_the_paths_from_before_the_grouping_are_gone(old):
+    # One path per module: the old top-level names are not aliases any more.
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"zoo_core.{old}")
 
 
-def test_old_paths_work_in_every_import_form_plugins_use():
-    # A fresh process: nothing imported by other tests can make these pass.
-    code = """
-from zoo_core.hookspecs import register_blocks
-from zoo_core.components import PositionEncodingBase
-from zoo_core import testing, protocols
-import zoo_core.plugin_manager as manager
-from zoo_core.training import StandardTrainer, TrainingJob
-from zoo_core.evaluation import evaluate_language_model
-import zoo_core.kit.testing, zoo_core.plugin_api.protocols, zoo_core.plugin_api.manager
-assert testing is zoo_core.kit.testing and protocols is zoo_core.plugin_api.protocols
-assert manager is zoo_core.plugin_api.manager
-print("ok")
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+def test_the_built_in_plugins_have_one_import_name():
+    # The folder is plugins/, the package zoo_plugins, in a checkout as installed:
+    # `plugins.x` imports only where a checkout's top happens to be on sys.path.
+    names = sorted(path.stem for path in (ROOT / "plugins").iterdir() if not path.name.startswith(("_", ".")))
+    bare = re.compile(r"(?<![\w.])(from plugins[. ]|import plugins\b|plugins\.(%s)\.)" % "|".join(names))
+    folders = [ROOT / name for name in ("zoo_core", "plugins", "tests", "examples", "docs", "benchmarks")]
+    files = [
+        ROOT / "README.md",
+        *[path for folder in folders for kind in ("*.py", "*.md") for path in folder.rglob(kind)],
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if path != Path(__file__).resolve()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_pyproject_lists_every_package_folder():
+    # setuptools' finder cannot rename plugins* to zoo_plugins*, so pyproject.toml lists
+    # the packages; a folder left out of the list would be left out of the wheel.
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("zoo_core", "plugins")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    packages = {
+        "zoo_plugins" + name.removeprefix("plugins") if name.startswith("plugins") else name for name in folders
+    }
+    assert listed - {"zoo_plugins.shipped"} == packages, (
+        f"not listed: {sorted(packages - listed)}, no folder: {sorted(listed - packages - {'zoo_plugins.shipped'})}"
+    )
 
 
 def test_an_unknown_old_path_is_still_an_import_error():

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from zoo_core import hookspecs
+from zoo_core.plugin_api import hookspecs
 
 from .conftest import ROOT
 

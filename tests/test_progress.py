@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from zoo_core import progress as progress_module
+from zoo_core.training import progress as progress_module
 from zoo_core.training.progress import RunningAverage, TrainingProgress
 
 

@@ -21,8 +21,8 @@ from zoo_core.corpus.batches import Corpus, fixed_windows, mean_loss
 from zoo_core.corpus.datasets import read_text_file
 from zoo_core.training.job import TrainingJob
 from zoo_core.training.loop import StandardTrainer, interim_windows, make_optimizer, seeded_network
-from plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
-from plugins.positions.rope import RotaryPositions
+from zoo_plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
+from zoo_plugins.positions.rope import RotaryPositions
 
 from .conftest import ROOT
 
@@ -67,8 +67,8 @@ class _Undeclared(nn.Module):
 
 @pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "none"])
 def test_skipping_identity_calls_changes_no_logit(positions):
-    from plugins.models.transformer import TransformerLanguageModel
     from zoo_core.plugin_api.manager import get_plugins
+    from zoo_plugins.models.transformer import TransformerLanguageModel
 
     plugins = get_plugins()
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from zoo_core import hookimpl, testing
+from zoo_core import hookimpl
+from zoo_core.kit import testing
 from zoo_core.loading.api import catalogue, load_variant, unbuildable_reason
 from zoo_core.plugin_api.components import PositionEncodingBase
 from zoo_core.errors import ZooError

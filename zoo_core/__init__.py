@@ -5,10 +5,7 @@ Importing this package is cheap: torch is imported only when a model is built.
 
 import pluggy
 
-from . import _moved
 from .version import __version__ as __version__
-
-_moved.install()
 
 hookimpl = pluggy.HookimplMarker("zoo")
 

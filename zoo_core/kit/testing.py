@@ -4,7 +4,7 @@ what `zoo check-plugin NAME` runs on everything a plugin registers.
 Each ``assert_*`` function raises ``AssertionError`` with a sentence saying what
 went wrong, so it reads well inside pytest::
 
-    from zoo_core import testing
+    from zoo_core.kit import testing
 
     def test_my_encoding_keeps_the_contracts():
         build = testing.tiny_transformer_builder(positions="my-encoding")

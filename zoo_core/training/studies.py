@@ -51,10 +51,8 @@ from .run_log import RunDescription, open_run_log, parse_log_targets, prepare_ru
 from .step import training_step  # noqa: F401 - the update every arm takes, in TrainingRun: one function
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# In a checkout the studies live in experiments/; a wheel carries a copy inside
-# zoo_core/training (setup.py's build hook), since an installed package has no top level.
-_PACKAGED_STUDIES = Path(__file__).resolve().parent / "studies.toml"
-STUDIES_FILE = _PACKAGED_STUDIES if _PACKAGED_STUDIES.is_file() else PROJECT_ROOT / "experiments" / "studies.toml"
+# Package data (an installed zoo has no top level); experiments/studies.toml links here.
+STUDIES_FILE = Path(__file__).resolve().parent / "studies.toml"
 
 
 @dataclass

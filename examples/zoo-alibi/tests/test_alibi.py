@@ -16,8 +16,8 @@ from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_alibi.alibi import ALiBiPositions, alibi_slopes
 from zoo_alibi.swiglu import SwiGLUPreNormBlock
 from zoo_core.loading.api import catalogue, load
-from zoo_core.plugin_manager import PluginInfo, PluginSet
-from zoo_core.sampling import sample_tokens
+from zoo_core.inference.sampling import sample_tokens
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_sampling_past_the_window_is_the_same_with_and_without_the_cache(plugins
 
 
 def test_alibi_and_the_swiglu_block_keep_the_zoo_contracts(plugins):
-    from zoo_core import testing
+    from zoo_core.kit import testing
 
     build = testing.tiny_transformer_builder(plugins, positions="alibi", block="swiglu-pre-norm")
     testing.assert_causal(build())
@@ -122,7 +122,7 @@ def test_alibi_and_the_swiglu_block_keep_the_zoo_contracts(plugins):
 
 
 def test_zoo_check_plugin_passes_on_everything_it_registers(plugins):
-    from zoo_core import testing
+    from zoo_core.kit import testing
 
     results = testing.check_plugin("alibi", plugins=plugins)
     assert [r for r in results if not r.passed] == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo_core.components import PositionEncodingBase
+from zoo_core.plugin_api.components import PositionEncodingBase
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:

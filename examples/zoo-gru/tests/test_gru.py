@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import zoo_gru
-from zoo_core import testing
 from zoo_core.loading.api import load
-from zoo_core.plugin_manager import PluginInfo, PluginSet
-from zoo_core.sampling import sample_tokens
+from zoo_core.inference.sampling import sample_tokens
+from zoo_core.kit import testing
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 from zoo_gru.gru import GRULanguageModel
 
 NAME = "gru-char"

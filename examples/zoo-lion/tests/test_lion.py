@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import zoo_lion
-from zoo_core import testing
 from zoo_core.loading.api import catalogue
-from zoo_core.plugin_manager import PluginInfo, PluginSet
+from zoo_core.kit import testing
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 from zoo_lion.lion import Lion
 from zoo_lion.trainer import LionTrainer
 
