@@ -7,7 +7,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 PROMPT ?= ROMEO:
 
-.PHONY: demo test test-all lint clean-venv
+.PHONY: demo test test-fast lint clean-venv
 
 # Everything the tests use: plots, the test tools, the interop extras (transformers,
 # ONNX, TransformerLens), the run logs' (TensorBoard, MLflow) and the web extras (Starlette, uvicorn,
@@ -26,9 +26,21 @@ demo: $(BIN)/.installed
 	$(BIN)/zoo load transformer-6b-sin
 	$(BIN)/zoo sample transformer-6b-sin --prompt "$(PROMPT)" --max-new-tokens 60 --seed 1
 
-# The slowest tests are listed at the end, to keep an eye on the suite's time (CI's budget).
+# The tests run on every core (pytest-xdist; JOBS=0 runs them in this one process).
+# --dist loadfile keeps each module's tests on one worker, in order, so its expensive
+# fixtures are built once (tests/conftest.py says which modules go out test by test,
+# and puts the modules with slow tests first, so none starts last while a core idles).
+JOBS ?= $(shell nproc)
+PYTEST := $(BIN)/pytest -n $(JOBS) --dist loadfile
+
+# Every test, the slow ones included (crash-safety sweeps, lm-eval, mutations): what CI
+# runs. The slowest are listed at the end, to keep an eye on the suite's time (CI's budget).
 test: $(BIN)/.installed
-	$(BIN)/pytest --durations=15
+	$(PYTEST) -m 'slow or not slow' --durations=25
+
+# The quick loop while developing: the tests not marked slow.
+test-fast: $(BIN)/.installed
+	$(PYTEST) --durations=15
 
 # What CI checks besides the tests: pyflakes and import order, formatting, types and
 # the layers (ruff, mypy and import-linter, configured in pyproject.toml), on the core
@@ -38,9 +50,6 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check zoo_core plugins
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-
-test-all: $(BIN)/.installed
-	$(BIN)/pytest -m ''
 
 clean-venv:
 	rm -rf $(VENV)

@@ -6,11 +6,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from xdist.scheduler import LoadFileScheduling
 
 from zoo_core import cli
 from zoo_core.plugin_api.manager import get_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# Modules whose tests are independent of each other and long enough to be worth
+# spreading over pytest-xdist's workers one by one (see FileScheduling).
+SPREAD = {"test_card_metrics", "test_crash_safety", "test_mutations"}
 
 
 def pytest_configure(config):
@@ -21,6 +28,37 @@ def pytest_configure(config):
         from .mutations import apply
 
         apply(os.environ["ZOO_MUTATION"])
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker (make test runs one per core): torch's own threads
+        # would only contend with the other workers' for the same cores.
+        torch.set_num_threads(1)
+
+
+class FileScheduling(LoadFileScheduling):
+    """make test's --dist loadfile: each module's tests go to one worker together, in
+    their order, so its module-scoped fixtures (an installed wheel, a trained model) are
+    built once and its last test sees what the others did; only the modules in SPREAD
+    go out test by test. Work is handed out in collection order (see below)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return nodeid if Path(module).stem in SPREAD else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own choice of scheduler
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    config.option.loadscopereorder = False  # keep the order below, not largest module first
+    return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules holding slow tests first: under pytest-xdist their long work starts while
+    the other workers are busy too, not last while they idle. The sort is stable, so each
+    module keeps its own order; tests never depend on the order of modules."""
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow_modules)
 
 
 class Result:
