@@ -75,8 +75,15 @@ COMMANDS = {
 
 def _add_arguments(commands, name: str) -> None:
     """Add command ``name``'s parser, defined as ``NAME_arguments`` in its family's module."""
-    family = importlib.import_module(f".{COMMANDS[name]}", __name__)
+    family = importlib.import_module(f".parsers.{COMMANDS[name]}", __name__)
     getattr(family, name.replace("-", "_") + "_arguments")(commands)
+
+
+def _handler(run: str):
+    """The handler a parser names as ``"FAMILY:cmd_NAME"``, its family's handlers
+    (zoo_core/cli/FAMILY.py, with their imports) imported now it runs."""
+    family, _, name = run.partition(":")
+    return getattr(importlib.import_module(f".{family}", __name__), name)
 
 
 class _VersionAction(argparse.Action):
@@ -217,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     changed: dict[str, str | None] = {}
     try:
         changed = _apply_limits(args)
-        return args.run(args)
+        return _handler(args.run)(args)
     except ZooError as exc:
         if args.debug:
             raise
