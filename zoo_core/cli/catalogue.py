@@ -12,7 +12,7 @@ import time
 from ..catalogue.finding import VariantFilter, find_variants, search_variants
 from ..catalogue.provenance import provenance, provenance_lines
 from ..catalogue.registry import render_index_entries
-from ..loading.api import catalogue, get_variant, load, unbuildable_reason
+from ..loading.lookup import catalogue, get_variant, unbuildable_reason
 from .tables import render_table
 
 
@@ -173,6 +173,8 @@ def cmd_load(args) -> int:
 
     torch_seconds = time.perf_counter() - started
     started = time.perf_counter()
+    from ..loading.api import load  # the heavy part behind the front; its import was always part of "loaded in"
+
     model = load(args.name, merge_adapter=args.merge)
     total = time.perf_counter() - started
     verification = model.verification

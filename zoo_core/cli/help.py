@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from ..loading.api import catalogue
+from ..loading.lookup import catalogue
 
 # Positional arguments with these names hold variant names, and complete as such.
 VARIANT_ARGUMENTS = ("name", "names", "pattern")
