@@ -131,10 +131,9 @@ def cmd_list(args) -> int:
     _warn_catalogue_problems(found)
     everything = list(found)
     if args.remote:  # the network, and pydantic for its cards, only when asked for
-        from ..sharing.pull import offered_variants
-        from ..sharing.remotes import get_remote
+        from ..sharing import pull, remotes
 
-        everything += offered_variants(get_remote(args.remote))
+        everything += pull.offered_variants(remotes.get_remote(args.remote))
     criteria = VariantFilter(args.pattern, args.tag or [], args.architecture, args.tokenizer, args.dataset)
     variants = [
         v

@@ -1,38 +1,18 @@
-"""Looking after the catalogue: verify, datasets (list, add, remove), remove, card-schema."""
+"""Looking after the catalogue: datasets (list, add, remove), remove. Free of
+torch and pydantic, as `zoo datasets` and `zoo remove` are (verify and
+card-schema, which need them, are in checks.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from ..catalogue.card_docs import card_schema, cards_markdown
 from ..catalogue.removal import remove_variant
 from ..corpus.datasets import USER
 from ..corpus.user_datasets import add_user_dataset, remove_user_dataset
 from ..errors import ZooError
-from ..loading.verify import FAILED, verify_catalogue
 from ..plugin_api.manager import get_plugins
 from .tables import render_table
-
-
-def cmd_verify(args) -> int:
-    rows = verify_catalogue(args.pattern)
-    if not rows:
-        raise ZooError(f"no variant matches '{args.pattern}'" if args.pattern else "no variants registered")
-    if args.json:
-        print(json.dumps([row.as_dict() for row in rows], indent=2))
-    else:
-        print(
-            render_table(
-                ["name", "plugin", "file", "status", "detail"],
-                [[r.name, r.plugin, r.file, r.status, r.detail] for r in rows],
-            )
-        )
-    failed = [row for row in rows if row.status == FAILED]
-    if failed:
-        shown = ", ".join(f"{row.name} ({row.file})" for row in failed[:3]) + (" …" if len(failed) > 3 else "")
-        raise ZooError(f"{len(failed)} of {len(rows)} failed verification: {shown}")
-    return 0
 
 
 def _dataset_rows() -> list[dict]:
@@ -124,9 +104,4 @@ def cmd_datasets_remove(args) -> int:
 def cmd_remove(args) -> int:
     deleted = remove_variant(args.name)
     print(f"removed '{args.name}' from your catalogue" + "".join(f"\n  deleted {path}" for path in deleted))
-    return 0
-
-
-def cmd_card_schema(args) -> int:
-    print(cards_markdown() if args.markdown else json.dumps(card_schema(), indent=2))
     return 0

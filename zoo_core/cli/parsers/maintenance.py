@@ -1,4 +1,4 @@
-"""The parsers of looking after the catalogue: verify, datasets (list, add, remove), remove, card-schema. Their handlers are in zoo_core/cli/maintenance.py."""
+"""The parsers of looking after the catalogue: verify, datasets (list, add, remove), remove, card-schema. Their handlers are in zoo_core/cli/maintenance.py and checks.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def verify_arguments(commands) -> None:
     )
     p.add_argument("pattern", nargs="?", help="shell wildcard, e.g. 'transformer-*' (default: every variant)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.set_defaults(run="maintenance:cmd_verify")
+    p.set_defaults(run="checks:cmd_verify")
 
 
 def datasets_arguments(commands) -> None:
@@ -81,4 +81,4 @@ def remove_arguments(commands) -> None:
 def card_schema_arguments(commands) -> None:
     p = commands.add_parser("card-schema", help="print the JSON Schema of a variant's card (registry table)")
     p.add_argument("--markdown", action="store_true", help="print the field reference of docs/cards.md instead")
-    p.set_defaults(run="maintenance:cmd_card_schema")
+    p.set_defaults(run="checks:cmd_card_schema")
