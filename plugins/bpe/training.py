@@ -80,7 +80,6 @@ def train_bpe(text: str, vocab_size: int) -> dict[bytes, int]:
 def train_tokenizer(text: str, vocab_size: int, train_fraction: float):
     """`zoo train-tokenizer --kind bpe`: ranks from the training split only
     (BPE never sees validation text)."""
-
     train_text, _ = split_text(text, train_fraction)
     ranks = train_bpe(train_text, vocab_size)
     return TrainedTokenizer(

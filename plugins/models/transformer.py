@@ -137,7 +137,6 @@ class TransformerLanguageModel(nn.Module):
 
     def make_row_batch(self, max_rows: int):
         """Rows of different lengths decoded together (`zoo serve`'s continuous batching; see row_batch)."""
-
         return RowBatch(self, max_rows)
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):

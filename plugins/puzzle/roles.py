@@ -113,7 +113,6 @@ def _zero(activation: torch.Tensor, name: str) -> torch.Tensor:
 @torch.no_grad()
 def _answers(network: PuzzleTransformer, batches, ablate: Sequence[str] = ()) -> list[str]:
     """The network's answer to every sentence of ``batches``, the hook points ``ablate`` zeroed."""
-
     answers: list[str] = []
     with hooks(network, {name: _zero for name in ablate}):
         for sentences, ids in batches:
@@ -186,7 +185,6 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
     where no action is ever disobeyed). A role whose
     hook point the network lacks (the previous-word head without positions) is
     reported absent. ``holds`` is true only when every role holds."""
-
     batches = _sentence_batches(network, tokenizer)
     ordered = [words for group, _ in batches for words in group]
     clean = _answers(network, batches)

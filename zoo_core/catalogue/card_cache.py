@@ -69,13 +69,11 @@ def _entry_path(path: Path) -> Path:
 
 def _read(path: Path, key: str) -> Any | None:
     """The payload stored for ``path`` under ``key``; None on any kind of miss."""
-
     return read_cache_entry(_entry_path(path), key)
 
 
 def _write(path: Path, key: str, payload: Any) -> None:
     """Store ``payload`` for ``path``; any failure leaves the cache as it was."""
-
     write_cache_entry(_entry_path(path), key, payload)
 
 

@@ -18,7 +18,6 @@ def provenance(variant: Variant, plugins: Any = None) -> dict[str, Any]:
     under ``provenance``). Components are the card's record when it has one
     (``components_recorded``: true); otherwise those the installed plugins
     provide now, which is what would build the variant today."""
-
     card = variant.index  # the card as JSON: `zoo show` imports no pydantic
     found: dict[str, Any] = {
         "layer": LAYER_WORDS.get(variant.layer, variant.layer),

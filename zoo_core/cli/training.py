@@ -69,7 +69,6 @@ def parse_setting(text: str) -> tuple[str, object]:
 def training_job(args, resume_command: str | None = None):
     """The `TrainingJob` that `zoo train`'s arguments ask for (validated as it is built);
     a data-parallel worker builds its own from the same arguments."""
-
     options = {field: getattr(args, field) for field in _JOB_OPTIONS}
     options["log_to"] = tuple(args.log_to or ())
     overrides = dict(parse_setting(text) for text in args.set or ())
@@ -118,7 +117,6 @@ def _worker_arguments(job, args) -> list[str]:
 
 def _launch_data_parallel(args, job) -> int:
     """`zoo train --nproc-per-node N`: the same run on N processes (per machine) through torchrun."""
-
     nproc, nnodes = (1 if value is None else value for value in (args.nproc_per_node, args.nnodes))
     if nproc < 1 or nnodes < 1:
         raise ZooError("--nproc-per-node and --nnodes must be at least 1")
@@ -136,7 +134,6 @@ def _launch_data_parallel(args, job) -> int:
 
 def _worker(args) -> int:
     """This process's share of a data-parallel run torchrun started (`zoo_core.training.distributed`)."""
-
     if args.nproc_per_node is not None or args.nnodes is not None:
         raise ZooError("a torchrun worker takes no --nproc-per-node or --nnodes: give them to torchrun")
     return run_worker(training_job(args), [*args.registry, *args.sub_registry], args.debug)
@@ -171,7 +168,6 @@ def _use_it_command(registry_file: Path, name: str) -> str:
     the run's file to the catalogue, unless the name is declared elsewhere too
     (say a shipped variant retrained into --out), which every command refuses;
     then `--only-registry` reads the run's file alone."""
-
     try:
         holder = build_catalogue().find(name)
         elsewhere = holder is not None and holder.source != registry_file.resolve()

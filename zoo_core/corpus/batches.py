@@ -109,7 +109,6 @@ def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: in
     Under `inference_mode`, not just `no_grad`: no autograd bookkeeping at all.
     The losses are summed as float tensors and read back once at the end,
     instead of a `.item()` per batch (a synchronisation per batch on a GPU)."""
-
     device = model_device(model)
     was_training = model.training
     model.eval()

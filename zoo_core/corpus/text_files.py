@@ -41,7 +41,6 @@ MAX_TEXT_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
 def read_text_bytes(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, str]:
     """The bytes of the text file ``path`` and their text, refused in one line
     naming ``path`` when it is missing, no regular file, too large or not UTF-8."""
-
     try:
         raw = read_limited(path, limit, what)  # regular files only, never blocking on a FIFO
     except FileNotFoundError:

@@ -212,7 +212,6 @@ def _dataset(path: Path, name: str, table: object) -> Dataset:
 
 def render_user_datasets(datasets: list[Dataset]) -> str:
     """datasets.toml's text: one table per dataset, in the order given."""
-
     document = {
         d.name: {
             "kind": d.kind,
@@ -261,7 +260,6 @@ def add_user_dataset(
     """Register the file, folder or glob ``given`` as the user's dataset ``name``;
     returns the dataset, its text and whether it replaced one of the same name
     (whose description and split it keeps unless given anew)."""
-
     _check_name(name)
     if train_fraction is not None and not 0 < train_fraction < 1:
         raise ZooError(f"--train-fraction {train_fraction}: it must lie between 0 and 1")
@@ -299,7 +297,6 @@ def add_user_dataset(
 
 def remove_user_dataset(name: str, *, plugins: PluginSet) -> Dataset:
     """Remove the user's dataset ``name`` from datasets.toml (never its files); return it."""
-
     path = user_datasets_path()
     with exclusive_lock(path):
         mine = read_user_datasets(path)

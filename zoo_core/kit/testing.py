@@ -172,7 +172,6 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     """Sampling with the KV cache gives the very tokens uncached sampling gives,
     past the end of the window, and the cache was really used: the cached run
     processes fewer positions, most steps a single new token."""
-
     assert implements(model, CachedDecoding), capability_problem(model, CachedDecoding) or (
         "the model does not support a KV cache (supports_kv_cache is false; see docs/plugins.md, 'The KV-cache contract')"
     )
@@ -298,7 +297,6 @@ def assert_samples_past_window_in_constant_work(model, new_tokens: int | None = 
     """Sampling an unbounded model far past its training window feeds the prompt
     once and then exactly one token per step: the positions fed are the
     prompt's plus one per drawn token but the last, and the state stays one size."""
-
     model.eval()
     window = model.context_length
     prompt = _random_ids(model, max(1, window // 2), seed)
@@ -326,7 +324,6 @@ def assert_samples_past_window_in_constant_work(model, new_tokens: int | None = 
 def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> None:
     """Weights saved as a zoo checkpoint (safetensors) load into a fresh network
     by the same names and shapes and give the same logits."""
-
     torch.manual_seed(seed)
     original = build().eval()
     fresh = build().eval()
@@ -346,7 +343,6 @@ def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> Non
 def assert_deterministic(build: Callable[[], Any], seed: int = 0) -> None:
     """One seed, one network and one sample: building twice from the same seed
     gives the same weights, and sampling twice with the same generator the same tokens."""
-
     networks = []
     for _ in range(2):
         torch.manual_seed(seed)
@@ -364,7 +360,6 @@ def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int
     """A trainer that uses a corpus, stopped half-way and resumed from its saved
     state, ends with exactly the weights of an uninterrupted run (and two
     uninterrupted runs agree)."""
-
     network = build()
     vocab, window = _vocab_size(network), network.context_length
     tokens = torch.randint(0, vocab, (4000,), generator=torch.Generator().manual_seed(seed))
@@ -518,7 +513,6 @@ def assert_tokenizer_round_trips(tokenizer, texts: dict[str, str] | None = None)
 
 def _tokenizer_spec(name: str):
     """A tokenizer section for a tokenizer no variant uses: its kind alone (no file)."""
-
     return SimpleNamespace(kind=name, vocab_size=None, file=None, sha256=None)
 
 
@@ -699,7 +693,6 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
     """Run the kit on everything plugin ``name`` registers (``deep=False``:
     conformance only). Every registered name gets at least one line: checked,
     or skipped with the reason; one the kit has no check for is a failure."""
-
     plugins = plugins or get_plugins()
     if name not in plugins.plugins:
         raise ZooError(f"no plugin named '{name}' is loaded (loaded: {', '.join(plugins.plugins)})")

@@ -38,7 +38,6 @@ def load_adapted(
     the weights), and what was verified: the adapter file's checks, then the base's.
     The base is looked up in the catalogue ``found`` and built by ``build_network``,
     both handed by the loader (api.py), which imports this module, not the reverse."""
-
     card = variant.card
     spec = card.adapter
     assert spec is not None, "called for an adapter variant"

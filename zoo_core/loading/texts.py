@@ -45,7 +45,6 @@ def resolve_recipe_text(
 
 def variant_text(variant, override: Path | str | None = None) -> ResolvedText:
     """The text ``variant``'s recipe names (checked), or ``override``."""
-
     return resolve_recipe_text(
         variant.card.recipe,
         variant.source,

@@ -25,7 +25,6 @@ def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None
     in the user's registry, in the order that no crash can break
     (zoo_core.catalogue.publishing). The card's paths are rewritten relative to
     that registry; its checksums are the written files'. Returns the registry file."""
-
     home = zoo_home()
     folder = home / "checkpoints"
     try:
