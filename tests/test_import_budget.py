@@ -34,8 +34,10 @@ PLATFORM = {"fcntl", "msvcrt"}
 HOISTED = {
     # `import zoo_core` is torch-free: the API resolves on first use.
     "zoo_core/__init__.py": {"zoo_core.loading", "zoo_core.inference.settings"},
-    # The package metadata for --version alone; argcomplete when a shell completes.
-    "zoo_core/cli/__init__.py": {"importlib.metadata", "argcomplete"},
+    # The package metadata for --version alone; argcomplete when a shell completes; the
+    # catalogue's layers (and the plugin manager, 30 ms) once a command runs, never for help.
+    "zoo_core/cli/__init__.py": {"importlib.metadata", "argcomplete", "zoo_core.catalogue.layers"},
+    "zoo_core/cli/help.py": {"zoo_core.loading.lookup"},  # the catalogue when a variant name is completed
     # `zoo list --remote` reaches the network; `zoo load` times torch's import apart.
     "zoo_core/cli/catalogue.py": {"zoo_core.sharing", "torch", "zoo_core.loading.api"},
     "zoo_core/cli/tables.py": {"rich"},  # tables, only for commands that print one

@@ -21,7 +21,6 @@ import os
 import sys
 from pathlib import Path
 
-from ..catalogue.layers import set_command_line_registries
 from ..catalogue.limits import parse_size
 from ..errors import ZooError
 from ..storage.files import describe_os_error
@@ -218,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # bare `zoo`: show what there is
         parser.print_help()
         return 0
+
+    # The catalogue (and the plugin manager under it) only now a command runs: help never reads it.
+    from ..catalogue.layers import set_command_line_registries
 
     set_command_line_registries([*args.registry, *args.sub_registry], args.only_registry)
 
