@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import zoo_core
-from zoo_core.cli import sampling as sample_command
+from zoo_core.cli.parsers import sampling as sample_command
 from zoo_core.errors import ZooError
 from zoo_core.inference.settings import OPTION_NAMES, SamplingSettings, resolve_settings
 

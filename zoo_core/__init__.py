@@ -5,6 +5,8 @@ Importing this package is cheap: torch is imported only when a model is built.
 
 import pluggy
 
+from .errors import UnknownName as UnknownName
+from .errors import ZooError as ZooError
 from .version import __version__ as __version__
 
 hookimpl = pluggy.HookimplMarker("zoo")
@@ -22,8 +24,4 @@ def __getattr__(name):
         from .inference.settings import SamplingSettings
 
         return SamplingSettings
-    if name in {"ZooError", "UnknownName"}:
-        from . import errors
-
-        return getattr(errors, name)
     raise AttributeError(f"module 'zoo_core' has no attribute {name!r}")

@@ -13,7 +13,10 @@ from collections import Counter, defaultdict
 
 import regex
 
-from .tokenizer import SPLIT_PATTERN
+from zoo_core.corpus.batches import split_text
+from zoo_core.corpus.tokenizer_training import TrainedTokenizer
+
+from .tokenizer import SPLIT_PATTERN, write_ranks
 
 
 def _pairs(word: list[int]):
@@ -77,11 +80,6 @@ def train_bpe(text: str, vocab_size: int) -> dict[bytes, int]:
 def train_tokenizer(text: str, vocab_size: int, train_fraction: float):
     """`zoo train-tokenizer --kind bpe`: ranks from the training split only
     (BPE never sees validation text)."""
-    from zoo_core.corpus.batches import split_text
-    from zoo_core.corpus.tokenizer_training import TrainedTokenizer
-
-    from .tokenizer import write_ranks
-
     train_text, _ = split_text(text, train_fraction)
     ranks = train_bpe(train_text, vocab_size)
     return TrainedTokenizer(

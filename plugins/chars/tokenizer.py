@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from zoo_core.corpus.tokenizer_training import TrainedTokenizer
 from zoo_core.errors import ZooError
 from zoo_core.storage.files import read_limited
 
@@ -81,8 +82,6 @@ def train_char_tokenizer(text: str, vocab_size: int | None = None, train_fractio
     """`zoo train-tokenizer --kind char`: seed 004's vocabulary, every character of
     the whole corpus, so that validation text never holds an unknown one
     (``vocab_size`` and ``train_fraction`` do not apply)."""
-    from zoo_core.corpus.tokenizer_training import TrainedTokenizer
-
     tokenizer = CharTokenizer.from_text(text)
     return TrainedTokenizer(
         f"char-{tokenizer.vocab_size}.json",

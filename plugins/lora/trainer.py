@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from zoo_core.catalogue.cards import AdapterSpec
 from zoo_core.errors import ZooError
 from zoo_core.training.loop import StandardTrainer, TrainingResult
 
@@ -53,8 +54,6 @@ class LoRATrainer(StandardTrainer):
 
     def saved_weights(self, network: torch.nn.Module, card: ModelCard) -> tuple[dict[str, torch.Tensor], ModelCard]:
         """Only the adapter's tensors, and a card that says what they apply to."""
-        from zoo_core.catalogue.cards import AdapterSpec
-
         recipe = card.recipe
         if recipe.base is None or recipe.base_sha256 is None:
             raise ZooError("the lora trainer's adapter needs the base it was trained on (zoo train NEW --from VARIANT)")

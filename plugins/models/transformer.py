@@ -26,6 +26,7 @@ from zoo_core.training.losses import cross_entropy
 
 from .config import call_with_config
 from .decoding import GenerationCache, can_decode, decode
+from .row_batch import RowBatch
 
 
 class TransformerLanguageModel(nn.Module):
@@ -136,8 +137,6 @@ class TransformerLanguageModel(nn.Module):
 
     def make_row_batch(self, max_rows: int):
         """Rows of different lengths decoded together (`zoo serve`'s continuous batching; see row_batch)."""
-        from .row_batch import RowBatch
-
         return RowBatch(self, max_rows)
 
     def forward(self, idx, targets=None, cache: GenerationCache | None = None):

@@ -47,6 +47,8 @@ from torch import nn
 from zoo_core.errors import ZooError
 from zoo_core.plugin_api.hook_points import HookPoint
 
+from .report import answer_question, evaluate_network
+from .roles import ROLES, ablate_answers, verify_roles
 from .slots import (
     TOKEN_FEATURES,
     VOCABULARY,
@@ -245,28 +247,20 @@ class PuzzleTransformer(nn.Module):
     def ask(self, tokenizer, prompt: str, explain: bool = False, png: Path | str | None = None) -> str:
         """The answer word and output vector, e.g. ``Human  [0.02, 1.00]``; with
         ``explain`` the residual stream and attention maps; with ``png`` a picture."""
-        from .report import answer_question
-
         return answer_question(self, tokenizer, prompt, explain=explain, png=Path(png) if png else None)
 
     def evaluate(self, tokenizer) -> dict[str, Any]:
         """Accuracy over every well-formed sentence against the puzzle's rule."""
-        from .report import evaluate_network
-
         return evaluate_network(self, tokenizer)
 
     def ablate_answers(self, tokenizer, groups=None) -> dict[str, Any]:
         """How many sentences change their answer when each group of heads
         (LAYER.HEAD pairs, from 0; None: each head alone) is zeroed (`roles.ablate_answers`)."""
-        from .roles import ablate_answers
-
         return ablate_answers(self, tokenizer, groups)
 
     def verify_roles(self, tokenizer, roles=None) -> dict[str, Any]:
         """Every head role the explanation claims, checked by ablating that head
         (`roles.verify_roles`; ``roles`` defaults to the explanation's, `roles.ROLES`)."""
-        from .roles import ROLES, verify_roles
-
         return verify_roles(self, tokenizer, ROLES if roles is None else roles)
 
 

@@ -20,6 +20,7 @@ import torch
 
 from zoo_core.errors import ZooError
 from zoo_core.inspection.roles import format_role_report
+from zoo_core.plugin_api.hook_points import hook_point_names, hooks
 
 from .readout import HEAD_TITLES, read_answer
 from .rule import FLIGHT_ACTIONS, OBJECT_ABILITIES, SPEECH_ACTIONS, expected_answer, well_formed_sentences
@@ -112,8 +113,6 @@ def _zero(activation: torch.Tensor, name: str) -> torch.Tensor:
 @torch.no_grad()
 def _answers(network: PuzzleTransformer, batches, ablate: Sequence[str] = ()) -> list[str]:
     """The network's answer to every sentence of ``batches``, the hook points ``ablate`` zeroed."""
-    from zoo_core.plugin_api.hook_points import hooks
-
     answers: list[str] = []
     with hooks(network, {name: _zero for name in ablate}):
         for sentences, ids in batches:
@@ -186,8 +185,6 @@ def verify_roles(network: PuzzleTransformer, tokenizer, roles: Sequence[HeadRole
     where no action is ever disobeyed). A role whose
     hook point the network lacks (the previous-word head without positions) is
     reported absent. ``holds`` is true only when every role holds."""
-    from zoo_core.plugin_api.hook_points import hook_point_names
-
     batches = _sentence_batches(network, tokenizer)
     ordered = [words for group, _ in batches for words in group]
     clean = _answers(network, batches)

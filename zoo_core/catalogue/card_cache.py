@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..storage.files import cache_file_for, read_cache_entry, write_cache_entry
 from ..version import __version__
 
 # Bump this whenever a card could validate differently or an entry would hold
@@ -63,22 +64,16 @@ def _key(kind: str, content: bytes) -> str:
 
 
 def _entry_path(path: Path) -> Path:
-    from ..storage.files import cache_file_for
-
     return cache_file_for(path, "cards", ".json")
 
 
 def _read(path: Path, key: str) -> Any | None:
     """The payload stored for ``path`` under ``key``; None on any kind of miss."""
-    from ..storage.files import read_cache_entry
-
     return read_cache_entry(_entry_path(path), key)
 
 
 def _write(path: Path, key: str, payload: Any) -> None:
     """Store ``payload`` for ``path``; any failure leaves the cache as it was."""
-    from ..storage.files import write_cache_entry
-
     write_cache_entry(_entry_path(path), key, payload)
 
 

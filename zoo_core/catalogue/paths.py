@@ -45,3 +45,11 @@ def resolve_inside(base_dir: Path, relative: str, *, what: str = "path", allow_o
             f"set allow_external_paths = true in your own card to permit it"
         )
     return resolved
+
+
+def check_external_paths(path: Path, name: str, allowed: bool, plugin: str, layer: str) -> None:
+    if allowed and layer == "plugin":
+        raise ZooError(
+            f"{path}: variant '{printable(name)}': allow_external_paths is only honoured in your own "
+            f"catalogue, not in plugin '{plugin}'"
+        )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plugin_api.manager import get_plugins
+from ..plugin_api.sources import providers
 from .registry import Variant
 
 LAYER_WORDS = {"built-in": "built-in", "plugin": "plugin", "user": "user", "extra": "registry file"}
@@ -16,9 +18,6 @@ def provenance(variant: Variant, plugins: Any = None) -> dict[str, Any]:
     under ``provenance``). Components are the card's record when it has one
     (``components_recorded``: true); otherwise those the installed plugins
     provide now, which is what would build the variant today."""
-    from ..plugin_api.manager import get_plugins
-    from ..plugin_api.sources import providers
-
     card = variant.index  # the card as JSON: `zoo show` imports no pydantic
     found: dict[str, Any] = {
         "layer": LAYER_WORDS.get(variant.layer, variant.layer),

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..errors import ZooError
 from ..storage.files import place_copy, remove_file, remove_stale_temporaries
+from .registry import read_registry_file, upsert_registry_entry
 
 if TYPE_CHECKING:
     from .cards import ModelCard
@@ -51,8 +52,6 @@ def publish_card(registry: Path, staged: ModelCard, settled: ModelCard, moves: d
     is the same card naming the values (the usual names). Returns the card the
     registry holds at the end: ``settled``, or ``staged`` when settling failed
     (the disk filled up while copying), which is as complete."""
-    from .registry import upsert_registry_entry
-
     remove_stale_temporaries(registry)  # of a publish killed while writing it; we hold its lock
     before = _named_files(registry, staged.name) or set()
     try:
@@ -121,8 +120,6 @@ def content_named_tokenizer(folder: Path, name: str, source: Path, sha256: str) 
 def _named_files(registry: Path, only: str | None = None) -> set[Path] | None:
     """The files the cards of ``registry`` (or its card ``only``) name: checkpoint,
     history, tokenizer; none when it does not exist, None when it cannot be read."""
-    from .registry import read_registry_file
-
     if not registry.exists():
         return set()
     try:

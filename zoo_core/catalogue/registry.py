@@ -18,12 +18,13 @@ import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import UnknownName, ZooError, printable
+from ..errors import UnknownName, ZooError
+from ..storage.files import atomic_write_text, describe_os_error, read_limited
+from ..storage.toml_text import render_toml
+from .card_cache import CachedCard, cache_cards, cached_cards
+from .paths import check_external_paths, resolve_inside
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
-
-    from .card_cache import CachedCard
     from .cards import ModelCard
 
 
@@ -118,8 +119,6 @@ class Variant:
 
     def resolve(self, relative: str, what: str = "path") -> Path:
         """A path the card names, kept inside the registry's folder (see zoo_core.catalogue.paths)."""
-        from .paths import resolve_inside
-
         return resolve_inside(
             self.source.parent,
             relative,
@@ -137,24 +136,6 @@ class Variant:
         return self.resolve(file, "tokenizer path") if file else None
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(table)"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif first["type"] == "value_error":
-        from .limits import ShapeError
-
-        raised = first["ctx"]["error"]
-        message = str(raised)
-        if isinstance(raised, ShapeError):  # raised for the whole config table; name the key
-            field = f"{field}.{raised.field}"
-    more = len(error.errors()) - 1
-    suffix = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
-    return f"field '{field}': {message}{suffix}"
-
-
 MAX_REGISTRY_BYTES = 64 * 1024 * 1024  # thousands of variants fit in far less
 
 
@@ -164,9 +145,6 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
     A card that sets ``allow_external_paths`` is refused in a plugin's file: only
     catalogues the user writes (user, extra) or ships (built-in) may opt in.
     Cards this file's very bytes validated to before are read from the cache."""
-    from ..storage.files import describe_os_error, read_limited
-    from .card_cache import CachedCard, cache_cards, cached_cards
-
     try:
         data = read_limited(path, MAX_REGISTRY_BYTES, "registry file")
     except FileNotFoundError:
@@ -177,9 +155,7 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
     cached = cached_cards(path, data)
     if cached is not None:
         for card in cached:
-            _check_external_paths(
-                path, card.entry["name"], card.entry.get("allow_external_paths", False), plugin, layer
-            )
+            check_external_paths(path, card.entry["name"], card.entry.get("allow_external_paths", False), plugin, layer)
         return [Variant.cached(card, source, plugin, layer) for card in cached]
     validated = _validate_registry(path, data, plugin, layer)
     variants = [Variant(card, source, plugin, layer, index=card.index_entry()) for _, card in validated]
@@ -189,44 +165,10 @@ def read_registry_file(path: Path, plugin: str, layer: str = "built-in") -> list
 
 def _validate_registry(path: Path, data: bytes, plugin: str, layer: str) -> list[tuple[dict[str, Any], ModelCard]]:
     """Each table of the file (its name included) and the card it validates to."""
-    import tomllib
+    # Behind the front: pydantic and tomllib, paid only when the card cache misses.
+    from .card_validation import validate_registry
 
-    from pydantic import ValidationError
-
-    from .cards import ModelCard
-
-    try:
-        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML, but not an error either
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ZooError(f"{path}: registry is not UTF-8 text (byte {exc.start})") from None
-    try:
-        tables = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ZooError(f"{path}: not valid TOML: {exc}") from None
-    except RecursionError:  # arrays or tables nested thousands deep
-        raise ZooError(f"{path}: not valid TOML: nested too deeply") from None
-    validated = []
-    for name, table in tables.items():
-        shown = printable(name)  # a quoted TOML key may hold a line break
-        if not isinstance(table, dict):
-            raise ZooError(f"{path}: '{shown}' must be a table ([{shown}]), not a {type(table).__name__}")
-        given = {"name": name, **table}
-        try:
-            card = ModelCard.model_validate(given)
-        except ValidationError as exc:
-            raise ZooError(f"{path}: variant '{shown}': {describe_validation_error(exc)}") from None
-        _check_external_paths(path, name, card.allow_external_paths, plugin, layer)
-        validated.append((given, card))
-    return validated
-
-
-def _check_external_paths(path: Path, name: str, allowed: bool, plugin: str, layer: str) -> None:
-    if allowed and layer == "plugin":
-        raise ZooError(
-            f"{path}: variant '{printable(name)}': allow_external_paths is only honoured in your own "
-            f"catalogue, not in plugin '{plugin}'"
-        )
+    return validate_registry(path, data, plugin, layer)
 
 
 class Catalogue:
@@ -313,8 +255,6 @@ def render_registry(cards: Iterable[ModelCard], preamble: str = "") -> str:
 def render_index_entries(entries: Iterable[dict[str, Any]], preamble: str = "") -> str:
     """TOML text for cards as JSON (``ModelCard.index_entry``, ``Variant.index``):
     `zoo show` renders a card without pydantic."""
-    from ..storage.toml_text import render_toml
-
     document = {}
     for entry in entries:
         data = dict(entry)
@@ -326,8 +266,6 @@ def upsert_registry_entry(path: Path, card: ModelCard) -> None:
     """Replace (or append) ``card`` in the registry file at ``path``, keeping the
     other variants, their order and the file's leading comment. Callers hold the
     file's lock; the write itself is atomic."""
-    from ..storage.files import atomic_write_text
-
     preamble, cards = "", []
     if path.exists():
         text = path.read_text(encoding="utf-8-sig")

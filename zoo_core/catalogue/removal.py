@@ -54,8 +54,6 @@ def _remove_empty_catalogue(registry: Path) -> list[Path]:
     """Delete the user registry that holds no card now, and the folders of the
     user catalogue left empty (``checkpoints/``, then ``$ZOO_HOME`` itself):
     what `zoo train --publish` creates it creates again."""
-    from .registry import read_registry_file
-
     if read_registry_file(registry, "user", layer="user"):
         return []
     registry.unlink(missing_ok=True)

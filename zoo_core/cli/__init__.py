@@ -1,15 +1,15 @@
 """The `zoo` command.
 
 Errors a user can cause end in one line on stderr and exit status 1 (2 for bad
-usage); `--debug` shows the traceback instead. Heavy imports (torch) happen inside
-the commands that need them, so `zoo list` stays fast.
+usage); `--debug` shows the traceback instead.
 
-Each command family is a module of this package (``COMMANDS`` names it), with
-each command's arguments (``NAME_arguments``) beside its handler (``cmd_NAME``);
-a family is imported only when one of its commands runs, or help lists them all.
-Since help and shell completion import every family, this package is the
-cold-start front: a family imports at its top only what is free of torch and
-pydantic, and a handler imports the heavy part it runs (tests/test_import_budget.py).
+This package is the cold-start front (docs/architecture.md): `zoo list`,
+`search`, `show`, help and shell completion never import torch or pydantic.
+Each command family has its parsers in ``parsers/FAMILY.py`` (``NAME_arguments``),
+light, since help and completion build every one, and its handlers
+(``cmd_NAME``) in ``FAMILY.py``, which import what they use at their top. A
+parser names its handler as ``run="FAMILY:cmd_NAME"``; ``main`` imports that
+family's handlers only when the command runs (tests/test_import_budget.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import os
 import sys
 from pathlib import Path
 
-from ..catalogue.layers import set_command_line_registries
 from ..catalogue.limits import parse_size
 from ..errors import ZooError
 from ..storage.files import describe_os_error
@@ -37,7 +36,7 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-# Every command and the module of its family (zoo_core/cli/FAMILY.py), in the order
+# Every command and its family (parsers in zoo_core/cli/parsers/FAMILY.py), in the order
 # `zoo --help` lists them. A command line naming one command imports its family
 # alone and builds that one parser: the others' arguments and imports are never paid.
 COMMANDS = {
@@ -74,9 +73,16 @@ COMMANDS = {
 
 
 def _add_arguments(commands, name: str) -> None:
-    """Add command ``name``'s parser, defined as ``NAME_arguments`` in its family's module."""
-    family = importlib.import_module(f".{COMMANDS[name]}", __name__)
+    """Add command ``name``'s parser, defined as ``NAME_arguments`` in its family's parsers."""
+    family = importlib.import_module(f".parsers.{COMMANDS[name]}", __name__)
     getattr(family, name.replace("-", "_") + "_arguments")(commands)
+
+
+def _handler(run: str):
+    """The handler a parser names as ``"FAMILY:cmd_NAME"``, its family's handlers
+    (zoo_core/cli/FAMILY.py, with their imports) imported now it runs."""
+    family, _, name = run.partition(":")
+    return getattr(importlib.import_module(f".{family}", __name__), name)
 
 
 class _VersionAction(argparse.Action):
@@ -212,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
 
+    # The catalogue (and the plugin manager under it) only now a command runs: help never reads it.
+    from ..catalogue.layers import set_command_line_registries
+
     set_command_line_registries([*args.registry, *args.sub_registry], args.only_registry)
 
     changed: dict[str, str | None] = {}
     try:
         changed = _apply_limits(args)
-        return args.run(args)
+        return _handler(args.run)(args)
     except ZooError as exc:
         if args.debug:
             raise

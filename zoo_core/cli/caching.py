@@ -2,22 +2,8 @@
 
 from __future__ import annotations
 
-from ..storage.cache_folder import CACHE_PARTS, clear_cache
+from ..storage.cache_folder import clear_cache
 from ..storage.locations import cache_dir
-
-
-def cache_arguments(commands) -> None:
-    kept = ", ".join(part.folder for part in CACHE_PARTS if part.only_with_all)
-    p = commands.add_parser(
-        "cache",
-        help="clear the zoo's cache folder (cards, plugins, gallery, served site...)",
-        description="Everything in the cache folder is made again when needed: clearing it costs time, never data. "
-        + " ".join(f"{part.folder}/: {part.holds}." for part in CACHE_PARTS),
-    )
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, help="what to do: clear")
-    clear = actions.add_parser("clear", help=f"delete what the cache holds, but {kept}")
-    clear.add_argument("--all", action="store_true", help=f"also {kept}, and the cache folder itself once empty")
-    p.set_defaults(run=cmd_cache)
 
 
 def cmd_cache(args) -> int:

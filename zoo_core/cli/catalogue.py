@@ -12,8 +12,8 @@ import time
 from ..catalogue.finding import VariantFilter, find_variants, search_variants
 from ..catalogue.provenance import provenance, provenance_lines
 from ..catalogue.registry import render_index_entries
-from ..loading.api import catalogue, get_variant, load, unbuildable_reason
-from .options import format_table
+from ..loading.lookup import catalogue, get_variant, unbuildable_reason
+from .tables import render_table
 
 
 def _summary(card: dict) -> dict:
@@ -117,7 +117,7 @@ def _print_variants(args, variants, nothing: str) -> int:
         ]
         for variant, r in zip(variants, rows)
     ]
-    print(format_table(headers, table, right={2, 5, 6, 7}))
+    print(render_table(headers, table, right={2, 5, 6, 7}))
     blocked = [r for r in rows if r["unbuildable"]]
     if blocked:
         print()
@@ -126,46 +126,14 @@ def _print_variants(args, variants, nothing: str) -> int:
     return 0
 
 
-def list_arguments(commands) -> None:
-    p = commands.add_parser(
-        "list", help="list the catalogue's variants (reads registry files and cached cards only: fast)"
-    )
-    p.add_argument(
-        "pattern", nargs="?", help="part of the name ('rope') or a shell wildcard ('transformer-*') (default: all)"
-    )
-    p.add_argument("--tag", action="append", help="only variants with this tag; may be repeated (default: any)")
-    p.add_argument("--architecture", help="only this architecture, e.g. 'gpt' (default: any)")
-    p.add_argument("--tokenizer", help="only this tokenizer kind, e.g. 'bpe' or 'char' (default: any)")
-    p.add_argument(
-        "--dataset", help="only variants trained on this data: the recipe's file, its name or stem (default: any)"
-    )
-    p.add_argument(
-        "--sort", choices=["validation_loss", "parameters", "name"], help="order of the rows (default: catalogue order)"
-    )
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--markdown", action="store_true", help="a Markdown table with train and validation loss")
-    p.add_argument(
-        "--source",
-        choices=["built-in", "plugin", "user", "extra", "remote"],
-        help="only variants of this catalogue layer (default: all)",
-    )
-    p.add_argument(
-        "--remote",
-        metavar="NAME",
-        help="also list what this remote catalogue offers (`zoo remote list`), in the layer 'remote NAME'",
-    )
-    p.set_defaults(run=cmd_list)
-
-
 def cmd_list(args) -> int:
     found = catalogue()
     _warn_catalogue_problems(found)
     everything = list(found)
     if args.remote:  # the network, and pydantic for its cards, only when asked for
-        from ..sharing.pull import offered_variants
-        from ..sharing.remotes import get_remote
+        from ..sharing import pull, remotes
 
-        everything += offered_variants(get_remote(args.remote))
+        everything += pull.offered_variants(remotes.get_remote(args.remote))
     criteria = VariantFilter(args.pattern, args.tag or [], args.architecture, args.tokenizer, args.dataset)
     variants = [
         v
@@ -176,25 +144,11 @@ def cmd_list(args) -> int:
     return _print_variants(args, variants, "no variant matches" + _described(args) + where)
 
 
-def search_arguments(commands) -> None:
-    p = commands.add_parser("search", help="find variants whose name, description or tags hold every word")
-    p.add_argument("text", nargs="+", help="words to look for, e.g. 'rope' or 'no positions'")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.set_defaults(run=cmd_search)
-
-
 def cmd_search(args) -> int:
     text = " ".join(args.text)
     return _print_variants(
         args, search_variants(catalogue(), text), f"no variant's name, description or tags hold '{text}'"
     )
-
-
-def show_arguments(commands) -> None:
-    p = commands.add_parser("show", help="show a variant's card and its provenance")
-    p.add_argument("name", help="the variant (see `zoo list`)")
-    p.add_argument("--json", action="store_true", help="print the card as JSON instead of TOML")
-    p.set_defaults(run=cmd_show)
 
 
 def cmd_show(args) -> int:
@@ -210,18 +164,6 @@ def cmd_show(args) -> int:
     return 0
 
 
-def load_arguments(commands) -> None:
-    p = commands.add_parser("load", help="build a variant, verify and load its weights")
-    p.add_argument("name", help="the variant (see `zoo list`)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument(
-        "--merge",
-        action="store_true",
-        help="an adapter variant: fold the adapter into its base's weights instead of applying it on the fly",
-    )
-    p.set_defaults(run=cmd_load)
-
-
 def cmd_load(args) -> int:
     # torch is imported first and timed apart: it costs the same for every
     # variant, and "loaded in" should say what loading this variant costs.
@@ -230,6 +172,8 @@ def cmd_load(args) -> int:
 
     torch_seconds = time.perf_counter() - started
     started = time.perf_counter()
+    from ..loading.api import load  # the heavy part behind the front; its import was always part of "loaded in"
+
     model = load(args.name, merge_adapter=args.merge)
     total = time.perf_counter() - started
     verification = model.verification

@@ -6,51 +6,28 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from ..errors import ZooError
+from ..evaluation.compare import compare_variants
 from ..evaluation.plots import attention_grid_png, grid_png, text_panels_png
+from ..evaluation.scoring import evaluate_language_model, record_bits_per_byte, recordable_registry
+from ..inspection import ablation
+from ..inspection.logit_lens import logit_lens
+from ..inspection.patching import patch_residual
 from ..inspection.roles import format_role_report, task_ablation, verify_roles
-from ..loading.api import load
+from ..loading.api import get_variant, load
 from ..plugin_api.protocols import SelfEvaluating, implements
 from ..storage.files import atomic_write_bytes
+from ..training.progress import WorkProgress
 from ..web.svg import heatmap
-from .options import device_options, format_table, load_on_threads, sampling_settings
-
-
-def eval_arguments(commands) -> None:
-    p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
-    p.add_argument("name", help="the variant (see `zoo list`)")
-    p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
-    p.add_argument(
-        "--data",
-        metavar="NAME|PATH",
-        help="evaluate on this registered dataset's (`zoo datasets`) or text file's validation split "
-        "(default: the recipe's corpus)",
-    )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    device_options(p, "evaluate", threads=True)
-    p.add_argument(
-        "--text-chars",
-        type=int,
-        default=None,
-        metavar="N",
-        help="bits per byte on the first N characters of the validation split (default: all of it)",
-    )
-    p.add_argument(
-        "--record",
-        action="store_true",
-        help="write validation bits per byte and per character into the variant's card (its registry file)",
-    )
-    p.set_defaults(run=cmd_eval)
+from .options import load_on_threads, sampling_settings
+from .tables import render_table
 
 
 def cmd_eval(args) -> int:
-    from ..evaluation.scoring import evaluate_language_model
-
     data = args.data
     if args.record:  # refused before any scoring: a card in an installed package is never rewritten
-        from ..evaluation.scoring import recordable_registry
-        from ..loading.api import get_variant
-
         if data is not None or args.text_chars is not None:
             raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
         recordable_registry(get_variant(args.name))
@@ -58,8 +35,6 @@ def cmd_eval(args) -> int:
     if implements(model.network, SelfEvaluating):
         report = model.network.evaluate(model.tokenizer)
     else:
-        from ..training.progress import WorkProgress
-
         progress = WorkProgress(model.name, enabled=not args.json)
         try:
             report = evaluate_language_model(
@@ -68,8 +43,6 @@ def cmd_eval(args) -> int:
         finally:
             progress.close()
         if args.record:
-            from ..evaluation.scoring import record_bits_per_byte
-
             print(f"recorded bits per byte in {record_bits_per_byte(model, report)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"name": model.name, **report}, indent=2))
@@ -91,40 +64,7 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def compare_arguments(commands) -> None:
-    p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
-    p.add_argument("names", nargs="+", metavar="NAME", help="the variants to compare; the first is the baseline")
-    p.add_argument("--windows", type=int, default=320, help="windows per split")
-    p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
-    p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
-    p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
-    p.add_argument(
-        "--data",
-        metavar="NAME|PATH",
-        help="score on this registered dataset (`zoo datasets`) or text file; needed when the variants were trained "
-        "on different text (default: the recipe's corpus)",
-    )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
-    device_options(p, "score and sample")
-    p.add_argument(
-        "--bits-per-byte",
-        action="store_true",
-        help="score in bits per byte on the validation text (automatic when the tokenizers differ)",
-    )
-    p.add_argument(
-        "--text-chars",
-        type=int,
-        default=None,
-        metavar="N",
-        help="bits per byte: score the first N characters of the validation split (default: all of it)",
-    )
-    p.set_defaults(run=cmd_compare)
-
-
 def cmd_compare(args) -> int:
-    from ..evaluation.compare import compare_variants
-
     # Checked here to name the flags (--max-new-tokens, --seed); the API names its arguments.
     sampling_settings(args)
     if args.windows < 1:
@@ -173,7 +113,7 @@ def _print_bits_comparison(report: dict) -> None:
         for m in report["models"]
     ]
     print(
-        format_table(
+        render_table(
             ["name", "tokenizer", "parameters", "tokens", "nats/token", "bits/char", "bits/byte", "Δ bits/byte"],
             rows,
             right={2, 3, 4, 5, 6, 7},
@@ -204,7 +144,7 @@ def _print_loss_comparison(report: dict) -> None:
         for m in report["models"]
     ]
     print(
-        format_table(
+        render_table(
             ["name", "parameters", "train", "Δ train", "validation", "Δ validation"], rows, right={1, 2, 3, 4, 5}
         )
     )
@@ -213,18 +153,7 @@ def _print_loss_comparison(report: dict) -> None:
         print(f"\n--- {model['name']} ---\n{model['sample']}")
 
 
-def attention_arguments(commands) -> None:
-    p = commands.add_parser("attention", help="attention maps per layer and head for a prompt")
-    p.add_argument("name", help="the variant (see `zoo list`)")
-    p.add_argument("--prompt", required=True, help="the text whose attention to show")
-    p.add_argument("--out", type=Path, help="write a PNG instead of printing the maps (default: print)")
-    device_options(p, "compute the maps")
-    p.set_defaults(run=cmd_attention)
-
-
 def cmd_attention(args) -> int:
-    import torch
-
     model = load(args.name, device=args.device, dtype=args.dtype)
     ids = model.encode_prompt(args.prompt)
     if len(ids) > model.card.context_length:
@@ -251,7 +180,7 @@ def cmd_attention(args) -> int:
         for title, matrix in row:
             print(f"{title}  (rows attend to columns)")
             print(
-                format_table(
+                render_table(
                     ["", *labels],
                     [[label, *(f"{v:.2f}" for v in values)] for label, values in zip(labels, matrix)],
                     right=set(range(1, len(labels) + 1)),
@@ -259,56 +188,6 @@ def cmd_attention(args) -> int:
             )
             print()
     return 0
-
-
-def inspect_arguments(commands) -> None:
-    p = commands.add_parser(
-        "inspect",
-        help="look inside a variant through its hook points: logit lens, head ablation, activation patching",
-        description="Look inside a variant through its hook points (docs/inspect.md): --logit-lens, "
-        "--ablate LAYER.HEAD and --patch --corrupt TEXT. Layers and heads count from 0, as hook point names do.",
-    )
-    p.add_argument("name", help="the variant (see `zoo list`)")
-    p.add_argument("--prompt", help="the text to inspect (the clean prompt of --patch) (default: none)")
-    p.add_argument(
-        "--logit-lens",
-        action="store_true",
-        help="the next-token prediction read from each layer's residual stream through the final norm and head",
-    )
-    p.add_argument(
-        "--ablate",
-        metavar="LAYER.HEAD[,...]",
-        help="the change in validation loss with these heads removed together, e.g. 0.1,1.0 (for the puzzle: "
-        "how many answers change); 'each' removes every head alone in turn (default: none)",
-    )
-    p.add_argument(
-        "--ablation",
-        choices=("zero", "mean"),
-        default="zero",
-        help="how --ablate removes a head: zero its output, or put in its mean over the validation windows",
-    )
-    p.add_argument("--windows", type=int, default=None, help="validation windows for --ablate (default: the recipe's)")
-    p.add_argument(
-        "--patch",
-        action="store_true",
-        help="patch the --prompt run's residual stream into the --corrupt run, per layer and position",
-    )
-    p.add_argument("--corrupt", metavar="TEXT", help="the corrupted prompt of --patch, as many tokens (default: none)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        help="also draw the logit lens or the patching grid: .svg (no extra needed) or .png (the plots extra) "
-        "(default: none)",
-    )
-    p.add_argument(
-        "--verify-roles",
-        action="store_true",
-        help="check every head role the network's explanation states by ablating that head (the puzzle): "
-        "a table, head by head; exit status 1 unless every role holds",
-    )
-    p.add_argument("--json", action="store_true", help="print every view asked for as JSON")
-    device_options(p, "run the variant")
-    p.set_defaults(run=cmd_inspect)
 
 
 def _check_inspect_arguments(args) -> None:
@@ -331,9 +210,6 @@ def _check_inspect_arguments(args) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from ..inspection import ablation
-    from ..loading.api import load
-
     _check_inspect_arguments(args)
     groups = None
     if args.ablate and args.ablate.strip() != "each":
@@ -341,12 +217,8 @@ def cmd_inspect(args) -> int:
     model = load(args.name, device=args.device, dtype=args.dtype)
     report: dict = {"name": model.name}
     if args.logit_lens:
-        from ..inspection.logit_lens import logit_lens
-
         report["logit_lens"] = logit_lens(model, args.prompt).to_dict()
     if args.patch:
-        from ..inspection.patching import patch_residual
-
         report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
     if args.ablate:
         answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
@@ -389,7 +261,7 @@ def _show_logit_lens(lens: dict) -> None:
             lens["layers"], lens["predictions"], lens["probabilities"], lens["prompt_loss"]
         )
     ]
-    print(format_table(["", *lens["tokens"], "prompt loss"], rows, right={len(lens["tokens"]) + 1}))
+    print(render_table(["", *lens["tokens"], "prompt loss"], rows, right={len(lens["tokens"]) + 1}))
     print()
 
 
@@ -407,7 +279,7 @@ def _show_patching(patching: dict) -> None:
     rows = [
         [layer, *(_fraction(value) for value in row)] for layer, row in zip(patching["layers"], patching["recovered"])
     ]
-    print(format_table(["", *columns], rows, right=set(range(1, len(columns) + 1))))
+    print(render_table(["", *columns], rows, right=set(range(1, len(columns) + 1))))
     print()
 
 
@@ -422,14 +294,14 @@ def _show_ablation(report: dict) -> None:
         f"tokens of {report['dataset']}; intact {report['loss']:.4f}"
     )
     rows = [[",".join(a["heads"]), f"{a['loss']:.4f}", f"{a['delta']:+.4f}"] for a in report["ablations"]]
-    print(format_table(["heads removed", "loss", "Δ loss"], rows, right={1, 2}))
+    print(render_table(["heads removed", "loss", "Δ loss"], rows, right={1, 2}))
     print()
 
 
 def _show_answer_ablation(report: dict) -> None:
     print(f"head ablation ({report['method']}): answers changed among the {report['sentences']} well-formed sentences")
     rows = [[",".join(a["heads"]), "; ".join(a["titles"]), str(a["changed"])] for a in report["ablations"]]
-    print(format_table(["heads removed", "heads", "answers changed"], rows, right={2}))
+    print(render_table(["heads removed", "heads", "answers changed"], rows, right={2}))
     for entry in report["ablations"]:
         for example in entry["examples"][:1]:
             print(f"  {','.join(entry['heads'])}: {example['sentence']} {example['answer']} -> {example['ablated']}")

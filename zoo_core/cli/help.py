@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from ..loading.api import catalogue
-
 # Positional arguments with these names hold variant names, and complete as such.
 VARIANT_ARGUMENTS = ("name", "names", "pattern")
 
@@ -83,6 +81,9 @@ def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) ->
 
 def variant_name_completer(prefix: str, **_) -> list[str]:
     """Variant names starting with ``prefix``, from the catalogue (no torch)."""
+    # here: `zoo --help` builds every parser and reads no catalogue (the plugin manager costs it 30 ms)
+    from ..loading.lookup import catalogue
+
     try:
         return [variant.name for variant in catalogue() if variant.name.startswith(prefix)]
     except Exception:  # a broken registry must not break the user's shell

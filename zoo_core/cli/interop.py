@@ -8,35 +8,19 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ZooError
+from ..interop.hf import export_hf, import_hf
+from ..interop.nanogpt import import_nanogpt
+from ..interop.onnx import export_onnx
+from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
 from ..storage.files import make_folder
 
-
-def export_arguments(commands) -> None:
-    p = commands.add_parser(
-        "export", help="write a variant for Hugging Face transformers, ONNX Runtime or TransformerLens"
-    )
-    p.add_argument("name", help="the variant to export")
-    p.add_argument(
-        "--format",
-        choices=["hf", "onnx", "transformer-lens"],
-        required=True,
-        help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime; "
-        "transformer-lens: config.json + model.safetensors for TransformerLens' HookedTransformer",
-    )
-    p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
-    p.set_defaults(run=cmd_export)
+_EXPORTERS = {"hf": export_hf, "transformer-lens": export_transformer_lens, "onnx": export_onnx}
 
 
 def cmd_export(args) -> int:
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
-    if args.format == "hf":
-        from ..interop.hf import export_hf as export
-    elif args.format == "transformer-lens":
-        from ..interop.transformer_lens import export_transformer_lens as export
-    else:
-        from ..interop.onnx import export_onnx as export
-
+    export = _EXPORTERS[args.format]
     written, checks = _written_whole(args.out, lambda folder: export(model, folder))
     print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
     print(
@@ -75,35 +59,10 @@ def _written_whole(out: Path, write):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def import_arguments(commands) -> None:
-    p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
-    p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
-    p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
-    p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
-    p.add_argument(
-        "--tokenizer",
-        type=Path,
-        default=None,
-        help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
-        "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)",
-    )
-    p.add_argument(
-        "--license",
-        default=None,
-        help="the imported weights' license, recorded in the card (default: an hf folder's README.md "
-        "model card's, else unspecified; the zoo never assumes one)",
-    )
-    p.set_defaults(run=cmd_import)
-
-
 def cmd_import(args) -> int:
     if args.source == "nanogpt":
-        from ..interop.nanogpt import import_nanogpt
-
         card, registry = import_nanogpt(args.path, args.name, args.tokenizer, args.license or "unspecified")
     else:
-        from ..interop.hf import import_hf
-
         card, registry = import_hf(args.path, args.name, args.tokenizer, args.license)
 
     source = os.fsencode(args.path).decode("utf-8", "backslashreplace")  # a name need not be UTF-8; the terminal is

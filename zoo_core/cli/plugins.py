@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from ..errors import ZooError
+from ..kit.scaffold import write_plugin_skeleton
+from ..kit.testing import check_plugin
 from ..loading.api import catalogue
 from ..plugin_api.manager import get_plugins
 
@@ -21,12 +22,6 @@ def _plugin_problems_status(plugins) -> int:
         )
         return 1
     return 0
-
-
-def plugins_arguments(commands) -> None:
-    p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
-    p.add_argument("--json", action="store_true", help="print the plugins and conflicts as JSON")
-    p.set_defaults(run=cmd_plugins)
 
 
 def cmd_plugins(args) -> int:
@@ -69,16 +64,7 @@ def cmd_plugins(args) -> int:
     return _plugin_problems_status(plugins)
 
 
-def new_plugin_arguments(commands) -> None:
-    p = commands.add_parser("new-plugin", help="write the skeleton of a third-party plugin package")
-    p.add_argument("name", help="the plugin's name, e.g. 'cope' (package zoo_cope, distribution zoo-cope)")
-    p.add_argument("--dir", type=Path, help="folder to write (default ./zoo-NAME); must be new or empty")
-    p.set_defaults(run=cmd_new_plugin)
-
-
 def cmd_new_plugin(args) -> int:
-    from ..kit.scaffold import write_plugin_skeleton
-
     directory, files = write_plugin_skeleton(args.name, args.dir)
     print(f"wrote plugin '{args.name}' in {directory}:")
     for path in files:
@@ -87,16 +73,7 @@ def cmd_new_plugin(args) -> int:
     return 0
 
 
-def check_plugin_arguments(commands) -> None:
-    p = commands.add_parser("check-plugin", help="run the authors' testing kit on everything a plugin registers")
-    p.add_argument("name", help="the plugin's name as `zoo plugins` shows it")
-    p.add_argument("--quick", action="store_true", help="conformance only: build each component, skip the model checks")
-    p.set_defaults(run=cmd_check_plugin)
-
-
 def cmd_check_plugin(args) -> int:
-    from ..kit.testing import check_plugin
-
     results = check_plugin(args.name, deep=not args.quick)
     for result in results:
         print(f"{result.status:<4} {result.subject}: {result.check}" + (f": {result.detail}" if result.detail else ""))

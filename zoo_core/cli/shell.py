@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-
-def completion_arguments(commands) -> None:
-    p = commands.add_parser(
-        "completion",
-        help="print the shell completion script for bash or zsh",
-        description="Print the script that completes zoo's commands, options and variant names. "
-        'bash: eval "$(zoo completion bash)" in ~/.bashrc; '
-        'zsh: eval "$(zoo completion zsh)" in ~/.zshrc.',
-    )
-    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
-    p.set_defaults(run=cmd_completion)
+import argcomplete
 
 
 def cmd_completion(args) -> int:
-    import argcomplete
-
     print(argcomplete.shellcode(["zoo"], shell=args.shell))
     return 0

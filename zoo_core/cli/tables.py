@@ -19,18 +19,16 @@ _NO_WRAP_WIDTH = 10_000
 
 def render_table(headers: list[str], rows: Sequence[Sequence[object]], right: Collection[int] = frozenset()) -> str:
     """The table as text: a header line, a rule, one line per row."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    from rich import box, console, table
 
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    drawn = table.Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     for index, header in enumerate(headers):
-        table.add_column(plain(header), justify="right" if index in right else "left", no_wrap=not sys.stdout.isatty())
+        drawn.add_column(plain(header), justify="right" if index in right else "left", no_wrap=not sys.stdout.isatty())
     for row in rows:
-        table.add_row(*(plain(cell) for cell in row))
+        drawn.add_row(*(plain(cell) for cell in row))
     terminal = sys.stdout.isatty()
     buffer = io.StringIO()
-    console = Console(
+    writer = console.Console(
         file=buffer,
         force_terminal=terminal,
         no_color=not terminal,
@@ -39,6 +37,6 @@ def render_table(headers: list[str], rows: Sequence[Sequence[object]], right: Co
         color_system="auto" if terminal else None,
     )
     if terminal:
-        console.size = Console().size  # the real terminal's width, not the buffer's
-    console.print(table)
+        writer.size = console.Console().size  # the real terminal's width, not the buffer's
+    writer.print(drawn)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..devices import model_device
 from ..errors import ZooError
 from ..seeding import seeded_generator
 
@@ -108,8 +109,6 @@ def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: in
     Under `inference_mode`, not just `no_grad`: no autograd bookkeeping at all.
     The losses are summed as float tensors and read back once at the end,
     instead of a `.item()` per batch (a synchronisation per batch on a GPU)."""
-    from ..devices import model_device
-
     device = model_device(model)
     was_training = model.training
     model.eval()

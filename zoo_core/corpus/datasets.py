@@ -29,6 +29,7 @@ from .text_files import (  # noqa: F401  (re-exported: the datasets' names)
     read_text_bytes,
     sha256_bytes,
 )
+from .user_datasets import changed_message, read_source, read_user_datasets
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,6 @@ class Datasets:
         self._datasets[name] = dataset
 
     def _user_datasets(self) -> dict[str, Dataset]:
-        from .user_datasets import read_user_datasets
-
         return read_user_datasets()
 
     def _usable_user_datasets(self) -> dict[str, Dataset]:
@@ -150,7 +149,6 @@ def read_dataset(dataset: Dataset) -> ResolvedText:
                 f"plugin '{dataset.plugin}' ({dataset.sha256[:16]}…): the file was changed or replaced"
             )
         return ResolvedText(text, dataset.name, actual, dataset.path)
-    from .user_datasets import changed_message, read_source
 
     source = read_source(dataset.kind, str(dataset.path), f"dataset '{dataset.name}'")
     if source.sha256 != dataset.sha256:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ZooError
+from ..storage.files import describe_os_error, read_limited
 
 USER = "user"  # the plugin name, and `zoo datasets`' source, of the user's own datasets
 # As a variant's name (zoo_core.catalogue.cards.VARIANT_NAME, which imports pydantic).
@@ -40,8 +41,6 @@ MAX_TEXT_BYTES = 2 * 1024**3  # the text is held in memory, then tokenised
 def read_text_bytes(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> tuple[bytes, str]:
     """The bytes of the text file ``path`` and their text, refused in one line
     naming ``path`` when it is missing, no regular file, too large or not UTF-8."""
-    from ..storage.files import describe_os_error, read_limited
-
     try:
         raw = read_limited(path, limit, what)  # regular files only, never blocking on a FIFO
     except FileNotFoundError:

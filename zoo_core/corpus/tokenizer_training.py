@@ -7,6 +7,7 @@ and knows no tokenizer by name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -44,8 +45,6 @@ def train_tokenizer(
     plugins: PluginSet,
 ) -> tuple[Path, str]:
     """Train ``kind`` on ``data`` (a registered dataset's name or a text file), write its file (to ``out`` or ``default_folder``); return the path and a summary."""
-    import math
-
     if not (isinstance(train_fraction, (int, float)) and math.isfinite(train_fraction) and 0 < train_fraction < 1):
         # 2 would train on the validation text too, and replace the shipped vocabulary with it
         raise ZooError(f"--train-fraction must lie between 0 and 1, not {train_fraction}")

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UnknownName, ZooError, printable
+from ..storage.files import atomic_write_text, describe_os_error, exclusive_lock, read_limited, remove_stale_temporaries
 from ..storage.locations import user_datasets_path
+from ..storage.toml_text import render_toml
 from .text_files import DATASET_NAME, MAX_TEXT_BYTES, USER, Dataset, check_enough_text, read_text_bytes
 
 if TYPE_CHECKING:
@@ -101,8 +103,6 @@ def source_files(kind: str, source: str) -> list[Path]:
 
 
 def _folder_files(root: Path) -> list[Path]:
-    from ..storage.files import describe_os_error
-
     def refuse(exc: OSError) -> None:  # os.walk would skip an unreadable folder silently
         raise ZooError(f"{exc.filename or root}: cannot read the folder: {describe_os_error(exc)}")
 
@@ -164,9 +164,7 @@ def changed_message(dataset: Dataset, found: str) -> str:
 def read_user_datasets(path: Path | None = None) -> dict[str, Dataset]:
     """The user's datasets by name, in the file's order; none when there is no file.
     A damaged file is one ZooError line naming it."""
-    import tomllib
-
-    from ..storage.files import describe_os_error, read_limited
+    import tomllib  # here: `zoo list` imports this module (through corpus.datasets) and reads no TOML
 
     path = path or user_datasets_path()
     try:
@@ -214,8 +212,6 @@ def _dataset(path: Path, name: str, table: object) -> Dataset:
 
 def render_user_datasets(datasets: list[Dataset]) -> str:
     """datasets.toml's text: one table per dataset, in the order given."""
-    from ..storage.toml_text import render_toml
-
     document = {
         d.name: {
             "kind": d.kind,
@@ -264,8 +260,6 @@ def add_user_dataset(
     """Register the file, folder or glob ``given`` as the user's dataset ``name``;
     returns the dataset, its text and whether it replaced one of the same name
     (whose description and split it keeps unless given anew)."""
-    from ..storage.files import atomic_write_text, exclusive_lock, remove_stale_temporaries
-
     _check_name(name)
     if train_fraction is not None and not 0 < train_fraction < 1:
         raise ZooError(f"--train-fraction {train_fraction}: it must lie between 0 and 1")
@@ -303,8 +297,6 @@ def add_user_dataset(
 
 def remove_user_dataset(name: str, *, plugins: PluginSet) -> Dataset:
     """Remove the user's dataset ``name`` from datasets.toml (never its files); return it."""
-    from ..storage.files import atomic_write_text, exclusive_lock, remove_stale_temporaries
-
     path = user_datasets_path()
     with exclusive_lock(path):
         mine = read_user_datasets(path)

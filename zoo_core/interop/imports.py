@@ -12,9 +12,10 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
+from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
 from ..catalogue.limits import limits
-from ..catalogue.registry import Variant, describe_validation_error
+from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
 from ..loading.api import build_network, catalogue
 from ..plugin_api.manager import get_plugins

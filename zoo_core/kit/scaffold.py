@@ -17,6 +17,7 @@ from pathlib import Path
 from string import Template
 
 from ..errors import ZooError
+from ..plugin_api.manager import get_plugins
 from ..storage.files import describe_os_error
 
 # An entry-point name that is also a valid position name and, with '-' -> '_',
@@ -368,7 +369,6 @@ def plugin_names(name: str) -> dict[str, str]:
 def _check_name_is_free(name: str) -> None:
     # A plugin whose entry-point or position name is taken would load but be
     # shadowed or conflict; better to say so before writing anything.
-    from ..plugin_api.manager import get_plugins
 
     plugins = get_plugins()
     if name in plugins.plugins:

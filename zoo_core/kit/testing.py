@@ -24,16 +24,25 @@ a check that cannot run says why, with status ``skip``).
 
 from __future__ import annotations
 
+import copy
 import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
+from safetensors.torch import load_file
 
+from ..catalogue.cards import Recipe
 from ..catalogue.suggestions import train_command
+from ..corpus.batches import Corpus, split_text
+from ..corpus.datasets import read_dataset
 from ..errors import ZooError
+from ..inference.sampling import sample_tokens
+from ..inference.settings import SamplingSettings
+from ..loading.api import build_network, catalogue, has_published_weights, load_tokenizer, load_variant
 from ..plugin_api.manager import PluginSet, get_plugins
 from ..plugin_api.protocols import (
     CAPABILITIES,
@@ -46,6 +55,8 @@ from ..plugin_api.protocols import (
     context_kind,
     implements,
 )
+from ..storage.checkpoints import save_checkpoint
+from ..training.job import TrainingJob
 
 TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
 
@@ -161,9 +172,6 @@ def assert_kv_cache_matches_uncached(model, new_tokens: int | None = None, seed:
     """Sampling with the KV cache gives the very tokens uncached sampling gives,
     past the end of the window, and the cache was really used: the cached run
     processes fewer positions, most steps a single new token."""
-    from ..inference.sampling import sample_tokens
-    from ..inference.settings import SamplingSettings
-
     assert implements(model, CachedDecoding), capability_problem(model, CachedDecoding) or (
         "the model does not support a KV cache (supports_kv_cache is false; see docs/plugins.md, 'The KV-cache contract')"
     )
@@ -289,9 +297,6 @@ def assert_samples_past_window_in_constant_work(model, new_tokens: int | None = 
     """Sampling an unbounded model far past its training window feeds the prompt
     once and then exactly one token per step: the positions fed are the
     prompt's plus one per drawn token but the last, and the state stays one size."""
-    from ..inference.sampling import sample_tokens
-    from ..inference.settings import SamplingSettings
-
     model.eval()
     window = model.context_length
     prompt = _random_ids(model, max(1, window // 2), seed)
@@ -319,10 +324,6 @@ def assert_samples_past_window_in_constant_work(model, new_tokens: int | None = 
 def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> None:
     """Weights saved as a zoo checkpoint (safetensors) load into a fresh network
     by the same names and shapes and give the same logits."""
-    from safetensors.torch import load_file
-
-    from ..storage.checkpoints import save_checkpoint
-
     torch.manual_seed(seed)
     original = build().eval()
     fresh = build().eval()
@@ -342,9 +343,6 @@ def assert_checkpoint_round_trip(build: Callable[[], Any], seed: int = 0) -> Non
 def assert_deterministic(build: Callable[[], Any], seed: int = 0) -> None:
     """One seed, one network and one sample: building twice from the same seed
     gives the same weights, and sampling twice with the same generator the same tokens."""
-    from ..inference.sampling import sample_tokens
-    from ..inference.settings import SamplingSettings
-
     networks = []
     for _ in range(2):
         torch.manual_seed(seed)
@@ -362,10 +360,6 @@ def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int
     """A trainer that uses a corpus, stopped half-way and resumed from its saved
     state, ends with exactly the weights of an uninterrupted run (and two
     uninterrupted runs agree)."""
-    from ..catalogue.cards import Recipe
-    from ..corpus.batches import Corpus
-    from ..training.job import TrainingJob
-
     network = build()
     vocab, window = _vocab_size(network), network.context_length
     tokens = torch.randint(0, vocab, (4000,), generator=torch.Generator().manual_seed(seed))
@@ -393,7 +387,6 @@ def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int
     saved = []
 
     def keep(state):  # the state's tensors are live: copy what later steps would change
-        import copy
 
         saved.append(copy.deepcopy(state))
 
@@ -520,14 +513,10 @@ def assert_tokenizer_round_trips(tokenizer, texts: dict[str, str] | None = None)
 
 def _tokenizer_spec(name: str):
     """A tokenizer section for a tokenizer no variant uses: its kind alone (no file)."""
-    from types import SimpleNamespace
-
     return SimpleNamespace(kind=name, vocab_size=None, file=None, sha256=None)
 
 
 def _check_tokenizer(plugins: PluginSet, name: str, users: list) -> list[CheckResult]:
-    from ..loading.api import load_tokenizer
-
     subject = f"tokenizer '{name}'"
     made: dict[str, Any] = {}
 
@@ -563,9 +552,6 @@ def _check_tokenizer(plugins: PluginSet, name: str, users: list) -> list[CheckRe
 
 
 def _check_dataset(plugins: PluginSet, name: str) -> CheckResult:
-    from ..corpus.batches import split_text
-    from ..corpus.datasets import read_dataset
-
     def readable_checksummed_splittable():
         dataset = plugins.datasets.get(name)
         text = read_dataset(dataset)  # reads it and checks its sha256
@@ -629,7 +615,6 @@ def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) 
     """An architecture built and run: from the smallest card using it (by its
     recorded parameters; an untrained card's size is unknown, so it comes last),
     else from the kit's tiny config. ``deep=False``: built and conforming only."""
-    from ..loading.api import build_network
 
     def checks(subject: str, build: Callable[[], Any]) -> list[CheckResult]:
         if deep:
@@ -682,8 +667,6 @@ def _check_trainer(plugins: PluginSet, name: str, deep: bool) -> list[CheckResul
 
 
 def _check_variant(plugins: PluginSet, variant, deep: bool) -> list[CheckResult]:
-    from ..loading.api import build_network, has_published_weights, load_variant
-
     subject = f"variant '{variant.name}'"
     if not has_published_weights(variant):
         return [
@@ -710,8 +693,6 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
     """Run the kit on everything plugin ``name`` registers (``deep=False``:
     conformance only). Every registered name gets at least one line: checked,
     or skipped with the reason; one the kit has no check for is a failure."""
-    from ..loading.api import catalogue
-
     plugins = plugins or get_plugins()
     if name not in plugins.plugins:
         raise ZooError(f"no plugin named '{name}' is loaded (loaded: {', '.join(plugins.plugins)})")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import Verification, load_verified, load_verified_tensors
+from ..storage.initialisation import random_init_skipped
 
 if TYPE_CHECKING:
     from ..catalogue.cards import ModelCard
@@ -37,8 +38,6 @@ def load_adapted(
     the weights), and what was verified: the adapter file's checks, then the base's.
     The base is looked up in the catalogue ``found`` and built by ``build_network``,
     both handed by the loader (api.py), which imports this module, not the reverse."""
-    from ..storage.initialisation import random_init_skipped
-
     card = variant.card
     spec = card.adapter
     assert spec is not None, "called for an adapter variant"

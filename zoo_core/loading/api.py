@@ -8,56 +8,45 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..catalogue.registry import Catalogue, Variant
+from ..catalogue.limits import check_budget
+from ..catalogue.suggestions import train_command
+from ..devices import place, resolve_device, resolve_dtype
 from ..errors import ZooError
+from ..inference.model import ZooModel
 from ..plugin_api.manager import PluginSet, get_plugins
-from ..plugin_api.sources import ROLE_FAMILIES, missing_component_problem
+from ..storage import checkpoints
 from ..storage.files import describe_os_error
+from ..storage.initialisation import random_init_skipped
+from .adapters import load_adapted
+from .lookup import (  # the front's part, here too: the API's one address
+    BUILDING_ROLES,
+    Variant,
+    catalogue,
+    get_variant,
+    list_variants,
+    require_components,
+    unbuildable_reason,
+)
+from .sizing import measure_on_meta
 
-if TYPE_CHECKING:
-    from ..catalogue.cards import ModelCard
-
-# `zoo list` (through ``unbuildable_reason``) reads a variant's ``index`` (plain
-# data from the card cache), never its pydantic ``card``: importing pydantic
-# would cost it more than all the rest of its work. Loading reads the card.
-
-
-def catalogue(plugins: PluginSet | None = None) -> Catalogue:
-    """Every variant of every registry file, layer by layer (see ``zoo_core.catalogue.layers``)."""
-    from ..catalogue.layers import build_catalogue
-
-    return build_catalogue(plugins)
-
-
-def unbuildable_reason(variant: Variant, plugins: PluginSet | None = None) -> str | None:
-    """Why the variant cannot be built now (a component it names is missing or
-    claimed twice), from names alone: `zoo list` stays free of torch."""
-    plugins = plugins or get_plugins()
-    # Building needs every component the card names but its trainer.
-    return missing_component_problem(variant.index, plugins, BUILDING_ROLES)
-
-
-# The components a card names that building its network needs (all but its trainer).
-BUILDING_ROLES = tuple(role for role in ROLE_FAMILIES if role != "trainer")
-
-
-def require_components(variant: Variant, plugins: PluginSet) -> None:
-    """Refuse, naming the distribution to reinstall, a variant a component of which is not installed."""
-    problem = missing_component_problem(variant.index, plugins, BUILDING_ROLES, conflicts=False, only_recorded=True)
-    if problem is not None:
-        raise ZooError(problem)
-
-
-def list_variants(pattern: str | None = None) -> list[ModelCard]:
-    """Cards of the variants whose names match ``pattern`` (shell wildcards)."""
-    return [variant.card for variant in catalogue().match(pattern)]
-
-
-def get_variant(name: str) -> Variant:
-    return catalogue().get(name)
+__all__ = [
+    "BUILDING_ROLES",
+    "build_network",
+    "catalogue",
+    "check_tokenizer_file",
+    "check_variant_budget",
+    "get_variant",
+    "has_published_weights",
+    "list_variants",
+    "load",
+    "load_tokenizer",
+    "load_variant",
+    "require_components",
+    "unbuildable_reason",
+]
 
 
 def load_tokenizer(variant: Variant, plugins: PluginSet | None = None):
@@ -75,17 +64,13 @@ MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 def check_tokenizer_file(path: Path, expected: str) -> None:
     """A tokenizer file must be the one the card names: a vocabulary of the same
     size with two tokens swapped loads fine and silently changes every sample."""
-    import os
-
-    from ..storage.checkpoints import sha256_file
-
     try:
         size = os.stat(path).st_size
         if size > MAX_TOKENIZER_BYTES:  # hashing a hostile 1 TB file would take hours
             raise ZooError(
                 f"{path}: tokenizer file is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer can need"
             )
-        actual = sha256_file(path, "tokenizer file")
+        actual = checkpoints.sha256_file(path, "tokenizer file")
     except FileNotFoundError:
         raise ZooError(f"{path}: tokenizer file not found") from None
     except OSError as exc:
@@ -99,16 +84,12 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
 def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     """Refuse, before anything is allocated, a card whose network would be too
     big to build or run (see zoo_core.catalogue.limits); returns the estimate."""
-    from ..catalogue.limits import check_budget
-
     plugins = plugins or get_plugins()
     card = variant.card
     factory = plugins.components["models"].factory(card.architecture)
     config = card.architecture_config()
 
     def measure() -> tuple[int, int]:  # the exact count: the architecture built on the meta device
-        from .sizing import measure_on_meta
-
         return measure_on_meta(
             lambda: plugins.components["models"].create(card.architecture, dict(config), plugins.components)
         )
@@ -163,11 +144,6 @@ def load_variant(
     merge_adapter: bool = False,
 ):
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
-    from ..devices import place, resolve_device, resolve_dtype
-    from ..inference.model import ZooModel
-    from ..storage.checkpoints import load_verified
-    from ..storage.initialisation import random_init_skipped
-
     plugins = plugins or get_plugins()
     target = resolve_device(device or "cpu")  # checked before any work: a missing GPU is one line
     target_dtype = resolve_dtype(dtype, target)
@@ -175,8 +151,6 @@ def load_variant(
     require_components(variant, plugins)  # a missing plugin is named before anything else is tried
     check_variant_budget(variant, plugins)  # a hostile card costs nothing
     if not has_published_weights(variant):
-        from ..catalogue.suggestions import train_command
-
         raise ZooError(
             f"{variant.checkpoint_path}: checkpoint file not found; variant '{name}' has no published weights yet "
             f"(its card records no sha256): {train_command(variant)}"
@@ -186,13 +160,11 @@ def load_variant(
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
     if card.adapter is not None:
-        from .adapters import load_adapted
-
         network, verification = load_adapted(variant, plugins, catalogue(plugins), build_network, merge=merge_adapter)
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = build_network(variant, plugins)
-        verification = load_verified(
+        verification = checkpoints.load_verified(
             variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
         )
     network.eval()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..catalogue.paths import resolve_inside
 from ..corpus.datasets import Datasets, ResolvedText, read_dataset, read_text_file, resolve_named_or_path
 from ..errors import ZooError
+from ..plugin_api.manager import get_plugins
 
 
 def resolve_recipe_text(
@@ -28,8 +30,6 @@ def resolve_recipe_text(
     if recipe.data in datasets:
         resolved = read_dataset(datasets.get(recipe.data))
     else:
-        from ..catalogue.paths import resolve_inside
-
         path = resolve_inside(Path(registry_file).parent, recipe.data, what="recipe.data", allow_outside=allow_outside)
         if not path.exists() and "/" not in recipe.data and not recipe.data.endswith(".txt"):
             datasets.get(recipe.data)  # a name nobody registers: say so, listing the known ones
@@ -45,8 +45,6 @@ def resolve_recipe_text(
 
 def variant_text(variant, override: Path | str | None = None) -> ResolvedText:
     """The text ``variant``'s recipe names (checked), or ``override``."""
-    from ..plugin_api.manager import get_plugins
-
     return resolve_recipe_text(
         variant.card.recipe,
         variant.source,

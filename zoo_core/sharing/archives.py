@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from safetensors.torch import load_file
 
+from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import NAME_PATTERN, ModelCard, Origin
 from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
-from ..catalogue.registry import Variant, describe_validation_error
+from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
 from ..loading.api import catalogue, has_published_weights, load_variant
 from ..plugin_api.manager import get_plugins

@@ -23,7 +23,6 @@ from safetensors.torch import load
 
 from ..catalogue.card_cache import cache_header_fields, cached_header_fields
 from ..catalogue.cards import first_difference
-from ..catalogue.registry import describe_validation_error
 from ..errors import ZooError, printable
 from .files import describe_os_error, open_regular, read_limited
 from .tensor_files import write_safetensors
@@ -277,19 +276,10 @@ def header_weight_fields(path: Path, text: str) -> dict[str, Any]:
     cached = cached_header_fields(path, text)
     if cached is not None:
         return cached
-    from pydantic import ValidationError
+    # pydantic only now, on a cache miss: `zoo load` of a header seen before needs none
+    from ..catalogue.card_validation import header_card_weight_fields
 
-    from ..catalogue.cards import ModelCard
-
-    try:
-        stored = ModelCard.model_validate(json.loads(text))
-    except (json.JSONDecodeError, RecursionError):
-        raise ZooError(f"{path}: the card in the header is not JSON") from None
-    except ValidationError as exc:
-        raise ZooError(
-            f"{path}: the card in the header is not a valid card: {describe_validation_error(exc)}"
-        ) from None
-    fields = stored.weight_fields()
+    fields = header_card_weight_fields(path, text)
     cache_header_fields(path, text, fields)
     return fields
 

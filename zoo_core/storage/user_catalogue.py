@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..catalogue.cards import ModelCard
+from ..catalogue.publishing import content_named_tokenizer, publish_card
 from ..errors import ZooError
-from .files import describe_os_error, exclusive_lock
+from .checkpoints import save_checkpoint, sha256_file
+from .files import atomic_copy, content_named, describe_os_error, exclusive_lock
 from .locations import user_registry_path, zoo_home
 
 USER_PLUGIN = "user"  # how the user's layer is named in errors and `zoo show`
@@ -23,10 +25,6 @@ def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None
     in the user's registry, in the order that no crash can break
     (zoo_core.catalogue.publishing). The card's paths are rewritten relative to
     that registry; its checksums are the written files'. Returns the registry file."""
-    from ..catalogue.publishing import content_named_tokenizer, publish_card
-    from .checkpoints import save_checkpoint, sha256_file
-    from .files import atomic_copy, content_named
-
     home = zoo_home()
     folder = home / "checkpoints"
     try:

@@ -20,10 +20,11 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
+from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import VARIANT_NAME, ComponentSource, Metrics, ModelCard, Recipe, TrainedWith
 from ..catalogue.layers import command_line_registries
 from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card, remove_unnamed
-from ..catalogue.registry import Variant, describe_validation_error, read_registry_file
+from ..catalogue.registry import Variant, read_registry_file
 from ..catalogue.suggestions import plugin_training_advice
 from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
 from ..devices import Placement, resolve_device, resolve_dtype

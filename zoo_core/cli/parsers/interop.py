@@ -1,0 +1,42 @@
+"""The parsers of other tools' formats: export, import. Their handlers are in zoo_core/cli/interop.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def export_arguments(commands) -> None:
+    p = commands.add_parser(
+        "export", help="write a variant for Hugging Face transformers, ONNX Runtime or TransformerLens"
+    )
+    p.add_argument("name", help="the variant to export")
+    p.add_argument(
+        "--format",
+        choices=["hf", "onnx", "transformer-lens"],
+        required=True,
+        help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime; "
+        "transformer-lens: config.json + model.safetensors for TransformerLens' HookedTransformer",
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
+    p.set_defaults(run="interop:cmd_export")
+
+
+def import_arguments(commands) -> None:
+    p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
+    p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
+    p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
+    p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
+        "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)",
+    )
+    p.add_argument(
+        "--license",
+        default=None,
+        help="the imported weights' license, recorded in the card (default: an hf folder's README.md "
+        "model card's, else unspecified; the zoo never assumes one)",
+    )
+    p.set_defaults(run="interop:cmd_import")
