@@ -25,7 +25,11 @@ def test_the_paths_from_before_the_grouping_are_gone(old):
 def test_the_built_in_plugins_have_one_import_name():
     # The folder is plugins/, the package zoo_plugins, in a checkout as installed:
     # `plugins.x` imports only where a checkout's top happens to be on sys.path.
-    names = sorted(path.stem for path in (ROOT / "plugins").iterdir() if not path.name.startswith(("_", ".")))
+    names = sorted(
+        path.stem
+        for path in (ROOT / "plugins").iterdir()
+        if not path.name.startswith(("_", ".")) and (path.is_dir() or path.suffix == ".py")
+    )
     bare = re.compile(r"(?<![\w.])(from plugins[. ]|import plugins\b|plugins\.(%s)\.)" % "|".join(names))
     folders = [ROOT / name for name in ("zoo_core", "plugins", "tests", "examples", "docs", "benchmarks")]
     files = [
@@ -66,7 +70,7 @@ def test_an_unknown_old_path_is_still_an_import_error():
 
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
 def test_each_command_is_defined_in_its_family_module(command):
-    family = importlib.import_module(f"zoo_core.cli.{cli.COMMANDS[command]}")
+    family = importlib.import_module(f"zoo_core.cli.parsers.{cli.COMMANDS[command]}")
     assert callable(getattr(family, command.replace("-", "_") + "_arguments"))
     parser = cli.build_parser(command)
     assert command in parser._subparsers._group_actions[0].choices
