@@ -16,18 +16,16 @@ from .conftest import ROOT
 # The target: under 60 in all.
 TOTAL_CEILING = 60
 
-# Optional extras (pyproject's [project.optional-dependencies]) and per-platform modules.
+# Optional extras (pyproject's [project.optional-dependencies]).
 EXTRAS = {
     "transformers", "tokenizers", "huggingface_hub", "onnx", "onnxruntime", "transformer_lens",  # hf, onnx, lens
     "starlette", "uvicorn", "jinja2", "markdown", "prometheus_client",  # web
     "tensorboard", "torch.utils.tensorboard", "mlflow",  # run logs (TensorBoard's writer is torch's, on the extra)
     "matplotlib",  # plots
 }
-PLATFORM = {"fcntl", "msvcrt"}
 
 # Every area, by file pattern (relative to the checkout; the first that matches
-# counts), and what each may still import inside a function beyond EXTRAS and
-# PLATFORM: the cold-start front's lazy dispatch into the heavy part. `zoo list`,
+# counts), and what each may still import inside a function beyond EXTRAS: the cold-start front's lazy dispatch into the heavy part. `zoo list`,
 # `search`, `show`, `datasets`, help and completion import these modules and
 # must not import torch or pydantic (tests/test_cold_start.py), nor pay for what
 # they never use (rich, tomlkit, filelock: 15-25 ms each).
@@ -53,7 +51,6 @@ HOISTED = {
     "zoo_core/*": set(),
     "plugins/*": set(),
 }
-NOT_YET: tuple[str, ...] = ()
 
 
 def _module(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -83,7 +80,7 @@ def _function_level_imports() -> list[tuple[Path, int, str]]:
 
 
 def _allowed(name: str, extra: set[str]) -> bool:
-    return any(name == allowed or name.startswith(allowed + ".") for allowed in EXTRAS | PLATFORM | extra)
+    return any(name == allowed or name.startswith(allowed + ".") for allowed in EXTRAS | extra)
 
 
 def test_function_level_imports_stay_under_the_ceiling():
@@ -95,8 +92,6 @@ def test_hoisted_areas_import_inside_functions_only_extras_and_the_fronts_dispat
     misplaced = []
     for path, line, name in _function_level_imports():
         relative = path.relative_to(ROOT).as_posix()
-        if relative in NOT_YET:
-            continue
         area = next((pattern for pattern in HOISTED if fnmatch.fnmatch(relative, pattern)), None)
         if area is not None and not _allowed(name, HOISTED[area]):
             misplaced.append(f"{relative}:{line}: {name}")

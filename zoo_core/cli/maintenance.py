@@ -8,7 +8,7 @@ import json
 import os
 
 from ..catalogue.removal import remove_variant
-from ..corpus.datasets import USER
+from ..corpus.text_files import USER
 from ..corpus.user_datasets import add_user_dataset, remove_user_dataset
 from ..errors import ZooError
 from ..plugin_api.manager import get_plugins

@@ -20,15 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UnknownName, ZooError
-from .text_files import (  # noqa: F401  (re-exported: the datasets' names)
-    DATASET_NAME,
-    MAX_TEXT_BYTES,
-    USER,
-    Dataset,
-    check_enough_text,
-    read_text_bytes,
-    sha256_bytes,
-)
+from .text_files import DATASET_NAME, USER, Dataset, check_enough_text, read_text_bytes, sha256_bytes
 from .user_datasets import changed_message, read_source, read_user_datasets
 
 

@@ -20,11 +20,6 @@ if TYPE_CHECKING:
     from ..catalogue.cards import ModelCard
 
 
-# `zoo list` (through ``unbuildable_reason``) reads a variant's ``index`` (plain
-# data from the card cache), never its pydantic ``card``: importing pydantic
-# would cost it more than all the rest of its work. Loading reads the card.
-
-
 def catalogue(plugins: PluginSet | None = None) -> Catalogue:
     """Every variant of every registry file, layer by layer (see ``zoo_core.catalogue.layers``)."""
     return build_catalogue(plugins)

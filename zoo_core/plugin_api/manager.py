@@ -31,7 +31,8 @@ from typing import Any, Callable
 
 import pluggy
 
-from ..corpus.datasets import Dataset, Datasets
+from ..corpus.datasets import Datasets
+from ..corpus.text_files import Dataset
 from ..errors import UnknownName, ZooError
 from . import hookspecs
 from .protocols import conformance_problem

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ZooError
-from ..seeding import check_seed
+from ..seed_range import check_seed
 from .run_log import parse_log_targets
 
 if TYPE_CHECKING:

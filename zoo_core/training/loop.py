@@ -333,7 +333,15 @@ class TrainingRun:
     def restore(self, state: TrainingState, sampler: BatchSampler) -> int:
         """Put everything back as it was after ``state.step``; return that step."""
         self.best = state.best or self.best
-        return _restore(state, self.network, self.optimizer, sampler, self.result)
+        with torch.no_grad():
+            self.network.load_state_dict(state.model, strict=True)
+        self.optimizer.load_state_dict(state.optimizer)
+        sampler.set_state(state.sampler_rng)
+        torch.set_rng_state(state.torch_rng)  # building the network drew on it; this undoes that too
+        self.result.history = list(state.history)
+        self.result.update_seconds = state.update_seconds
+        self.result.tokens_seen = state.tokens_seen
+        return state.step
 
     def finish(self) -> TrainingResult:
         """The result, with the best evaluation's weights put back where the recipe keeps the best."""
@@ -395,19 +403,6 @@ def _snapshot(
         tokens_seen=result.tokens_seen,
         best=best,
     )
-
-
-def _restore(state: TrainingState, model, optimizer, sampler: BatchSampler, result: TrainingResult) -> int:
-    """Put everything back as it was after ``state.step``; return that step."""
-    with torch.no_grad():
-        model.load_state_dict(state.model, strict=True)
-    optimizer.load_state_dict(state.optimizer)
-    sampler.set_state(state.sampler_rng)
-    torch.set_rng_state(state.torch_rng)  # building the network drew on it; this undoes that too
-    result.history = list(state.history)
-    result.update_seconds = state.update_seconds
-    result.tokens_seen = state.tokens_seen
-    return state.step
 
 
 def seeded_network(build, seed: int) -> torch.nn.Module:
