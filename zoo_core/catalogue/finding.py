@@ -29,9 +29,12 @@ def name_matches(name: str, pattern: str) -> bool:
 
 
 def dataset_of(variant: Variant) -> str | None:
-    """The data a variant was trained on, as its recipe records it (None: hand-built)."""
+    """The data a variant was trained on, as its recipe records it: the standard
+    trainer's, or any other trainer's (lora, a plugin's) that read a text and
+    recorded its sha256. None for hand-set weights and trainers that read no text."""
     recipe = variant.index["recipe"]
-    return recipe["data"] if recipe["kind"] == "trained" else None
+    read_text = recipe["kind"] == "trained" or recipe.get("data_sha256") is not None
+    return recipe["data"] if recipe["kind"] != "hand-built" and read_text else None
 
 
 def _dataset_matches(variant: Variant, wanted: str) -> bool:

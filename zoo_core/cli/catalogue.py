@@ -160,8 +160,20 @@ def cmd_show(args) -> int:
     else:
         print(f"# from {variant.source} ({variant.layer} catalogue, plugin '{variant.plugin}')")
         print("\n".join(provenance_lines(found)))
+        if variant.index.get("adapter"):
+            print(_adapter_parameters(variant.index))
         print(render_index_entries([variant.index]), end="")
     return 0
+
+
+def _adapter_parameters(card: dict) -> str:
+    """The line `zoo show` adds for an adapter variant: its parameters are the adapter's own
+    (as `zoo list` and `zoo compare` count them), its base's beside them."""
+    base_name = card["adapter"]["base"]
+    base = catalogue().find(base_name)
+    counted = base.index.get("parameters") if base is not None else None
+    base_text = f"{counted:,} parameters" if counted is not None else "not in the catalogue"
+    return f"# parameters: {card.get('parameters') or 0:,} of the adapter's own, applied to base '{base_name}' ({base_text})"
 
 
 def cmd_load(args) -> int:

@@ -96,6 +96,12 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _parameters(measured: dict) -> str:
+    """An adapter variant's own parameters, its base's beside them (`parameter_counts`)."""
+    base = measured.get("base_parameters")
+    return f"{measured['parameters']:,}" + (f" (+{base:,} base)" if base is not None else "")
+
+
 def _print_bits_comparison(report: dict) -> None:
     print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
     print(f"method: {report['method']}")
@@ -103,7 +109,7 @@ def _print_bits_comparison(report: dict) -> None:
         [
             m["name"],
             m["tokenizer"],
-            f"{m['parameters']:,}",
+            _parameters(m),
             f"{m['tokens']:,}",
             f"{m['nats_per_token']:.4f}",
             f"{m['bits_per_character']:.4f}",
@@ -135,7 +141,7 @@ def _print_loss_comparison(report: dict) -> None:
     rows = [
         [
             m["name"],
-            f"{m['parameters']:,}",
+            _parameters(m),
             f"{m['train_loss']:.4f}",
             f"{m['train_delta']:+.4f}",
             f"{m['validation_loss']:.4f}",

@@ -145,7 +145,7 @@ def compare_variants(
         results.append(
             {
                 "name": model.name,
-                "parameters": model.parameters(),
+                **parameter_counts(model),
                 "train_loss": losses["train"],
                 "validation_loss": losses["validation"],
                 "sample": model.generate(prompt, sampling),
@@ -167,6 +167,16 @@ def compare_variants(
     }
 
 
+def parameter_counts(model) -> dict[str, int]:
+    """The parameters as `zoo list` and `zoo show` count them (the card's ``parameters``):
+    an adapter variant's are the adapter's own, which is what it adds and what its
+    file holds; its base's (``base_parameters``) are given beside them."""
+    if model.card.adapter is None:
+        return {"parameters": model.parameters()}
+    own = model.card.parameters
+    return {"parameters": own, "base_parameters": model.parameters() - own}
+
+
 def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) -> dict:
     """Every model scores the same validation text (its first ``text_chars``
     characters, or all of it) in bits per byte with its own tokenizer."""
@@ -180,7 +190,7 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) ->
         results.append(
             {
                 "name": model.name,
-                "parameters": model.parameters(),
+                **parameter_counts(model),
                 "tokenizer": model.card.tokenizer.kind,
                 **score,
                 "sample": model.generate(prompt or before[:100], sampling),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -138,6 +139,8 @@ def plan_training(job: TrainingJob) -> TrainingPlan:
     if job.from_weights:
         base = verified_base(variant)
         overrides.update(base=name, base_sha256=base)
+        # The base's notes say how the base was made, not this run: a fine-tune starts with none of its own.
+        overrides.setdefault("notes", "")
     text = None
     if trainer.uses_corpus:
         text = variant_text(variant, job.data)
@@ -197,14 +200,51 @@ def _target_card(card: ModelCard, name: str, target_name: str, job: TrainingJob,
             )
         card = card.model_copy(update={"name": target_name})
     if job.from_weights:
+        base = card
         card = card.model_copy(
             update={
-                "description": f"'{name}' fine-tuned on {Path(text.name).name if text else 'its corpus'} "
-                f"for {recipe.steps} steps.",
-                "tags": [*card.tags, "fine-tuned"],
+                "description": fine_tune_description(name, text, recipe),
+                # The base's lineage is the document the base reproduces; the fine-tune's starts from the base.
+                "lineage": f"fine-tuned from '{name}' (checkpoint sha256 {recipe.base_sha256}); "
+                f"'{name}' in turn: {base.lineage}",
+                # A seed tag names the run that made the base's weights, which these are not.
+                "tags": list(dict.fromkeys([*(tag for tag in base.tags if not SEED_TAG.fullmatch(tag)), "fine-tuned"])),
             }
         )
     return card
+
+
+SEED_TAG = re.compile(r"seed-\d+")
+
+
+def fine_tune_description(base: str, text, recipe: Recipe, stopped_at: int | None = None) -> str:
+    """A fine-tune's own description: its base, its text and how far it ran (an early stop says so)."""
+    data = Path(text.name).name if text else "its corpus"
+    if stopped_at is None:
+        return f"Fine-tuned from '{base}' on {data} for {recipe.steps} steps."
+    return f"Fine-tuned from '{base}' on {data}; {early_stop(stopped_at, recipe)}."
+
+
+# What `_card_description` adds to a card's own description after an early stop (and takes off before a new run).
+EARLY_STOP_SENTENCE = re.compile(r" This run stopped early at step \d+ of \d+ \([^)]*\)\.$")
+
+
+def _card_description(
+    plan: TrainingPlan, job: TrainingJob, description: str, recipe: Recipe, stopped_at: int | None
+) -> str:
+    """The trained card's description, which was written before the run knew whether it would stop early."""
+    if job.from_weights:
+        return fine_tune_description(plan.name, plan.text, recipe, stopped_at)
+    description = EARLY_STOP_SENTENCE.sub("", description)  # an earlier run's stop is not this one's
+    return description if stopped_at is None else f"{description} This run {early_stop(stopped_at, recipe)}."
+
+
+def early_stop(stopped_at: int, recipe: Recipe) -> str:
+    """How an early-stopped run ended, in the words its card and summary use."""
+    return (
+        f"stopped early at step {stopped_at} of {recipe.steps} "
+        f"(no better validation loss in {recipe.patience} evaluations)"
+    )
 
 
 def prepare_training(plan: TrainingPlan, job: TrainingJob) -> PreparedRun:
@@ -359,6 +399,9 @@ def publish_training(
     card where the plan says, removes the state and ends the run's log."""
     network, recipe, registry_file = prepared.network, prepared.recipe, plan.registry_file
     new_card = _trained_card(plan.card, recipe, result, network, plan.placement)
+    new_card = new_card.model_copy(
+        update={"description": _card_description(plan, job, new_card.description, recipe, result.stopped_at)}
+    )
     tensors, new_card = _saved_weights(plan.trainer, network, new_card)
     new_card = new_card.model_copy(update={"components": _component_sources(new_card, plan.plugins)})
     if not plan.writer:
