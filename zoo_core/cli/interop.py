@@ -13,7 +13,7 @@ from ..interop.nanogpt import import_nanogpt
 from ..interop.onnx import export_onnx
 from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
-from ..storage.files import make_folder
+from ..storage.files import give_usual_modes, make_folder
 
 _EXPORTERS = {"hf": export_hf, "transformer-lens": export_transformer_lens, "onnx": export_onnx}
 
@@ -46,6 +46,7 @@ def _written_whole(out: Path, write):
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         written, checks = write(staging)
+        give_usual_modes(staging)
         if not out.exists():
             staging.rename(out)  # the whole folder appears at once
         else:

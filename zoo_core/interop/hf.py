@@ -34,7 +34,7 @@ from safetensors.torch import load_file
 
 from ..catalogue.cards import Recipe
 from ..catalogue.limits import limits
-from ..corpus.batches import split_text
+from ..corpus.batches import encodable_text, split_text
 from ..errors import ZooError, printable
 from ..loading.texts import variant_text
 from ..plugin_api.components import PositionEncodingBase
@@ -183,10 +183,45 @@ def gpt2_state(network, context_length: int, activation: str):
 
 
 def verification_ids(model, count: int = 64) -> tuple[list[int], str]:
-    """The first ``count`` tokens of the validation split (cut to the context), and that split's text."""
+    """The first ``count`` tokens of the validation split (cut to the context), and
+    that split's text, as the card trained on it: without the characters its
+    vocabulary lacks when the recipe dropped them (``skip_unknown``)."""
+    recipe = model.card.recipe
     text = variant_text(model.variant).text
-    validation = split_text(text, model.card.recipe.train_fraction)[1]
-    return model.tokenizer.encode(validation[: 4 * count])[: min(count, model.card.context_length)], validation
+    if recipe.skip_unknown:
+        text = encodable_text(text, model.tokenizer)
+    validation = split_text(text, recipe.train_fraction)[1]
+    return checked_encoding(model, validation[: 4 * count])[: min(count, model.card.context_length)], validation
+
+
+def checked_encoding(model, text: str) -> list[int]:
+    """The zoo's ids of the text an export checks itself on; a character the
+    vocabulary lacks is refused with what the card says about it."""
+    try:
+        return model.tokenizer.encode(text)
+    except ZooError as exc:
+        raise ZooError(
+            f"{exc}; the export checks itself on the validation text of '{model.name}' ({model.card.recipe.data}), "
+            f"which its card says was trained on every character (recipe.skip_unknown is not set): "
+            f"retrain it with --skip-unknown, or check that its recipe names the text it was trained on"
+        ) from None
+
+
+# The id generate pads a batch of prompts of unequal length with: any id does,
+# since the attention mask hides padded positions, and the zoo's vocabularies
+# have no padding token of their own. 0 is what the TransformerLens export pads with too.
+PAD_TOKEN_ID = 0
+
+
+def generation_config(context_length: int):
+    """generation_config.json: ``generate`` stops at the context window (max_length:
+    GPT-2's learned positions end there, and one token more is an IndexError). No
+    eos_token_id: the zoo's vocabularies (characters, byte-level BPE) have no
+    end-of-text token, their models were trained on one running text, and naming an
+    ordinary token (a newline) as the end would cut every sample at its first line."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(max_length=context_length, pad_token_id=PAD_TOKEN_ID)
 
 
 def quiet_transformers() -> None:
@@ -220,8 +255,9 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     if [m for m in missing if not (fields["tie_word_embeddings"] and m == "lm_head.weight")] or unexpected:
         raise ZooError(f"GPT-2 layout mismatch: missing {missing}, unexpected {unexpected}")
+    hf_model.generation_config = generation_config(model.card.context_length)
     out.mkdir(parents=True, exist_ok=True)
-    hf_model.save_pretrained(out)
+    hf_model.save_pretrained(out)  # config.json, model.safetensors, generation_config.json
     tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length)
     tokenizer.save_pretrained(out)
     (out / "zoo_card.json").write_text(
@@ -239,7 +275,7 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
             f"exported logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE}); nothing usable was written"
         )
     loaded_tokenizer = AutoTokenizer.from_pretrained(out)
-    expected = model.tokenizer.encode(validation)
+    expected = checked_encoding(model, validation)
     if loaded_tokenizer(validation, verbose=False)["input_ids"] != expected:
         raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
 

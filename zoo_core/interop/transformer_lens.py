@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from ..errors import ZooError
 from ..loading.api import load
 from ..plugin_api.components import PositionEncodingBase
-from .hf import quiet_transformers, transformer_layout, verification_ids
+from .hf import PAD_TOKEN_ID, quiet_transformers, transformer_layout, verification_ids
 from .hf_tokenizers import hf_tokenizer_for
 
 LOGIT_TOLERANCE = 1e-4
@@ -168,7 +168,7 @@ def _tokenizer(model):
     # TransformerLens pads every call to its tokenizer, which needs a pad token
     # with an id; the zoo has no special tokens, so padding uses id 0. Only the
     # padded positions of a ragged batch carry it, and TransformerLens masks those.
-    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(PAD_TOKEN_ID)
     return tokenizer
 
 

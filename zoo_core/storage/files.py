@@ -185,6 +185,17 @@ def _umask() -> int:
     return current
 
 
+def give_usual_modes(folder: Path) -> None:
+    """``folder`` and everything in it readable as open() and mkdir() would have
+    made them (0666 and 0777 less the umask): a folder from mkdtemp is 0700 and
+    safetensors writes its files 0600, which a folder for other people to read
+    (an export to upload) should not keep."""
+    mask = _umask()
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
