@@ -47,6 +47,7 @@ COMMANDS = {
     "sample": "sampling",
     "eval": "evaluation",
     "train": "training",
+    "merge": "training",
     "compare": "evaluation",
     "experiment": "training",
     "attention": "evaluation",

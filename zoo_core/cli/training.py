@@ -1,4 +1,4 @@
-"""Making variants: train (one process or data-parallel), experiment, train-tokenizer."""
+"""Making variants: train (one process or data-parallel), merge, experiment, train-tokenizer."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 from ..catalogue.layers import build_catalogue
 from ..corpus.tokenizer_training import train_tokenizer
 from ..errors import ZooError
+from ..loading.merging import merge_adapter_variant
 from ..plugin_api.manager import get_plugins
 from ..training.distributed import launch, run_worker
 from ..training.job import TrainingJob
-from ..training.run import check_data_parallel_run, train_variant
+from ..training.run import check_data_parallel_run, early_stop, train_variant
 from ..training.studies import StudyConfig, curve_eval_every, load_study, run_study
 
 CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working folder
@@ -153,13 +154,28 @@ def cmd_train(args) -> int:
         )
         print(f"{card.name}: {card.recipe.kind}: {measured or 'no metrics'}; sha256 {card.checkpoint.sha256}")
     else:
+        ran = (
+            f"after {card.recipe.steps} steps"
+            if metrics.stopped_at is None
+            else early_stop(metrics.stopped_at, card.recipe)
+        )
         print(
             f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
-            f"after {card.recipe.steps} steps ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)"
+            f"{ran} ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)"
         )
     print(f"  card in {registry_file}")
     if not job.publish:
         print(f"  use it: {_use_it_command(registry_file, card.name)} sample {card.name} --prompt ...")
+    return 0
+
+
+def cmd_merge(args) -> int:
+    card, registry_file, difference = merge_adapter_variant(args.name, args.new_name)
+    print(
+        f"{card.name}: '{args.name}' merged into '{card.recipe.base}', {card.parameters:,} parameters "
+        f"-> {registry_file.parent / card.checkpoint.path}"
+    )
+    print(f"  checked: logits within {difference:.1e} of the adapter applied on the fly; card in {registry_file}")
     return 0
 
 

@@ -206,3 +206,12 @@ def train_tokenizer_arguments(commands) -> None:
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
     p.set_defaults(run="training:cmd_train_tokenizer")
+
+
+def merge_arguments(commands) -> None:
+    p = commands.add_parser(
+        "merge", help="fold an adapter variant (--trainer lora) into its base: a standalone variant of whole weights"
+    )
+    p.add_argument("name", help="the adapter variant to merge")
+    p.add_argument("--name", dest="new_name", required=True, help="the merged variant's name (in the user catalogue)")
+    p.set_defaults(run="training:cmd_merge")
