@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+import shlex
 import stat
 
 import pytest
@@ -29,16 +30,19 @@ from zoo_core.errors import ZooError  # noqa: E402
 from zoo_core.interop.hf import export_hf  # noqa: E402
 from zoo_core.loading.merging import LOGIT_TOLERANCE  # noqa: E402
 
+from .conftest import ROOT  # noqa: E402
 from .test_fine_tuning import BASE, own_text  # noqa: E402
 
+DOC = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
 QUICK = ("--steps", "2", "--set", "eval_windows=8", "--quiet")
 # Every variant the README's fine-tuning section makes, and how.
 MADE = {
     "mine": ("train", "mine", "--from", BASE, "--data", "cats", *QUICK),
     "accents": ("train", "accents", "--from", BASE, "--data", "accents", "--skip-unknown", *QUICK),
-    "accents-lora": ("train", "accents-lora", "--from", "accents", "--trainer", "lora", "--data", "accents",
+    "my-lora": ("train", "my-lora", "--from", "accents", "--trainer", "lora", "--data", "accents",
                      "--skip-unknown", *QUICK),
-    "accents-merged": ("merge", "accents-lora", "--name", "accents-merged"),
+    # As docs/training.md writes it.
+    "my-lora-merged": tuple(shlex.split(re.search(r"^zoo (merge .*)$", DOC, re.MULTILINE).group(1))),
 }
 
 
@@ -137,26 +141,26 @@ def test_a_fine_tunes_card_says_what_it_is_and_so_does_its_hub_readme(zoo, tmp_p
 
 
 def test_zoo_merge_makes_a_standalone_variant_with_the_adapters_logits(zoo):
-    merged = zoo_core.get_variant("accents-merged")
-    adapter = zoo_core.get_variant("accents-lora").card
+    merged = zoo_core.get_variant("my-lora-merged")
+    adapter = zoo_core.get_variant("my-lora").card
     card = merged.card
     assert card.adapter is None and merged.layer == "user"
-    assert f"'accents-lora' (checkpoint sha256 {adapter.checkpoint.sha256})" in card.lineage
+    assert f"'my-lora' (checkpoint sha256 {adapter.checkpoint.sha256})" in card.lineage
     assert f"base 'accents' (checkpoint sha256 {adapter.adapter.base_sha256})" in card.lineage
     assert card.parameters == zoo_core.get_variant("accents").card.parameters
     assert "merged" in card.tags and "adapter" not in card.tags
 
     ids = torch.tensor([zoo_core.load("accents").tokenizer.encode("ROMEO: the cat sat on a mat")])
     with torch.no_grad():
-        on_the_fly = zoo_core.load("accents-lora").network(ids)[0]
-        standalone = zoo_core.load("accents-merged").network(ids)[0]
+        on_the_fly = zoo_core.load("my-lora").network(ids)[0]
+        standalone = zoo_core.load("my-lora-merged").network(ids)[0]
     assert float((on_the_fly - standalone).abs().max()) <= LOGIT_TOLERANCE
 
 
 @pytest.mark.parametrize("arguments, message", [
     (("merge", "accents", "--name", "x"), "'accents' is not an adapter variant"),
-    (("merge", "accents-lora", "--name", "accents-merged"), "already exists"),
-    (("merge", "accents-lora", "--name", "Bad Name"), "a variant name is"),
+    (("merge", "my-lora", "--name", "my-lora-merged"), "already exists"),
+    (("merge", "my-lora", "--name", "Bad Name"), "a variant name is"),
 ])
 def test_zoo_merge_refuses_in_one_line(zoo, arguments, message):
     result = zoo(*arguments)
@@ -164,20 +168,20 @@ def test_zoo_merge_refuses_in_one_line(zoo, arguments, message):
 
 
 def test_list_show_and_compare_count_an_adapters_parameters_alike(zoo):
-    own = zoo_core.get_variant("accents-lora").card.parameters
+    own = zoo_core.get_variant("my-lora").card.parameters
     base = zoo_core.get_variant("accents").card.parameters
     listed = {row["name"]: row["parameters"] for row in json.loads(zoo("list", "--json").out)}
-    assert listed["accents-lora"] == own
-    shown = zoo("show", "accents-lora").out
+    assert listed["my-lora"] == own
+    shown = zoo("show", "my-lora").out
     assert f"# parameters: {own:,} of the adapter's own, applied to base 'accents' ({base:,} parameters)" in shown
-    compared = zoo("compare", "accents", "accents-lora", "--windows", "4", "--max-new-tokens", "2", "--json")
+    compared = zoo("compare", "accents", "my-lora", "--windows", "4", "--max-new-tokens", "2", "--json")
     assert compared.code == 0, compared.err
     counts = {m["name"]: (m["parameters"], m.get("base_parameters")) for m in json.loads(compared.out)["models"]}
-    assert counts == {"accents": (base, None), "accents-lora": (own, base)}
-    table = zoo("compare", "accents", "accents-lora", "--windows", "4", "--max-new-tokens", "2").out
+    assert counts == {"accents": (base, None), "my-lora": (own, base)}
+    table = zoo("compare", "accents", "my-lora", "--windows", "4", "--max-new-tokens", "2").out
     assert f"{own:,} (+{base:,} base)" in table
 
 
 def test_list_by_dataset_finds_adapters_and_merges_trained_on_it(zoo):
     listed = zoo("list", "--dataset", "accents", "--json")
-    assert [row["name"] for row in json.loads(listed.out)] == ["accents", "accents-lora", "accents-merged"]
+    assert [row["name"] for row in json.loads(listed.out)] == ["accents", "my-lora", "my-lora-merged"]

@@ -175,3 +175,20 @@ def test_patience_stops_early_and_the_card_records_it(zoo, tmp_path):
     registry = (tmp_path / "run" / "registry.toml").read_text()
     assert "patience = 2" in registry and 'keep = "best"' in registry
     assert f"stopped_at = {steps[-1]}" in registry and "kept_step = " in registry
+    # The summary and the description say where it stopped, not the recipe's 40 steps.
+    stop = f"stopped early at step {steps[-1]} of 40 (no better validation loss in 2 evaluations)"
+    assert stop in result.out and "after 40 steps" not in result.out
+    assert f"This run {stop}." in registry
+
+
+def test_an_early_stopped_fine_tunes_description_says_so(zoo, text_file):
+    result = zoo("train", "my-stop", "--from", BASE, "--data", str(text_file), "--steps", "40", "--set", "learning_rate=0.5",
+                 "--set", "eval_every=1", "--set", "eval_windows=8", "--patience", "1", "--quiet")
+    assert result.code == 0, result.err
+    card = zoo_core.get_variant("my-stop").card
+    stopped = card.metrics.stopped_at
+    assert stopped is not None and stopped < 40
+    assert card.description == (
+        f"Fine-tuned from '{BASE}' on mine.txt; stopped early at step {stopped} of 40 "
+        f"(no better validation loss in 1 evaluation)."
+    )

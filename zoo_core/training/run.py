@@ -243,7 +243,7 @@ def early_stop(stopped_at: int, recipe: Recipe) -> str:
     """How an early-stopped run ended, in the words its card and summary use."""
     return (
         f"stopped early at step {stopped_at} of {recipe.steps} "
-        f"(no better validation loss in {recipe.patience} evaluations)"
+        f"(no better validation loss in {recipe.patience} evaluation{'s' if recipe.patience != 1 else ''})"
     )
 
 
