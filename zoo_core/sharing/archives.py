@@ -36,7 +36,6 @@ it: installing refuses unless that very base is already in the catalogue.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -47,7 +46,7 @@ import zipfile
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import from_json
@@ -68,9 +67,11 @@ from ..storage.files import (
     content_named,
     describe_os_error,
     exclusive_lock,
+    fault_point,
     make_folder,
     open_regular,
     replace_file,
+    write_chunks,
 )
 from ..storage.locations import user_registry_path, zoo_home
 from ..storage.staging import make_staging_folder, remove_leftover_staging
@@ -558,32 +559,37 @@ def _check_weights_size(path: Path, archive: zipfile.ZipFile, entry: dict[str, A
 
 
 def _read_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    _copy_member(path, archive, entry, buffer)
-    return buffer.getvalue()
+    return b"".join(_member_chunks(path, archive, entry))
 
 
-def _copy_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], sink: Any) -> None:
-    """Copy a member into ``sink``, never more bytes than the manifest's size,
-    checking its size and (when given) sha256 against ``entry``."""
+def _member_chunks(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any]) -> Iterator[bytes]:
+    """A member's bytes, never more than the manifest's size; once the last is
+    given, its size and (when given) sha256 are checked against ``entry``. A
+    failure to read is a ZooError; a failure of whoever writes them stays theirs."""
     name, size = entry["name"], entry["size"]
     digest = hashlib.sha256()
     copied = 0
+
+    def unreadable(exc: Exception) -> ZooError:
+        return ZooError(f"{path}: member '{name}' cannot be read: {' '.join(str(exc).split())}")
+
     try:
-        with archive.open(name) as member:
-            while True:
-                chunk = member.read(min(_CHUNK, size - copied + 1))  # one byte more reveals a longer member
-                if not chunk:
-                    break
-                copied += len(chunk)
-                if copied > size:
-                    raise ZooError(f"{path}: member '{name}' is longer than the manifest's {size:,} bytes; refused")
-                digest.update(chunk)
-                sink.write(chunk)
-    except ZooError:
-        raise
+        member = archive.open(name)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
-        raise ZooError(f"{path}: member '{name}' cannot be read: {' '.join(str(exc).split())}") from None
+        raise unreadable(exc) from None
+    with member:
+        while True:
+            try:
+                chunk = member.read(min(_CHUNK, size - copied + 1))  # one byte more reveals a longer member
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+                raise unreadable(exc) from None
+            if not chunk:
+                break
+            copied += len(chunk)
+            if copied > size:
+                raise ZooError(f"{path}: member '{name}' is longer than the manifest's {size:,} bytes; refused")
+            digest.update(chunk)
+            yield chunk
     if copied != size:
         raise ZooError(f"{path}: member '{name}' is {copied:,} bytes, the manifest says {size:,}; refused")
     if entry["sha256"] is not None and digest.hexdigest() != entry["sha256"]:
@@ -659,10 +665,14 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
         make_folder(home)
         staging = make_staging_folder(home)
         try:
-            for member, entry in entries.items():
-                if member != CARD:
-                    with open(staging / member, "xb") as sink:
-                        _copy_member(path, archive, entry, sink)
+            try:
+                for member, entry in entries.items():
+                    if member != CARD:
+                        (staging / member).touch(exist_ok=False)
+                        write_chunks(staging / member, _member_chunks(path, archive, entry))
+                        fault_point()
+            except OSError as exc:  # a full or read-only disk
+                raise ZooError(f"{home}: cannot install: {describe_os_error(exc)} (nothing was installed)") from None
             return _verify_and_install(path, staging, card, name, provenance, plugins)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
