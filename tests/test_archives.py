@@ -480,3 +480,59 @@ def test_an_end_record_claiming_a_large_directory_is_refused(zoo, packed, tmp_pa
     with_comment.write_bytes(packed.read_bytes()[:-2] + struct.pack("<H", 2) + b"hi")
     _one_line_error(zoo("install", str(with_comment)), "no zip end record in its last 22 bytes")
     assert _files(private_home) == []
+
+
+# --- a base and its adapters ------------------------------------------------------
+
+
+@pytest.fixture
+def base_with_adapter(zoo, tmp_path, private_home):
+    """gpt-char-mini installed from its archive as my-base, and a LoRA adapter
+    trained from it, which names my-base's own tokenizer file."""
+    archive = tmp_path / "base.zoo"
+    assert zoo("pack", "gpt-char-mini", "--out", str(archive)).code == 0
+    assert zoo("install", str(archive), "--name", "my-base").code == 0
+    song = tmp_path / "song.txt"
+    song.write_text("ROMEO: the adapter learns a little song.\n" * 200, encoding="utf-8")
+    quick = ("--data", str(song), "--steps", "1", "--set", "eval_windows=16", "--quiet")
+    trained = zoo("train", "my-lora", "--from", "my-base", "--trainer", "lora", *quick)
+    assert trained.code == 0, trained.err
+    assert zoo_core.get_variant("my-lora").card.tokenizer.file == "checkpoints/my-base.tokenizer.json"
+    return archive
+
+
+def test_removing_a_base_its_adapters_use_is_refused_naming_them(zoo, private_home, base_with_adapter):
+    before = {path: path.read_bytes() for path in private_home.rglob("*") if path.is_file()}
+    _one_line_error(
+        zoo("remove", "my-base"),
+        "variant 'my-base' is the base of the adapter 'my-lora'",
+        "nothing was deleted",
+        "zoo remove my-base --with-adapters",
+    )
+    assert {path: path.read_bytes() for path in private_home.rglob("*") if path.is_file()} == before
+
+
+def test_a_base_removed_with_its_adapters_can_be_installed_again(zoo, private_home, base_with_adapter):
+    removed = zoo("remove", "my-base", "--with-adapters")
+    assert removed.code == 0, removed.err
+    assert removed.out.startswith("removed 'my-base' and its adapters 'my-lora' from your catalogue")
+    assert zoo("show", "my-lora").code == 1
+    assert [p.name for p in (private_home / "checkpoints").glob("*") if not p.name.endswith(".log.jsonl")] == []
+    again = zoo("install", str(base_with_adapter), "--name", "my-base")
+    assert again.code == 0, again.err
+    assert zoo("verify").code == 0
+
+
+def test_a_base_removed_alone_by_an_older_zoo_can_be_installed_again(zoo, private_home, base_with_adapter):
+    """An older `zoo remove` took the base and kept the tokenizer file its adapter
+    names: the same bytes are no clash, and the base installs again beside it."""
+    from zoo_core.catalogue.registry import read_registry_file, render_registry
+
+    registry = private_home / "registry.toml"
+    kept = [v.card for v in read_registry_file(registry, "user", layer="user") if v.name != "my-base"]
+    registry.write_text(render_registry(kept, ""), encoding="utf-8")
+    (private_home / "checkpoints" / "my-base.safetensors").unlink()
+    again = zoo("install", str(base_with_adapter), "--name", "my-base")
+    assert again.code == 0, again.err
+    verified = zoo("verify")
+    assert verified.code == 0 and "my-lora" in verified.out, verified.out + verified.err

@@ -789,8 +789,10 @@ def _verify_and_install(
     registry = user_registry_path()
     with exclusive_lock(registry):
         _check_free(name, catalogue(plugins).find(name), name == card.name)  # may have changed meanwhile
-        for _, target in places.values():
-            if target.exists() or target.is_symlink():
+        for member, (_, target) in places.items():
+            # A file of the very same bytes is no clash: e.g. the tokenizer an adapter of
+            # this variant, trained before it was removed by an older zoo, still names.
+            if target.is_symlink() or (target.exists() and sha256_file(target) != sha256_file(staging / member)):
                 raise ZooError(f"{target}: already exists (left by another variant?); remove it or choose --name")
         created_folder = not folder.exists()
         moves: dict[Path, Path] = {}
