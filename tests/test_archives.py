@@ -288,13 +288,19 @@ HOSTILE = {
         lambda m: {**m, "manifest.json": b"[" * 3000 + b"]" * 3000},
         False,
         (),
-        "manifest.json is not JSON (recursion limit exceeded",
+        "manifest.json is not JSON (Invalid JSON: recursion limit exceeded",
     ),
     "weights-longer-than-their-header": (
         lambda m: {**m, "weights.safetensors": m["weights.safetensors"] + bytes(64)},
         True,
         (),
         "safetensors header accounts for",
+    ),
+    "weights-not-safetensors": (
+        lambda m: {**m, "weights.safetensors": b"\xff" * 8 + b"{}"},
+        True,
+        (),
+        "'weights.safetensors' is not a safetensors file (its header length does not fit its 10 bytes)",
     ),
     "weights-beyond-the-card": (
         lambda m: _edit_card(m, lambda c: c.update(parameters=100)),
@@ -417,7 +423,7 @@ def _central_entry(data: bytes, name: str) -> int:
 
 
 def test_a_deflated_member_is_refused_before_anything_is_written(zoo, packed, tmp_path, private_home):
-    """A 50 MB history of zeros deflates to some 50 KB: refused by its method, never inflated."""
+    """A 50 MB history of zeros deflates to 51 KB: refused by its method, never inflated."""
     members = {**_members(packed), "history.json": bytes(50 * 1024 * 1024)}
     bomb = _write(tmp_path / "bomb.zoo", members, deflated=("history.json",))
     assert bomb.stat().st_size < 1024 * 1024

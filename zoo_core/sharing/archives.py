@@ -48,8 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import from_json
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from safetensors.torch import load_file
 
 from ..catalogue.card_validation import describe_validation_error
@@ -508,13 +507,16 @@ def _check_manifest_shape(path: Path, manifest: Any) -> None:
     raise bad(_MANIFEST_PROBLEMS[field])
 
 
+_ANY_JSON = TypeAdapter(Any)
+
+
 def _parsed_json(path: Path, name: str, data: bytes) -> Any:
     """A JSON member, parsed by pydantic's parser, which refuses nesting deeper than
     200 levels (a hostile member is one line, never a RecursionError)."""
     try:
-        return from_json(data)
-    except ValueError as exc:
-        raise ZooError(f"{path}: {name} is not JSON ({printable(str(exc))})") from None
+        return _ANY_JSON.validate_json(data)
+    except ValidationError as exc:
+        raise ZooError(f"{path}: {name} is not JSON ({printable(exc.errors()[0]['msg'])})") from None
 
 
 def _check_weights_size(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], card: ModelCard) -> None:
@@ -529,8 +531,8 @@ def _check_weights_size(path: Path, archive: zipfile.ZipFile, entry: dict[str, A
     try:
         with archive.open(WEIGHTS) as member:
             prefix = member.read(8)
-            (length,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (size,)
-            if length > min(MAX_HEADER_BYTES, size - 8):
+            length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else size
+            if length > min(MAX_HEADER_BYTES, size - 8):  # (a member shorter than 8 bytes lands here too)
                 raise refused(f"is not a safetensors file (its header length does not fit its {size:,} bytes)")
             header = _parsed_json(path, f"{WEIGHTS}'s header", member.read(length))
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
