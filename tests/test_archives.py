@@ -13,6 +13,8 @@ import hashlib
 import json
 import stat
 import struct
+import time
+import tracemalloc
 import warnings
 import zipfile
 from pathlib import Path
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import zoo_core
+from zoo_core.catalogue.registry import read_registry_file, render_registry
 from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.sharing import archives
 
@@ -455,9 +458,6 @@ def _end_records(members: int, directory: int) -> bytes:
 def test_an_end_record_listing_a_million_members_is_refused_at_once(zoo, tmp_path, private_home):
     """The 54 MB archive of a million members took 39 s and 531 MB before its
     refusal: the end record is read first now, and nothing else is."""
-    import time
-    import tracemalloc
-
     hostile = tmp_path / "million.zoo"
     tail = _end_records(1_000_000, 46_000_000)
     with open(hostile, "wb") as out:
@@ -532,8 +532,6 @@ def test_a_base_removed_with_its_adapters_can_be_installed_again(zoo, private_ho
 def test_a_base_removed_alone_by_an_older_zoo_can_be_installed_again(zoo, private_home, base_with_adapter):
     """An older `zoo remove` took the base and kept the tokenizer file its adapter
     names: the same bytes are no clash, and the base installs again beside it."""
-    from zoo_core.catalogue.registry import read_registry_file, render_registry
-
     registry = private_home / "registry.toml"
     kept = [v.card for v in read_registry_file(registry, "user", layer="user") if v.name != "my-base"]
     registry.write_text(render_registry(kept, ""), encoding="utf-8")

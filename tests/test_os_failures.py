@@ -21,6 +21,7 @@ import torch
 
 import zoo_core
 import zoo_core.storage.files
+import zoo_core.storage.staging
 from zoo_core.storage.checkpoints import save_checkpoint, sha256_file
 from zoo_core.errors import ZooError
 from zoo_core.storage.files import atomic_write_text, read_limited
@@ -308,8 +309,6 @@ def test_disk_full_while_installing_is_one_line_and_leaves_home_as_it_was(
 
 
 def test_a_read_only_home_refuses_an_install_in_one_line(zoo, small_archive, private_home, monkeypatch):
-    import zoo_core.storage.staging
-
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
