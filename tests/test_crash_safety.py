@@ -193,6 +193,18 @@ def test_an_install_killed_while_extracting_leaves_a_folder_the_next_install_rem
     assert _state(zoo, "copied") is not None
 
 
+def test_a_pull_killed_while_installing_leaves_a_folder_the_next_pull_removes(zoo, tmp_path, private_home):
+    folder = tmp_path / "shared-drive"
+    assert zoo("remote", "publish", str(folder), SMALL).code == 0
+    assert zoo("remote", "add", "drive", str(folder)).code == 0
+    killed = _run(["pull", f"drive/{SMALL}", "--name", "pulled"], fault_at=1)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(list(private_home.glob(".installing-*"))) == 1
+    refused = zoo("pull", "drive/no-such-variant")  # even a pull that finds nothing to install
+    assert refused.code == 1 and "no remote offers 'no-such-variant'" in refused.err
+    assert not list(private_home.glob(".installing-*"))
+
+
 def test_cache_clear_removes_the_staging_folders_of_dead_owners_only(zoo, tmp_path, private_home):
     """Owner gone: the pid is not running, or it is but started at another time
     (the pid was reused). Owner running: kept, whatever its age."""
