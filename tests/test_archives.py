@@ -12,6 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import struct
+import time
+import tracemalloc
 import warnings
 import zipfile
 from pathlib import Path
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import zoo_core
+from zoo_core.catalogue.registry import read_registry_file, render_registry
 from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.sharing import archives
 
@@ -49,9 +53,15 @@ def _members(archive: Path) -> dict[str, bytes]:
         return {info.filename: opened.read(info) for info in opened.infolist()}
 
 
-def _write(path: Path, members: dict[str, bytes], sign: bool = True, links: tuple[str, ...] = ()) -> Path:
-    """Write ``members`` as a zip; ``sign`` recomputes the manifest's sizes and
-    sha256 for every member it lists (so only the change under test is wrong)."""
+def _write(
+    path: Path,
+    members: dict[str, bytes],
+    sign: bool = True,
+    links: tuple[str, ...] = (),
+    deflated: tuple[str, ...] = (),
+) -> Path:
+    """Write ``members`` as a zip, ``deflated`` ones compressed; ``sign`` recomputes the
+    manifest's sizes and sha256 for every member it lists (so only the change under test is wrong)."""
     if sign:
         manifest = json.loads(members["manifest.json"])
         for entry in manifest["members"]:
@@ -66,6 +76,7 @@ def _write(path: Path, members: dict[str, bytes], sign: bool = True, links: tupl
                 info = zipfile.ZipInfo(name.split("\0")[0], date_time=(1980, 1, 1, 0, 0, 0))
                 info.create_system = 3
                 info.external_attr = ((stat.S_IFLNK | 0o777) if name in links else (stat.S_IFREG | 0o644)) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED if name in deflated else zipfile.ZIP_STORED
                 archive.writestr(info, data)
     return path
 
@@ -262,6 +273,44 @@ HOSTILE = {
         "disagrees",
     ),
     "missing-plugin": (_missing_plugin, True, (), "pip install 'zoo-mystery==1.2'"),
+    "history-nested-deep": (
+        lambda m: {**m, "history.json": b"[" * 5000 + b"]" * 5000},
+        True,
+        (),
+        "history.json: not a training history (not JSON",
+    ),
+    "history-wrong-types": (
+        lambda m: {**m, "history.json": b'{"variant": "x", "recipe": [], "history": [{"step": "one"}]}'},
+        True,
+        (),
+        "history.json: not a training history (field 'recipe'",
+    ),
+    "history-not-an-object": (lambda m: {**m, "history.json": b"[1, 2]"}, True, (), "not a training history"),
+    "card-nested-deep": (lambda m: {**m, "card.json": b"{" + b'"a":{' * 3000}, True, (), "card.json is not JSON"),
+    "manifest-nested-deep": (
+        lambda m: {**m, "manifest.json": b"[" * 3000 + b"]" * 3000},
+        False,
+        (),
+        "manifest.json is not JSON (Invalid JSON: recursion limit exceeded",
+    ),
+    "weights-longer-than-their-header": (
+        lambda m: {**m, "weights.safetensors": m["weights.safetensors"] + bytes(64)},
+        True,
+        (),
+        "safetensors header accounts for",
+    ),
+    "weights-not-safetensors": (
+        lambda m: {**m, "weights.safetensors": b"\xff" * 8 + b"{}"},
+        True,
+        (),
+        "'weights.safetensors' is not a safetensors file (its header length does not fit its 10 bytes)",
+    ),
+    "weights-beyond-the-card": (
+        lambda m: _edit_card(m, lambda c: c.update(parameters=100)),
+        True,
+        (),
+        "more than 8 per parameter of the card's 100",
+    ),
 }
 
 
@@ -363,3 +412,131 @@ def test_a_file_in_the_way_is_refused_and_left_as_it_was(zoo, packed, private_ho
     _one_line_error(zoo("install", str(packed), "--name", "incoming"), "already exists", "--name")
     assert orphan.read_bytes() == b"someone else's"
     assert _files(private_home) == ["checkpoints", "checkpoints/incoming.safetensors"]
+
+
+# --- limits that hold before the directory or a member is read -------------------
+
+
+def _central_entry(data: bytes, name: str) -> int:
+    """Where the central directory's entry for ``name`` starts in ``data``."""
+    at = data.index(b"PK\x01\x02")
+    while data[at + 46 : at + 46 + len(name)] != name.encode():
+        at = data.index(b"PK\x01\x02", at + 4)
+    return at
+
+
+def test_a_deflated_member_is_refused_before_anything_is_written(zoo, packed, tmp_path, private_home):
+    """A 50 MB history of zeros deflates to 51 KB: refused by its method, never inflated."""
+    members = {**_members(packed), "history.json": bytes(50 * 1024 * 1024)}
+    bomb = _write(tmp_path / "bomb.zoo", members, deflated=("history.json",))
+    assert bomb.stat().st_size < 1024 * 1024
+    _one_line_error(zoo("install", str(bomb)), "member 'history.json' is compressed (deflated)", "stores its members")
+    assert _files(private_home) == []
+
+
+def test_a_member_whose_directory_entry_lies_about_its_size_is_refused(zoo, packed, tmp_path, private_home):
+    data = bytearray(packed.read_bytes())
+    entry = _central_entry(bytes(data), "weights.safetensors")
+    data[entry + 24 : entry + 28] = struct.pack("<L", 10**9)  # uncompressed size; the stored size stays
+    lying = tmp_path / "lying.zoo"
+    lying.write_bytes(bytes(data))
+    _one_line_error(zoo("install", str(lying)), "'weights.safetensors' is stored as", "claims 1,000,000,000")
+    data[entry + 20 : entry + 24] = struct.pack("<L", 10**9)  # both: more bytes than the whole archive
+    lying.write_bytes(bytes(data))
+    _one_line_error(zoo("install", str(lying)), "the members claim", "more than the archive's")
+    assert _files(private_home) == []
+
+
+def _end_records(members: int, directory: int) -> bytes:
+    """A zip64 end record, its locator and the classic end record pointing at it:
+    what an archive listing ``members`` in a ``directory`` of that size ends with."""
+    record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, members, members, directory, 0)
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, 0, 1)
+    return record + locator + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+
+
+def test_an_end_record_listing_a_million_members_is_refused_at_once(zoo, tmp_path, private_home):
+    """The 54 MB archive of a million members took 39 s and 531 MB before its
+    refusal: the end record is read first now, and nothing else is."""
+    hostile = tmp_path / "million.zoo"
+    tail = _end_records(1_000_000, 46_000_000)
+    with open(hostile, "wb") as out:
+        out.truncate(54_000_000 - len(tail))  # sparse: the size is real, the bytes cost nothing
+        out.seek(0, 2)
+        out.write(tail)
+    tracemalloc.start()
+    started = time.perf_counter()
+    with pytest.raises(zoo_core.ZooError, match="lists 1,000,000 members, more than a variant needs"):
+        archives.archive_manifest(hostile)
+    elapsed = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert elapsed < 0.5 and peak < 1024 * 1024, (elapsed, peak)
+    _one_line_error(zoo("install", str(hostile)), "1,000,000 members")
+    assert _files(private_home) == []
+
+
+def test_an_end_record_claiming_a_large_directory_is_refused(zoo, packed, tmp_path, private_home):
+    data = bytearray(packed.read_bytes())
+    data[-22 + 12 : -22 + 16] = struct.pack("<L", 50_000_000)  # the directory's size, five members still
+    hostile = tmp_path / "directory.zoo"
+    hostile.write_bytes(bytes(data))
+    _one_line_error(zoo("install", str(hostile)), "directory is 50,000,000 bytes, more than 8 members need")
+    with_comment = tmp_path / "comment.zoo"
+    with_comment.write_bytes(packed.read_bytes()[:-2] + struct.pack("<H", 2) + b"hi")
+    _one_line_error(zoo("install", str(with_comment)), "no zip end record in its last 22 bytes")
+    assert _files(private_home) == []
+
+
+# --- a base and its adapters ------------------------------------------------------
+
+
+@pytest.fixture
+def base_with_adapter(zoo, tmp_path, private_home):
+    """gpt-char-mini installed from its archive as my-base, and a LoRA adapter
+    trained from it, which names my-base's own tokenizer file."""
+    archive = tmp_path / "base.zoo"
+    assert zoo("pack", "gpt-char-mini", "--out", str(archive)).code == 0
+    assert zoo("install", str(archive), "--name", "my-base").code == 0
+    song = tmp_path / "song.txt"
+    song.write_text("ROMEO: the adapter learns a little song.\n" * 200, encoding="utf-8")
+    quick = ("--data", str(song), "--steps", "1", "--set", "eval_windows=16", "--quiet")
+    trained = zoo("train", "my-lora", "--from", "my-base", "--trainer", "lora", *quick)
+    assert trained.code == 0, trained.err
+    assert zoo_core.get_variant("my-lora").card.tokenizer.file == "checkpoints/my-base.tokenizer.json"
+    return archive
+
+
+def test_removing_a_base_its_adapters_use_is_refused_naming_them(zoo, private_home, base_with_adapter):
+    before = {path: path.read_bytes() for path in private_home.rglob("*") if path.is_file()}
+    _one_line_error(
+        zoo("remove", "my-base"),
+        "variant 'my-base' is the base of the adapter 'my-lora'",
+        "nothing was deleted",
+        "zoo remove my-base --with-adapters",
+    )
+    assert {path: path.read_bytes() for path in private_home.rglob("*") if path.is_file()} == before
+
+
+def test_a_base_removed_with_its_adapters_can_be_installed_again(zoo, private_home, base_with_adapter):
+    removed = zoo("remove", "my-base", "--with-adapters")
+    assert removed.code == 0, removed.err
+    assert removed.out.startswith("removed 'my-base' and its adapters 'my-lora' from your catalogue")
+    assert zoo("show", "my-lora").code == 1
+    assert [p.name for p in (private_home / "checkpoints").glob("*") if not p.name.endswith(".log.jsonl")] == []
+    again = zoo("install", str(base_with_adapter), "--name", "my-base")
+    assert again.code == 0, again.err
+    assert zoo("verify").code == 0
+
+
+def test_a_base_removed_alone_by_an_older_zoo_can_be_installed_again(zoo, private_home, base_with_adapter):
+    """An older `zoo remove` took the base and kept the tokenizer file its adapter
+    names: the same bytes are no clash, and the base installs again beside it."""
+    registry = private_home / "registry.toml"
+    kept = [v.card for v in read_registry_file(registry, "user", layer="user") if v.name != "my-base"]
+    registry.write_text(render_registry(kept, ""), encoding="utf-8")
+    (private_home / "checkpoints" / "my-base.safetensors").unlink()
+    again = zoo("install", str(base_with_adapter), "--name", "my-base")
+    assert again.code == 0, again.err
+    verified = zoo("verify")
+    assert verified.code == 0 and "my-lora" in verified.out, verified.out + verified.err

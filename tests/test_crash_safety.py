@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
 
 from zoo_core.plugin_api.manager import get_plugins
-from zoo_core.loading.verify import OK, verify_catalogue
+from zoo_core.loading.verify import FAILED, LEFTOVER, OK, verify_catalogue
+from zoo_core.storage.staging import make_staging_folder, owner_gone, remove_leftover_staging, start_time
 
 ZOO = Path(sys.executable).parent / "zoo"
 PROMPT = ("--prompt", "ROMEO:", "--max-new-tokens", "24", "--seed", "3")
 MOST_POINTS = 60  # every sweep here completes well before; more means a loop
+SMALL = "transformer-1b-learned-ctx8"
 
 
 def _run(args: list[str], fault_at: int | None = None) -> subprocess.CompletedProcess:
@@ -57,10 +61,20 @@ def _state(zoo, name: str) -> str | None:
     return sampled.out
 
 
-def _sweep(zoo, home: Path, args: list[str], name: str, before: str | None, after: str | None, first: int = 1) -> int:
+def _sweep(
+    zoo,
+    home: Path,
+    args: list[str],
+    name: str,
+    before: str | None,
+    after: str | None,
+    first: int = 1,
+    after_kill: Callable[[Path], None] | None = None,
+) -> int:
     """Kill ``zoo ARGS`` at every fault point from ``first`` on, each time from a
     copy of ``home`` as it is now; after each kill ``name`` must be ``before`` or
-    ``after`` (its samples, None for absent). Returns how many points were killed."""
+    ``after`` (its samples, None for absent), and ``after_kill(home)`` holds.
+    Returns how many points were killed."""
     start = home.with_name("start")
     shutil.copytree(home, start, symlinks=True)
     seen = set()
@@ -76,6 +90,8 @@ def _sweep(zoo, home: Path, args: list[str], name: str, before: str | None, afte
         state = _state(zoo, name)
         assert state in (before, after), f"killed at point {point}: neither the old nor the new variant"
         seen.add(state)
+        if after_kill is not None:
+            after_kill(home)
     pytest.fail(f"`zoo {' '.join(args)}` did not complete within {MOST_POINTS} fault points")
 
 
@@ -144,7 +160,69 @@ def test_a_kill_at_any_point_of_an_install_leaves_nothing_or_the_variant(zoo, tm
     archive = tmp_path / "my-bigram.zoo"
     assert zoo("pack", "my-bigram", "--out", str(archive)).code == 0
     args = ["install", str(archive), "--name", "copied"]
-    assert _sweep(zoo, private_home, args, "copied", None, published) >= 4
+    assert _sweep(zoo, private_home, args, "copied", None, published, after_kill=_leftovers_listed_then_removed) >= 6
+
+
+def _leftovers_listed_then_removed(home: Path) -> None:
+    """What a killed install leaves beside the catalogue is its staging folder at
+    most: `zoo verify` lists it without failing, and the next command removes it."""
+    staging = sorted(home.glob(".installing-*"))
+    rows = verify_catalogue()
+    assert all(row.status != FAILED for row in rows), [row.as_dict() for row in rows if row.status == FAILED]
+    assert sorted(row.file for row in rows if row.status == LEFTOVER) == [str(folder) for folder in staging]
+    assert remove_leftover_staging(home) == staging and not list(home.glob(".installing-*"))
+
+
+def test_an_install_killed_while_extracting_leaves_a_folder_the_next_install_removes(zoo, tmp_path, private_home):
+    """A real `zoo install` killed with SIGKILL after its first member was
+    extracted: its staging folder (a copy of that member) stays, named after the
+    dead process; `zoo verify` lists it and passes; the next install removes it."""
+    archive = tmp_path / "small.zoo"
+    assert zoo("pack", SMALL, "--out", str(archive)).code == 0
+    killed = _run(["install", str(archive), "--name", "copied"], fault_at=1)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    [staging] = private_home.glob(".installing-*")
+    assert (staging / "weights.safetensors").is_file()
+    assert re.fullmatch(r"\.installing-\d+-\d+-.+", staging.name) and owner_gone(staging)
+    verified = zoo("verify")
+    assert verified.code == 0, verified.err
+    assert "leftover" in verified.out and "the next install, pull or `zoo cache clear` removes it" in verified.out
+    installed = zoo("install", str(archive), "--name", "copied")
+    assert installed.code == 0, installed.err
+    assert not list(private_home.glob(".installing-*"))
+    assert _state(zoo, "copied") is not None
+
+
+def test_a_pull_killed_while_installing_leaves_a_folder_the_next_pull_removes(zoo, tmp_path, private_home):
+    folder = tmp_path / "shared-drive"
+    assert zoo("remote", "publish", str(folder), SMALL).code == 0
+    assert zoo("remote", "add", "drive", str(folder)).code == 0
+    killed = _run(["pull", f"drive/{SMALL}", "--name", "pulled"], fault_at=1)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(list(private_home.glob(".installing-*"))) == 1
+    refused = zoo("pull", "drive/no-such-variant")  # even a pull that finds nothing to install
+    assert refused.code == 1 and "no remote offers 'no-such-variant'" in refused.err
+    assert not list(private_home.glob(".installing-*"))
+
+
+def test_cache_clear_removes_the_staging_folders_of_dead_owners_only(zoo, tmp_path, private_home):
+    """Owner gone: the pid is not running, or it is but started at another time
+    (the pid was reused). Owner running: kept, whatever its age."""
+    archive = tmp_path / "small.zoo"
+    assert zoo("pack", SMALL, "--out", str(archive)).code == 0
+    killed = _run(["install", str(archive), "--name", "copied"], fault_at=1)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    [dead] = private_home.glob(".installing-*")
+    running = make_staging_folder(private_home)  # this test's own process: alive
+    reused = private_home / f".installing-{os.getpid()}-{start_time(os.getpid()) + 1}-abc"
+    reused.mkdir()
+    older = private_home / ".installing-k2j4x9_q"  # an older zoo's, which recorded no owner
+    older.mkdir()
+    cleared = zoo("cache", "clear")
+    assert cleared.code == 0, cleared.err
+    assert f"removed {dead} (" in cleared.out and "left by an install or pull that was killed" in cleared.out
+    assert sorted(private_home.glob(".installing-*")) == [running]
+    assert zoo("verify").code == 0 and "leftover" not in zoo("verify").out
 
 
 def _nanogpt_checkpoint(path: Path, seed: int) -> Path:

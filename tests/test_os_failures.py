@@ -21,6 +21,7 @@ import torch
 
 import zoo_core
 import zoo_core.storage.files
+import zoo_core.storage.staging
 from zoo_core.storage.checkpoints import save_checkpoint, sha256_file
 from zoo_core.errors import ZooError
 from zoo_core.storage.files import atomic_write_text, read_limited
@@ -273,3 +274,55 @@ def test_prompts_over_the_cap_and_bad_prompt_files_are_one_line(zoo, tmp_path, m
     _one_line_error(zoo("sample", "bigram", "--prompt-file", str(fifo)), "prompt file is a FIFO, not a regular file")
     _one_line_error(zoo("sample", "bigram", "--prompt", "x", "--prompt-file", str(big)), "give the prompt once")
     _one_line_error(zoo("sample", "bigram"), "give a prompt: --prompt TEXT, --prompt - (standard input) or --prompt-file PATH")
+
+
+# --- installing an archive -------------------------------------------------------
+
+
+@pytest.fixture
+def small_archive(zoo, tmp_path) -> Path:
+    archive = tmp_path / "small.zoo"
+    assert zoo("pack", NAME, "--out", str(archive)).code == 0
+    return archive
+
+
+def _full_at_the_registry(fd, data):
+    if "registry.toml" in os.readlink(f"/proc/self/fd/{fd}"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return os.write(fd, data)
+
+
+@pytest.mark.parametrize("where", ["while-extracting", "at-the-registry"])
+def test_disk_full_while_installing_is_one_line_and_leaves_home_as_it_was(
+    zoo, small_archive, private_home, disk_full_after, monkeypatch, where
+):
+    """Full while the members are extracted, or once they are in place and the
+    registry is written: one line, and $ZOO_HOME as it was (here: not there at all)."""
+    if where == "while-extracting":
+        disk_full_after(100_000)
+        fragment = "cannot install: No space left on device (nothing was installed)"
+    else:
+        monkeypatch.setattr(zoo_core.storage.files, "_write", _full_at_the_registry)
+        fragment = "not published: the new files were deleted"
+    _one_line_error(zoo("install", str(small_archive), "--name", "copied"), "No space left on device", fragment)
+    assert not private_home.exists() or sorted(p.name for p in private_home.rglob("*")) == []
+
+
+def test_a_read_only_home_refuses_an_install_in_one_line(zoo, small_archive, private_home, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    private_home.mkdir(parents=True)
+    monkeypatch.setattr(zoo_core.storage.staging.tempfile, "mkdtemp", read_only)
+    _one_line_error(
+        zoo("install", str(small_archive), "--name", "copied"),
+        f"{private_home}: cannot write the user catalogue ($ZOO_HOME): Read-only file system",
+    )
+    assert list(private_home.iterdir()) == []
+
+
+def test_a_home_under_a_file_refuses_an_install_in_one_line(zoo, small_archive, tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "a-file" / "home"))
+    _one_line_error(zoo("install", str(small_archive), "--name", "copied"), "a-file", "not a folder")
+    assert (tmp_path / "a-file").read_text() == "not a folder"

@@ -161,3 +161,21 @@ def test_no_match_is_one_clear_error(tmp_path, capsys):
     code, _, stderr = _gallery_here(capsys, tmp_path / "site", tmp_path / "cache", "no-such-*")
     assert code == 1
     assert stderr.strip() == "zoo: error: no variant matches 'no-such-*'"
+
+
+def test_a_hostile_history_on_disk_costs_only_its_chart(site, tmp_path, capsys, private_catalogue):
+    """Histories that once ended the gallery in AttributeError, KeyError or
+    RecursionError: each is one warning line, and the page is written without its chart."""
+    _, cache, _ = site
+    folder = private_catalogue.parent / "checkpoints"
+    (folder / "transformer-1b-learned-ctx8.history.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "transformer-1b-learned-post-ctx8.history.json").write_text('{"variant": 1, "history": "rows"}')
+    code, stdout, stderr = _gallery_here(capsys, tmp_path / "site", cache, PATTERN)
+    assert code == 0, stderr
+    warnings = stderr.splitlines()
+    assert len(warnings) == 2, stderr
+    assert warnings[0].startswith("zoo: warning: variant 'transformer-1b-learned-ctx8': ")
+    assert "recursion limit exceeded" in warnings[0] and warnings[0].endswith("its loss chart is left out")
+    assert "variant 'transformer-1b-learned-post-ctx8'" in warnings[1] and "not a training history" in warnings[1]
+    assert _parse(tmp_path / "site" / "index.html").rows == VARIANTS
+    assert not list((tmp_path / "site" / "img").glob("*-loss.svg"))

@@ -102,6 +102,10 @@ def cmd_datasets_remove(args) -> int:
 
 
 def cmd_remove(args) -> int:
-    deleted = remove_variant(args.name)
-    print(f"removed '{args.name}' from your catalogue" + "".join(f"\n  deleted {path}" for path in deleted))
+    removed, deleted = remove_variant(args.name, with_adapters=args.with_adapters)
+    adapters = ", ".join(f"'{name}'" for name in removed[1:])
+    print(
+        f"removed '{args.name}'{f' and its adapters {adapters}' if adapters else ''} from your catalogue"
+        + "".join(f"\n  deleted {path}" for path in deleted)
+    )
     return 0

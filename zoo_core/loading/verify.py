@@ -5,7 +5,9 @@ names, shapes and dtypes, the card in the header against the registry's,
 parameter count, tokenizer file), so a variant passes `zoo verify` exactly when
 `zoo load` would accept it. A registry file that cannot be read, or a name
 declared twice, is a failure too. Variants declared before they were trained (no
-checksum and no file) are listed as having no weights, which is not a failure.
+checksum and no file) are listed as having no weights, which is not a failure;
+nor is the staging folder of an install or pull that was killed, which is listed
+(``leftover``) until the next install, pull or `zoo cache clear` removes it.
 
 Registry files are read under a shared lock: a `zoo train --publish` rewrites a
 checkpoint and its registry entry under the exclusive one, so verification never
@@ -24,9 +26,11 @@ from ..catalogue.registry import Catalogue
 from ..errors import ZooError
 from ..plugin_api.manager import PluginSet, get_plugins
 from ..storage.files import shared_lock
+from ..storage.locations import zoo_home
+from ..storage.staging import folder_size, leftover_staging
 from .api import has_published_weights, load_variant
 
-OK, FAILED, NO_WEIGHTS = "ok", "FAILED", "no weights"
+OK, FAILED, NO_WEIGHTS, LEFTOVER = "ok", "FAILED", "no weights", "leftover"
 
 
 @dataclass
@@ -34,7 +38,7 @@ class VerifyRow:
     name: str
     plugin: str
     file: str
-    status: str  # OK, FAILED or NO_WEIGHTS
+    status: str  # OK, FAILED, NO_WEIGHTS or LEFTOVER
     detail: str
 
     def as_dict(self) -> dict:
@@ -43,7 +47,8 @@ class VerifyRow:
 
 def verify_catalogue(pattern: str | None = None, plugins: PluginSet | None = None) -> list[VerifyRow]:
     """One row per variant whose name matches ``pattern`` (and one per registry
-    file that could not be read), in catalogue order."""
+    file that could not be read), in catalogue order; without a pattern, then
+    one per staging folder a killed install or pull left in ``$ZOO_HOME``."""
     plugins = plugins or get_plugins()
     rows: list[VerifyRow] = []
     catalogue = Catalogue()
@@ -61,7 +66,20 @@ def verify_catalogue(pattern: str | None = None, plugins: PluginSet | None = Non
         for variant in catalogue:
             if not pattern or fnmatch.fnmatchcase(variant.name, pattern):
                 rows.append(_verify_variant(variant, plugins))
+    if not pattern:
+        rows += [_leftover_row(folder) for folder in leftover_staging(zoo_home())]
     return rows
+
+
+def _leftover_row(folder: Path) -> VerifyRow:
+    return VerifyRow(
+        "-",
+        "user",
+        _shown(folder),
+        LEFTOVER,
+        f"{folder_size(folder):,} bytes left by an install or pull that was killed; "
+        "the next install, pull or `zoo cache clear` removes it",
+    )
 
 
 def _verify_variant(variant, plugins: PluginSet) -> VerifyRow:

@@ -9,18 +9,26 @@ An archive is a zip file holding, in this order:
     tokenizer.EXT        the tokenizer's data file, when the card names one
     history.json         the training history, when one lies beside the checkpoint
 
-Members are stored, not compressed: weights (most of the bytes) barely compress,
-a stored member is read and hashed without a decompressor in the way (its size in
-the archive is its size on disk: no zip bombs), and deflate's output depends on
-the zlib build, which would make two packs of the same variant on two machines
-differ. With a fixed member order, fixed timestamps (1980-01-01, zip's first day),
-fixed permissions and sorted JSON keys, packing the same variant twice gives the
-same bytes, so an archive's sha256 names its content.
+Members are stored, not compressed, and an archive with a compressed member is
+refused: weights (most of the bytes) barely compress, a stored member is read
+and hashed without a decompressor in the way (its size in the archive is its
+size on disk, so an archive never writes more than its own size: no zip bombs),
+and deflate's output depends on the zlib build, which would make two packs of
+the same variant on two machines differ. With a fixed member order, fixed
+timestamps (1980-01-01, zip's first day), fixed permissions and sorted JSON
+keys, packing the same variant twice gives the same bytes, so an archive's
+sha256 names its content.
 
-Installing trusts nothing in the file: sizes, names, the manifest, every member's
-size and sha256, the card's schema, the plugins and the tensors against the card
-(the network is built and the weights loaded, as `zoo load` does) are all checked
-in a staging folder inside ``$ZOO_HOME`` before anything enters the catalogue. An
+Installing trusts nothing in the file. Before zipfile parses the central
+directory, the end record's member count and directory size are read and
+bounded; then names, sizes (each member's within what its kind can need, the
+weights' exactly what their safetensors header implies and within the card's
+parameter count), the manifest, the card and the history (schemas bounded in
+size and nesting) are checked without writing anything. Only then are the
+members copied, counted and hashed, into a staging folder inside ``$ZOO_HOME``
+that carries its owner's process (zoo_core.storage.staging), where the tensors
+are checked against the card (the network is built and the weights loaded, as
+`zoo load` does) before anything enters the catalogue. An
 adapter variant names its base (name and checkpoint sha256) rather than carrying
 it: installing refuses unless that very base is already in the catalogue.
 """
@@ -28,41 +36,44 @@ it: installing refuses unless that very base is already in the catalogue.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import stat
-import tempfile
+import struct
 import zipfile
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from safetensors.torch import load_file
 
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import NAME_PATTERN, ModelCard, Origin
+from ..catalogue.history import MAX_HISTORY_BYTES, parse_history
 from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
 from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
-from ..loading.api import catalogue, has_published_weights, load_variant
+from ..loading.api import MAX_TOKENIZER_BYTES, catalogue, has_published_weights, load_variant
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import ROLE_FAMILIES, named_components
-from ..storage.checkpoints import save_checkpoint, sha256_file
+from ..storage.checkpoints import MAX_HEADER_BYTES, save_checkpoint, sha256_file
 from ..storage.files import (
     atomic_write,
     content_named,
     describe_os_error,
     exclusive_lock,
+    fault_point,
     make_folder,
     open_regular,
     replace_file,
+    write_chunks,
 )
 from ..storage.locations import user_registry_path, zoo_home
+from ..storage.staging import make_staging_folder, remove_leftover_staging
 
 if TYPE_CHECKING:
     from ..plugin_api.manager import PluginSet
@@ -80,9 +91,12 @@ MEMBER_MODE = stat.S_IFREG | 0o644
 
 # Limits an archive must keep to; a test lowers them rather than writing gigabytes.
 MAX_ARCHIVE_BYTES = 8 * 1024**3  # a billion-parameter float32 checkpoint is 4 GiB
-MAX_MEMBER_BYTES = 8 * 1024**3
-MAX_JSON_BYTES = 16 * 1024 * 1024  # manifest, card, history
+MAX_MEMBER_BYTES = 8 * 1024**3  # the weights; the tokenizer's limit is the loader's, the history's its schema's
+MAX_JSON_BYTES = 1024 * 1024  # manifest and card: a card with a large config is some kilobytes
 MAX_MEMBERS = 8
+# The central directory: an entry is 46 bytes, a name at most 100, extra fields (zip64 sizes) some dozen.
+MAX_DIRECTORY_BYTES = MAX_MEMBERS * 1024
+WIDEST_DTYPE_BYTES = 8  # float64: weights hold at most this many bytes per parameter the card records
 _MEMBER_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 1 << 20
@@ -223,16 +237,18 @@ def archive_manifest(path: Path) -> dict[str, Any]:
     member's content: the archive's size, member names (plain names, no
     folders, links or duplicates), sizes against the limits and the manifest, and
     the manifest's own shape. Cheap: for an index of many archives."""
-    with _open_archive(Path(path)) as archive:
-        return _checked_manifest(Path(path), archive)
+    opened = _open_archive(Path(path))
+    with opened as archive:
+        return _checked_manifest(Path(path), archive, opened.size)
 
 
 def read_archive_card(path: Path) -> ModelCard:
     """The card an archive carries, validated (``archive_manifest``'s checks, and
     the card's size and sha256 against the manifest)."""
     path = Path(path)
-    with _open_archive(path) as archive:
-        manifest = _checked_manifest(path, archive)
+    opened = _open_archive(path)
+    with opened as archive:
+        manifest = _checked_manifest(path, archive, opened.size)
         entry = next(m for m in manifest["members"] if m["name"] == CARD)
         data = _read_member(path, archive, entry)
     return _validated_card(path, data, manifest)
@@ -240,7 +256,8 @@ def read_archive_card(path: Path) -> ModelCard:
 
 class _open_archive:
     """The archive as an open ZipFile: refused when it is not a regular file, is
-    larger than MAX_ARCHIVE_BYTES or is not a zip."""
+    larger than MAX_ARCHIVE_BYTES, is not a zip, or its end record claims more
+    members or a larger directory than a variant needs (`_check_end_record`)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -254,9 +271,10 @@ class _open_archive:
         except OSError as exc:
             raise ZooError(f"{path}: cannot read archive: {describe_os_error(exc)}") from None
         try:
-            size = os.fstat(self.handle.fileno()).st_size
+            size = self.size = os.fstat(self.handle.fileno()).st_size
             if size > MAX_ARCHIVE_BYTES:
                 raise ZooError(f"{path}: archive is {size:,} bytes, more than the limit of {MAX_ARCHIVE_BYTES:,}")
+            _check_end_record(path, self.handle, size)
             self.archive = zipfile.ZipFile(self.handle)
         except zipfile.BadZipFile as exc:
             self.handle.close()
@@ -280,9 +298,49 @@ class _open_archive:
         self.handle.close()
 
 
-def _check_entries(path: Path, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
-    """Every entry is a plain, unique, regular, unencrypted, stored or deflated
-    member within the limits; returns them by name."""
+_END = struct.Struct("<4s4H2LH")  # the end of central directory record
+_END64_LOCATOR = struct.Struct("<4sLQL")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+
+
+def _check_end_record(path: Path, handle: Any, size: int) -> None:
+    """Bound the central directory before zipfile parses it (which takes time and
+    memory in proportion to what the end record claims). The record is read where
+    zipfile reads it first, the file's last 22 bytes, and is required there: a
+    zoo archive has no comment, so no other record can be the one zipfile uses.
+    A zip64 record (an archive of more than 4 GiB) is read as zipfile reads it."""
+    not_zip = ZooError(f"{path}: not a zoo archive (no zip end record in its last {_END.size} bytes)")
+    if size < _END.size:
+        raise not_zip
+    handle.seek(size - _END.size)
+    signature, _, _, _, members, directory, offset, comment = _END.unpack(handle.read(_END.size))
+    if signature != b"PK\x05\x06" or comment:
+        raise not_zip
+    if members == 0xFFFF or 0xFFFFFFFF in (directory, offset):
+        before = size - _END.size - _END64_LOCATOR.size - _END64.size
+        if before < 0:
+            raise not_zip
+        handle.seek(before)
+        record = _END64.unpack(handle.read(_END64.size))
+        locator = _END64_LOCATOR.unpack(handle.read(_END64_LOCATOR.size))
+        if record[0] != b"PK\x06\x06" or locator[0] != b"PK\x06\x07":
+            raise ZooError(f"{path}: not a zoo archive (a damaged zip64 end record)")
+        members, directory, offset = record[7], record[8], record[9]
+    if members > MAX_MEMBERS:
+        raise ZooError(f"{path}: the archive lists {members:,} members, more than a variant needs ({MAX_MEMBERS})")
+    if directory > MAX_DIRECTORY_BYTES:
+        raise ZooError(
+            f"{path}: the archive's directory is {directory:,} bytes, more than {MAX_MEMBERS} members need "
+            f"({MAX_DIRECTORY_BYTES:,})"
+        )
+    if offset + directory > size:
+        raise ZooError(f"{path}: not a zoo archive (its directory lies past the end of the file)")
+    handle.seek(0)
+
+
+def _check_entries(path: Path, archive: zipfile.ZipFile, size: int) -> dict[str, zipfile.ZipInfo]:
+    """Every entry is a plain, unique, regular, unencrypted, stored member within
+    its limit, and together they fit in the archive's ``size``; returns them by name."""
     infos = archive.infolist()
     if len(infos) > MAX_MEMBERS:
         raise ZooError(f"{path}: the archive has {len(infos)} members, more than a variant needs ({MAX_MEMBERS})")
@@ -303,8 +361,17 @@ def _check_entries(path: Path, archive: zipfile.ZipFile) -> dict[str, zipfile.Zi
             raise ZooError(f"{path}: member '{shown}' is not a plain file name (a-z, 0-9, '.', '_', '-'); refused")
         if info.flag_bits & 0x1:
             raise ZooError(f"{path}: member '{shown}' is encrypted; refused")
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise ZooError(f"{path}: member '{shown}' uses an unsupported compression; refused")
+        if info.compress_type != zipfile.ZIP_STORED:
+            method = "deflated" if info.compress_type == zipfile.ZIP_DEFLATED else f"method {info.compress_type}"
+            raise ZooError(
+                f"{path}: member '{shown}' is compressed ({method}); a zoo archive stores its members as they are; "
+                "refused"
+            )
+        if info.compress_size != info.file_size:
+            raise ZooError(
+                f"{path}: member '{shown}' is stored as {info.compress_size:,} bytes but claims {info.file_size:,}; "
+                "refused"
+            )
         limit = _limit(name)
         if info.file_size > limit:
             raise ZooError(f"{path}: member '{shown}' is {info.file_size:,} bytes, more than the limit of {limit:,}")
@@ -312,25 +379,29 @@ def _check_entries(path: Path, archive: zipfile.ZipFile) -> dict[str, zipfile.Zi
     duplicated = sorted(name for name, count in Counter(i.filename for i in infos).items() if count > 1)
     if duplicated:
         raise ZooError(f"{path}: member '{printable(duplicated[0])}' appears more than once; refused")
-    if total > MAX_ARCHIVE_BYTES:
-        raise ZooError(f"{path}: the members add up to {total:,} bytes, more than the limit of {MAX_ARCHIVE_BYTES:,}")
+    if total > size:  # stored members: their bytes are in the file, each once
+        raise ZooError(f"{path}: the members claim {total:,} bytes, more than the archive's {size:,}; refused")
     return {info.filename: info for info in infos}
 
 
 def _limit(name: str) -> int:
-    return MAX_JSON_BYTES if name.endswith(".json") else MAX_MEMBER_BYTES
+    """The most bytes a member of this name can need."""
+    if name == HISTORY:
+        return MAX_HISTORY_BYTES
+    if name.startswith(TOKENIZER + "."):
+        return MAX_TOKENIZER_BYTES
+    if name.endswith(".json"):
+        return MAX_JSON_BYTES
+    return MAX_MEMBER_BYTES
 
 
-def _checked_manifest(path: Path, archive: zipfile.ZipFile) -> dict[str, Any]:
+def _checked_manifest(path: Path, archive: zipfile.ZipFile, size: int) -> dict[str, Any]:
     """The manifest, its shape checked and its member list equal to the archive's."""
-    entries = _check_entries(path, archive)
+    entries = _check_entries(path, archive, size)
     if MANIFEST not in entries:
         raise ZooError(f"{path}: not a zoo archive (no {MANIFEST})")
     raw = _read_member(path, archive, {"name": MANIFEST, "size": entries[MANIFEST].file_size, "sha256": None})
-    try:
-        manifest = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise ZooError(f"{path}: {MANIFEST} is not JSON") from None
+    manifest = _parsed_json(path, MANIFEST, raw)
     _check_manifest_shape(path, manifest)
     listed = {m["name"]: m for m in manifest["members"]}
     for name, info in entries.items():
@@ -436,38 +507,91 @@ def _check_manifest_shape(path: Path, manifest: Any) -> None:
     raise bad(_MANIFEST_PROBLEMS[field])
 
 
+_ANY_JSON = TypeAdapter(Any)
+
+
+def _parsed_json(path: Path, name: str, data: bytes) -> Any:
+    """A JSON member, parsed by pydantic's parser, which refuses nesting deeper than
+    200 levels (a hostile member is one line, never a RecursionError)."""
+    try:
+        return _ANY_JSON.validate_json(data)
+    except ValidationError as exc:
+        raise ZooError(f"{path}: {name} is not JSON ({printable(exc.errors()[0]['msg'])})") from None
+
+
+def _check_weights_size(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], card: ModelCard) -> None:
+    """Before anything is extracted: the weights member is exactly as long as its
+    safetensors header says (8 bytes, the header, the tensors' bytes), and its
+    tensors hold at most WIDEST_DTYPE_BYTES per parameter the card records."""
+    size = entry["size"]
+
+    def refused(why: str) -> ZooError:
+        return ZooError(f"{path}: member '{WEIGHTS}' {why}; refused")
+
+    try:
+        with archive.open(WEIGHTS) as member:
+            prefix = member.read(8)
+            length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else size
+            if length > min(MAX_HEADER_BYTES, size - 8):  # (a member shorter than 8 bytes lands here too)
+                raise refused(f"is not a safetensors file (its header length does not fit its {size:,} bytes)")
+            header = _parsed_json(path, f"{WEIGHTS}'s header", member.read(length))
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise refused(f"cannot be read: {' '.join(str(exc).split())}") from None
+    if not isinstance(header, dict):
+        raise refused("is not a safetensors file (its header is not a JSON object)")
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(offset, int) and offset >= 0 for offset in offsets)
+        ):
+            raise refused(f"has a tensor '{printable(name)[:100]}' without valid data_offsets")
+        end = max(end, offsets[1])
+    if 8 + length + end != size:
+        raise refused(f"is {size:,} bytes, its safetensors header accounts for {8 + length + end:,}")
+    if card.parameters is not None and end > WIDEST_DTYPE_BYTES * card.parameters:
+        raise refused(
+            f"holds {end:,} bytes of tensors, more than {WIDEST_DTYPE_BYTES} per parameter of the card's "
+            f"{card.parameters:,}"
+        )
+
+
 def _read_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    _copy_member(path, archive, entry, buffer)
-    return buffer.getvalue()
+    return b"".join(_member_chunks(path, archive, entry))
 
 
-def _copy_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], sink: Any) -> None:
-    """Copy a member into ``sink``, never more bytes than the manifest's size,
-    checking its size and (when given) sha256 against ``entry``."""
+def _member_chunks(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any]) -> Iterator[bytes]:
+    """A member's bytes, never more than the manifest's size; once the last is
+    given, its size and (when given) sha256 are checked against ``entry``. A
+    failure to read is a ZooError; a failure of whoever writes them stays theirs."""
     name, size = entry["name"], entry["size"]
     digest = hashlib.sha256()
     copied = 0
+
+    def unreadable(exc: Exception) -> ZooError:
+        return ZooError(f"{path}: member '{name}' cannot be read: {' '.join(str(exc).split())}")
+
     try:
-        with archive.open(name) as member:
-            while True:
+        member = archive.open(name)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise unreadable(exc) from None
+    with member:
+        while True:
+            try:
                 chunk = member.read(min(_CHUNK, size - copied + 1))  # one byte more reveals a longer member
-                if not chunk:
-                    break
-                copied += len(chunk)
-                if copied > size:
-                    raise ZooError(f"{path}: member '{name}' is longer than the manifest's {size:,} bytes; refused")
-                digest.update(chunk)
-                sink.write(chunk)
-    except ZooError:
-        raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
-        # zlib.error is an Exception subclass zipfile lets through for damaged deflate data
-        raise ZooError(f"{path}: member '{name}' cannot be read: {' '.join(str(exc).split())}") from None
-    except Exception as exc:
-        if type(exc).__module__ == "zlib":
-            raise ZooError(f"{path}: member '{name}' cannot be read: damaged compressed data") from None
-        raise
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+                raise unreadable(exc) from None
+            if not chunk:
+                break
+            copied += len(chunk)
+            if copied > size:
+                raise ZooError(f"{path}: member '{name}' is longer than the manifest's {size:,} bytes; refused")
+            digest.update(chunk)
+            yield chunk
     if copied != size:
         raise ZooError(f"{path}: member '{name}' is {copied:,} bytes, the manifest says {size:,}; refused")
     if entry["sha256"] is not None and digest.hexdigest() != entry["sha256"]:
@@ -479,9 +603,7 @@ def _copy_member(path: Path, archive: zipfile.ZipFile, entry: dict[str, Any], si
 
 def _validated_card(path: Path, data: bytes, manifest: dict[str, Any]) -> ModelCard:
     try:
-        card = ModelCard.model_validate(json.loads(data))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise ZooError(f"{path}: {CARD} is not JSON") from None
+        card = ModelCard.model_validate(_parsed_json(path, CARD, data))
     except ValidationError as exc:
         raise ZooError(f"{path}: {CARD} is not a valid card: {describe_validation_error(exc)}") from None
     listed = {m["name"] for m in manifest["members"]}
@@ -515,16 +637,21 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
     (as ``new_name`` when given), after checking everything in it; returns the
     card as installed. ``origin`` adds to what the card's ``origin`` records
     (e.g. ``{"source": URL, "remote": NAME}``; by default the source is ``path``).
-    Every refusal is one ZooError line, and then nothing is installed."""
+    Every refusal is one ZooError line, and then nothing is installed. First the
+    staging folders of installs that were killed are removed (`remove_leftover_staging`)."""
     path = Path(path)
     if new_name is not None and not re.match(NAME_PATTERN, new_name):
         raise ZooError(f"--name '{printable(new_name)}': a variant name is lower-case letters, digits, '.' and '-'")
+    remove_leftover_staging(zoo_home())  # of installs and pulls that were killed
     plugins = get_plugins()
     opened = _open_archive(path)
     with opened as archive:
-        manifest = _checked_manifest(path, archive)
+        manifest = _checked_manifest(path, archive, opened.size)
         entries = {m["name"]: m for m in manifest["members"]}
         card = _validated_card(path, _read_member(path, archive, entries[CARD]), manifest)
+        if HISTORY in entries:
+            parse_history(_read_member(path, archive, entries[HISTORY]), f"{path}: {HISTORY}")
+        _check_weights_size(path, archive, entries[WEIGHTS], card)
         _check_plugins(path, manifest, card, plugins)
         name = new_name or card.name
         found = catalogue(plugins)
@@ -532,18 +659,22 @@ def install_archive(path: Path, new_name: str | None = None, origin: dict | None
         _check_base(path, manifest, found)
         provenance = _origin(path, opened.sha256(), origin)
 
+        # Every check that needs no extracted file has passed: from here on the
+        # members are copied into a staging folder in $ZOO_HOME (the same file
+        # system as the catalogue, so moving them in is a rename).
         home = zoo_home()
         created_home = not home.exists()
         make_folder(home)
+        staging = make_staging_folder(home)
         try:
-            staging = Path(tempfile.mkdtemp(prefix=".installing-", dir=home))
-        except OSError as exc:
-            raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {describe_os_error(exc)}") from None
-        try:
-            for member, entry in entries.items():
-                if member != CARD:
-                    with open(staging / member, "xb") as sink:
-                        _copy_member(path, archive, entry, sink)
+            try:
+                for member, entry in entries.items():
+                    if member != CARD:
+                        (staging / member).touch(exist_ok=False)
+                        write_chunks(staging / member, _member_chunks(path, archive, entry))
+                        fault_point()
+            except OSError as exc:  # a full or read-only disk
+                raise ZooError(f"{home}: cannot install: {describe_os_error(exc)} (nothing was installed)") from None
             return _verify_and_install(path, staging, card, name, provenance, plugins)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -660,8 +791,10 @@ def _verify_and_install(
     registry = user_registry_path()
     with exclusive_lock(registry):
         _check_free(name, catalogue(plugins).find(name), name == card.name)  # may have changed meanwhile
-        for _, target in places.values():
-            if target.exists() or target.is_symlink():
+        for member, (_, target) in places.items():
+            # A file of the very same bytes is no clash: e.g. the tokenizer an adapter of
+            # this variant, trained before it was removed by an older zoo, still names.
+            if target.is_symlink() or (target.exists() and sha256_file(target) != sha256_file(staging / member)):
                 raise ZooError(f"{target}: already exists (left by another variant?); remove it or choose --name")
         created_folder = not folder.exists()
         moves: dict[Path, Path] = {}

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from ..catalogue.cards import ModelCard
 from ..catalogue.registry import Variant
 from ..errors import ZooError
-from ..storage.locations import cache_dir
+from ..storage.locations import cache_dir, zoo_home
+from ..storage.staging import remove_leftover_staging
 from .archives import archive_manifest, install_archive
 from .download import download, fetch_bytes
 from .index import INDEX_FORMAT
@@ -105,7 +106,9 @@ def fetch_archive(offer: Offer) -> tuple[Path, bool]:
 
 
 def pull(spec: str, new_name: str | None = None):
-    """Download (or find cached) and install; returns (the installed card, the offer, downloaded?)."""
+    """Download (or find cached) and install; returns (the installed card, the offer, downloaded?).
+    The staging folders of installs and pulls that were killed are removed first."""
+    remove_leftover_staging(zoo_home())
     offer = find_offer(spec)
     path, downloaded = fetch_archive(offer)
     held = archive_manifest(path).get("variant")

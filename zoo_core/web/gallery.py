@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from ..catalogue.history import TrainingHistory, read_history
+from ..catalogue.publishing import history_of
 from ..corpus.batches import Corpus, mean_loss
 from ..errors import ZooError
 from ..evaluation.compare import shared_windows
@@ -126,23 +128,21 @@ def _write(path: Path, text: str) -> None:
 # -- what the card and files say (no torch) -----------------------------------------
 
 
-def _history(variant) -> dict | None:
-    path = variant.checkpoint_path.with_name(
-        variant.checkpoint_path.name.removesuffix(".safetensors") + ".history.json"
-    )
-    if not path.is_file():
-        return None
+def _history(variant) -> TrainingHistory | None:
+    """The variant's training history, through its schema; a damaged or hostile
+    one (from an archive, say) costs the page its loss chart and one line, never
+    the gallery."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_history(history_of(variant.checkpoint_path))
+    except ZooError as exc:
+        print(f"zoo: warning: variant '{variant.name}': {exc}; its loss chart is left out", file=sys.stderr)
         return None
 
 
-def _loss_chart(name: str, history: dict) -> str:
-    rows = history.get("history") or []
+def _loss_chart(name: str, history: TrainingHistory) -> str:
     series: dict[str, Sequence[tuple[float, float]]] = {}
     for key, label in (("train", "train"), ("validation", "validation")):
-        points = [(row["step"], row[key]) for row in rows if isinstance(row.get(key), (int, float))]
+        points = [(row.step, value) for row in history.history if (value := getattr(row, key)) is not None]
         if points:
             series[label] = points
     return svg.line_chart(series, f"{name}: loss during training", "update", "loss (nats per token)") if series else ""

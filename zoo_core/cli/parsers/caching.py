@@ -14,6 +14,9 @@ def cache_arguments(commands) -> None:
         + " ".join(f"{part.folder}/: {part.holds}." for part in CACHE_PARTS),
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, help="what to do: clear")
-    clear = actions.add_parser("clear", help=f"delete what the cache holds, but {kept}")
+    clear = actions.add_parser(
+        "clear",
+        help=f"delete what the cache holds, but {kept}; and the staging folders killed installs left in $ZOO_HOME",
+    )
     clear.add_argument("--all", action="store_true", help=f"also {kept}, and the cache folder itself once empty")
     p.set_defaults(run="caching:cmd_cache")

@@ -75,6 +75,11 @@ def _user_dataset_names(prefix: str, **_) -> list[str]:
 def remove_arguments(commands) -> None:
     p = commands.add_parser("remove", help="delete one of your own variants (card and weights) from your catalogue")
     p.add_argument("name", help="a variant of your catalogue (zoo list --source user)")
+    p.add_argument(
+        "--with-adapters",
+        action="store_true",
+        help="also remove the adapters (e.g. LoRA) that apply to it; without it, removing a base they use is refused",
+    )
     p.set_defaults(run="maintenance:cmd_remove")
 
 
