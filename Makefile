@@ -9,19 +9,26 @@ PROMPT ?= ROMEO:
 
 .PHONY: demo test test-fast lint clean-venv
 
-# Everything the tests use: plots, the test tools, the interop extras (transformers,
+# What the main job needs (`make demo`: list, load, sample): torch, pinned in
+# constraints.txt, and the zoo's core, nothing more. Its own stamp file, so that
+# `make test` after `make demo` still adds the extras below.
+$(BIN)/.installed-core: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	touch $@
+
+# Everything the tests use, on top of the core: plots, the test tools, the interop extras (transformers,
 # ONNX, TransformerLens), the run logs' (TensorBoard, MLflow) and the web extras (Starlette, uvicorn,
 # Playwright's bindings and the openai client; the browser itself is Debian's chromium, which .ci/run installs)
 # and lm-evaluation-harness (eval-harness). setuptools is upgraded first:
 # the packaging tests build wheels offline and need its bdist_wheel and PEP 639
 # license fields (77).
-$(BIN)/.installed: pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
+$(BIN)/.installed: $(BIN)/.installed-core
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt --upgrade 'setuptools>=77' wheel
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
 	touch $@
 
-demo: $(BIN)/.installed
+demo: $(BIN)/.installed-core
 	$(BIN)/zoo list
 	$(BIN)/zoo load transformer-6b-sin
 	$(BIN)/zoo sample transformer-6b-sin --prompt "$(PROMPT)" --max-new-tokens 60 --seed 1

@@ -26,6 +26,15 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
     return dict(action.choices)
 
 
+def _every_parser(parser: argparse.ArgumentParser):
+    """``parser`` and every command's and action's parser under it (`zoo datasets add`)."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                yield from _every_parser(command)
+
+
 def test_every_command_has_a_description_and_every_option_its_default():
     parser = cli.build_parser()
     commands = _commands(parser)
@@ -39,12 +48,21 @@ def test_every_command_has_a_description_and_every_option_its_default():
                 continue
             label = action.option_strings[-1] if action.option_strings else action.dest
             assert action.help, f"`zoo {name}`: {label} has no help text"
-            if action.option_strings and not action.required:
+            if action.option_strings and not action.required and action.default != []:  # a repeatable option: none
                 shown = command.formatter_class("zoo")._get_help_string(action)
                 assert "default" in shown, f"`zoo {name}`: {label} does not show its default"
         for action in command._actions:  # and the rendered help carries them
-            if action.option_strings and not action.required and not isinstance(action, argparse._HelpAction):
+            if action.option_strings and not action.required and action.default != [] and not isinstance(action, argparse._HelpAction):
                 assert "default" in text
+
+
+def test_no_help_shows_an_empty_default():
+    # `--registry FILE ... (repeatable) (default: )` was on every command's help
+    for parser in _every_parser(cli.build_parser()):
+        text = " ".join(parser.format_help().split())
+        assert "(default: )" not in text and "(default: none) (default" not in text, parser.prog
+        if any(action.dest == "sub_registry" for action in parser._actions):  # every command's own --registry
+            assert "--registry FILE also read variants from this registry file (repeatable)" in text, parser.prog
 
 
 def test_sample_help_text(capsys):
@@ -77,7 +95,63 @@ def test_version(capsys):
 def test_unknown_command_gets_a_suggestion(zoo, typed, suggested):
     result = zoo(typed)
     assert result.code == 2
-    assert f"unknown command '{typed}'; did you mean {suggested}" in result.err
+    assert result.err.startswith(f"zoo: error: unknown command '{typed}'; did you mean {suggested}")
+    assert result.err.count("\n") == 1  # one line, no usage
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (["sample", "gpt-char-mini", "--promt", "ROMEO:"], "unrecognized option '--promt' of `zoo sample`; did you mean '--prompt'?"),
+        (["train", "x", "--learnig-rate=0.1"], "unrecognized option '--learnig-rate' of `zoo train`; did you mean '--learning-rate'?"),
+        (["datasets", "add", "a", "b", "--descripton", "x"], "unrecognized option '--descripton' of `zoo datasets add`; did you mean '--description'?"),
+        (["--debg", "list"], "unrecognized option '--debg' of `zoo list`; did you mean '--debug'?"),  # the zoo's own, before the command
+        (["list", "--xyzzy"], "unrecognized option '--xyzzy' of `zoo list`; `zoo list --help` lists its options"),
+        (["list", "rope", "extra"], "unrecognized arguments: extra"),
+    ],
+)
+def test_a_mistyped_option_gets_one_line_naming_the_meant_one(zoo, command, message):
+    result = zoo(*command)
+    assert (result.code, result.out, result.err) == (2, "", f"zoo: error: {message}\n")
+
+
+def test_the_help_an_unknown_option_suggests_runs(zoo, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["list", "--help"])
+    assert exit_.value.code == 0 and "--architecture" in capsys.readouterr().out
+
+
+def _help_of(argv: list[str], capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_zoo_help_command_is_the_commands_help(zoo, capsys):
+    # `zoo help train` once answered "unknown command 'help'; did you mean 'eval'?"
+    for name in _commands(cli.build_parser()):
+        result = zoo("help", name)
+        assert (result.code, result.err) == (0, ""), name
+        assert result.out == _help_of([name, "--help"], capsys), name
+        assert result.out.startswith(f"usage: zoo {name} "), name
+    assert zoo("help", "datasets", "add").out == _help_of(["datasets", "add", "--help"], capsys)
+    bare = zoo("help")
+    assert bare.code == 0 and bare.out == _help_of(["--help"], capsys)
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["trian"], "unknown command 'trian'; did you mean 'train'?"),
+        (["datasets", "ad"], "`zoo datasets` has no action 'ad'; did you mean 'add'?"),
+        (["list", "rope"], "`zoo list` has no action 'rope'; `zoo list --help` lists what it takes"),
+    ],
+)
+def test_zoo_help_of_no_command(zoo, words, message):
+    result = zoo("help", *words)
+    assert (result.code, result.out, result.err) == (1, "", f"zoo: error: {message}\n")
 
 
 def test_an_abbreviated_option_before_the_command_keeps_its_value(zoo):
@@ -116,16 +190,72 @@ def test_completion_scripts(zoo, shell, marker):
     assert result.code == 0 and marker in result.out and "zoo" in result.out
 
 
-def test_completion_offers_variant_names_without_importing_torch(tmp_path):
-    out = tmp_path / "completions"
-    line = "zoo sample gpt-char-m"
-    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
-           "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "PYTHONPROFILEIMPORTTIME": "1"}
-    done = subprocess.run([str(ZOO)], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(out.read_text().split("\v")) == ["gpt-char-mini", "gpt-char-mini-rope"]
-    imported = {m.group(1) for m in re.finditer(r"\|\s+(\S+)$", done.stderr, re.MULTILINE)}
-    assert "zoo_core.catalogue.registry" in imported and "torch" not in imported
+def _complete(lines: list[str], cwd: Path, out: Path) -> dict[str, list[str]]:
+    """What the shell is offered after each command line: `zoo` run as bash's completion
+    function runs it, every line at once. Each also checks that completing imported
+    neither torch nor pydantic (completion is a front command)."""
+    running = []
+    for number, line in enumerate(lines):
+        answer = out / f"completions-{number}"
+        env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+               "_ARGCOMPLETE_STDOUT_FILENAME": str(answer), "PYTHONPROFILEIMPORTTIME": "1"}
+        process = subprocess.Popen([str(ZOO)], env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
+        running.append((line, answer, process))
+    offered = {}
+    for line, answer, process in running:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, (line, stderr[-2000:])
+        imported = {m.group(1) for m in re.finditer(r"\|\s+(\S+)$", stderr, re.MULTILINE)}
+        assert not imported & {"torch", "pydantic"}, line
+        offered[line] = sorted(filter(None, (word.strip() for word in answer.read_text().split("\v"))))
+    return offered
+
+
+def test_completion_offers_the_names_each_argument_and_option_takes(zoo, tmp_path):
+    here = tmp_path / "here"  # the folder the user completes in
+    here.mkdir()
+    (here / "notes.txt").write_text("To be, or not to be: that is the question. " * 50)
+    (here / "shared").mkdir()
+    (here / "model.zoo").write_bytes(b"")
+    assert zoo("datasets", "add", "my-notes", str(here / "notes.txt")).code == 0
+    assert zoo("remote", "add", "team", str(here / "shared")).code == 0
+    assert zoo("list").code == 0  # the card cache warm, as after any first command: no pydantic
+    options = ["--help", "--registry", "-h"]
+    expected = {
+        "zoo sample gpt-char-m": ["gpt-char-mini", "gpt-char-mini-rope"],
+        "zoo train new --from gpt-char-m": ["gpt-char-mini", "gpt-char-mini-rope"],
+        "zoo experiment --arms transformer-6b-s": ["transformer-6b-sin"],
+        "zoo remote publish out transformer-6b-s": ["transformer-6b-sin"],
+        "zoo train x --data ": ["model.zoo", "my-notes", "notes.txt", "shared/", "tinyshakespeare"],
+        "zoo eval x --data my": ["my-notes"],
+        "zoo train-tokenizer --data no": ["notes.txt"],
+        "zoo list --dataset ": ["my-notes", "tinyshakespeare"],
+        "zoo datasets remove ": ["--help", "-h", "my-notes"],
+        "zoo train x --trainer ": ["hand-built", "lora", "trained"],
+        "zoo train x --log-to ": ["csv", "mlflow", "tensorboard"],
+        "zoo experiment --log-to t": ["tensorboard"],
+        "zoo export x --format ": ["hf", "onnx", "transformer-lens"],
+        "zoo list --tag depth": ["depth-study"],
+        "zoo list --architecture ": ["bigram", "gpt", "puzzle", "transformer"],
+        "zoo list --tokenizer ": ["bpe", "char", "puzzle-words"],
+        "zoo train-tokenizer --kind b": ["bpe"],
+        "zoo list --remote ": ["team"],
+        "zoo remote remove ": ["--help", "-h", "team"],
+        "zoo pull ": sorted([*options, "--name", "team/"]),
+        "zoo install ": sorted([*options, "--name", "model.zoo", "shared/"]),
+        "zoo check-plugin lo": ["lora"],
+        "zoo help tr": ["train", "train-tokenizer"],
+        "zoo new-plugin ": sorted([*options, "--dir"]),
+    }
+    assert _complete(list(expected), here, tmp_path) == expected
+
+
+def test_completion_offers_every_run_log_kind():
+    # The parser's list (the front's, torch-free) is the run log's, less the jsonl log every run writes.
+    from zoo_core.cli.completers import LOG_KINDS
+    from zoo_core.training.run_log import LOG_KINDS as RUN_LOG_KINDS
+
+    assert {*LOG_KINDS, "jsonl"} == set(RUN_LOG_KINDS)
 
 
 # -- finding models ---------------------------------------------------------------------------

@@ -73,3 +73,8 @@ def test_sampling_sets_its_threads_before_loading(zoo, monkeypatch):
         assert zoo("eval", "puzzle-disobeys").code == 0 and seen == [1, 1]
     finally:
         torch.set_num_threads(before)
+
+
+def test_help_imports_no_pydantic_or_torch():
+    # `zoo help COMMAND` is the front, as `zoo COMMAND --help` is: it builds that command's parser alone
+    assert _imported_after([["help", "train"], ["help", "datasets", "add"]], ("pydantic", "torch")) == set()

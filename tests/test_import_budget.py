@@ -35,7 +35,8 @@ HOISTED = {
     # The package metadata for --version alone; argcomplete when a shell completes; the
     # catalogue's layers (and the plugin manager, 30 ms) once a command runs, never for help.
     "zoo_core/cli/__init__.py": {"importlib.metadata", "argcomplete", "zoo_core.catalogue.layers"},
-    "zoo_core/cli/help.py": {"zoo_core.loading.lookup"},  # the catalogue when a variant name is completed
+    # What a completion reads, when it completes: the catalogue, the plugins' registrations, remotes.toml, files.
+    "zoo_core/cli/completers.py": {"zoo_core.loading.lookup", "zoo_core.plugin_api.manager", "zoo_core.sharing.remotes", "argcomplete"},
     # `zoo list --remote` reaches the network; `zoo load` times torch's import apart.
     "zoo_core/cli/catalogue.py": {"zoo_core.sharing", "torch", "zoo_core.loading.api"},
     "zoo_core/cli/tables.py": {"rich"},  # tables, only for commands that print one

@@ -66,3 +66,39 @@ def test_remote_suggestions_run(zoo, tmp_path):
     command = _suggested(again.err)
     assert command == ["remote", "remove", "team"] and zoo(*command).code == 0
     assert zoo("remote", "add", "team", folder.as_uri()).code == 0
+
+
+def _suggested_word(message: str) -> str:
+    (word,) = re.findall(r"did you mean '([^']+)'\?", message)
+    return word
+
+
+def test_a_mistyped_option_suggests_the_one_that_runs(zoo):
+    typed = ["sample", "gpt-char-mini", "--promt", "ROMEO:", "--max-new-tokens", "2"]
+    refused = zoo(*typed)
+    assert refused.code == 2 and refused.err.count("\n") == 1
+    meant = _suggested_word(refused.err)
+    assert meant == "--prompt"
+    fixed = zoo(*(meant if word == "--promt" else word for word in typed))
+    assert fixed.code == 0 and fixed.out.startswith("ROMEO:")
+
+
+def test_a_mistyped_recipe_field_names_the_close_one_and_lists_nothing_else(zoo, tmp_path):
+    run = ("--steps", "1", "--quiet", "--out", str(tmp_path / "run"))
+    refused = zoo("train", TINY, *run, "--set", "learning_rat=0.002")
+    assert refused.code == 1 and refused.err.count("\n") == 1
+    assert refused.err.startswith("zoo: error: --set learning_rat: a recipe has no field 'learning_rat'; did you mean 'learning_rate'")
+    assert "batch_size" not in refused.err  # not the recipe's thirty fields
+    assert zoo("train", TINY, *run, "--set", "learning_rate=0.002", "--set", "eval_windows=2").code == 0
+
+    nothing_close = zoo("train", TINY, *run, "--set", "xyzzy=1")
+    assert nothing_close.code == 1 and "a recipe has no field 'xyzzy'" in nothing_close.err
+    listing = zoo(*_suggested(nothing_close.err))
+    assert listing.code == 0 and '"learning_rate"' in listing.out  # `zoo card-schema`: the fields
+
+
+def test_a_mistyped_trainer_setting_names_the_close_one(zoo, tmp_path):
+    refused = zoo("train", "tiny-lora", "--from", TINY, "--trainer", "lora", "--out", str(tmp_path / "run"),
+                  "--steps", "1", "--quiet", "--set", "options.rnk=2")
+    assert refused.code == 1
+    assert "recipe.options.rnk: lora has no such setting; did you mean 'rank'?" in refused.err

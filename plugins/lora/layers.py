@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from zoo_core.errors import ZooError, printable
+from zoo_core.errors import ZooError, did_you_mean, printable
 
 # The attention's query/key/value projection (one fused layer in the zoo's
 # attention) and its output projection, in every block.
@@ -49,9 +49,9 @@ class LoRASettings:
             raise ZooError(f"{where} must be a table of lora settings ({', '.join(allowed)})")
         unknown = [key for key in options if key not in allowed]
         if unknown:
-            raise ZooError(
-                f"{where}.{printable(str(unknown[0]))}: lora has no such setting (its settings: {', '.join(allowed)})"
-            )
+            shown = printable(str(unknown[0]))
+            hint = did_you_mean(str(unknown[0]), allowed)
+            raise ZooError(f"{where}.{shown}: lora has no such setting{hint} (its settings: {', '.join(allowed)})")
         rank = options.get("rank", cls.rank)
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
             raise ZooError(f"{where}.rank must be a whole number of at least 1, not {rank!r}")

@@ -13,12 +13,11 @@ without importing pydantic. Neither imports torch.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import UnknownName, ZooError
+from ..errors import UnknownName, ZooError, did_you_mean
 from ..storage.files import atomic_write_text, describe_os_error, read_limited
 from ..storage.toml_text import render_toml
 from .card_cache import CachedCard, cache_cards, cached_cards
@@ -233,8 +232,7 @@ class Catalogue:
         try:
             return self._variants[name]
         except KeyError:
-            close = difflib.get_close_matches(name, self._variants, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; see `zoo list`"
+            hint = did_you_mean(name, self._variants) or "; see `zoo list`"
             raise UnknownName(f"unknown variant '{name}'{hint}") from None
 
     def match(self, pattern: str | None = None) -> list[Variant]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..catalogue.limits import parse_size
 from ..errors import ZooError
 from ..storage.files import describe_os_error
-from .help import DefaultsHelpFormatter, finish_help, unknown_command_message
+from .help import DefaultsHelpFormatter, finish_help, unknown_command_message, unrecognized_message
 
 
 def _version() -> str:
@@ -63,6 +63,7 @@ COMMANDS = {
     "train-tokenizer": "training",
     "card-schema": "maintenance",
     "check-plugin": "plugins",
+    "help": "shell",
     "completion": "shell",
     "export": "interop",
     "import": "interop",
@@ -208,12 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         import argcomplete
 
         argcomplete.autocomplete(parser)
+    # A mistyped command or option is one line with the likely meant one, as git and pip answer it.
     suggestion = unknown_command_message(parser, argv)
     if suggestion:
-        parser.print_usage(sys.stderr)
         print(f"zoo: error: {suggestion}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        print(f"zoo: error: {unrecognized_message(parser, args, unrecognized)}", file=sys.stderr)
+        return 2
     args.argv = list(argv)
     if args.command is None:  # bare `zoo`: show what there is
         parser.print_help()

@@ -1,17 +1,20 @@
 """Help that teaches: defaults shown for every option, a description for every
-command, "did you mean" for a mistyped command, and shell completion of
-variant names.
+command, "did you mean" for a mistyped command or option, and shell completion
+of variant names.
 
 Kept apart from `cli.py` so commands can be added there without touching how
 help is made: ``finish_help`` walks the finished parser and fills in what a
-command left out (its description, its formatter, completion of variant names).
-Nothing here imports torch; completing a variant name reads the catalogue only.
+command left out (its description, its formatter, completion of variant names;
+what each other name completes to is in ``completers``). Nothing here imports
+torch; completing a variant name reads the catalogue only.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
+
+from ..errors import did_you_mean
+from . import completers
 
 # Positional arguments with these names hold variant names, and complete as such.
 VARIANT_ARGUMENTS = ("name", "names", "pattern")
@@ -19,11 +22,13 @@ VARIANT_ARGUMENTS = ("name", "names", "pattern")
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Every option's help ends with its default, in words a person reads:
-    ``(default: 100)``, ``(default: off)`` for a flag, ``(default: none)``."""
+    ``(default: 100)``, ``(default: off)`` for a flag, ``(default: none)``; an
+    empty default (a repeatable option given no times) is left out, not shown as
+    ``(default: )``."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text.lower() or action.default is argparse.SUPPRESS:
+        if "default" in text.lower() or action.default is argparse.SUPPRESS or action.default in ([], (), ""):
             return text
         if action.required or (not action.option_strings and action.nargs not in ("?", "*")):
             return text  # a required argument has no default
@@ -48,7 +53,12 @@ def finish_help(parser: argparse.ArgumentParser, commands: argparse._SubParsersA
             command.description = summaries.get(name)
         for action in command._actions:
             if not action.option_strings and action.dest in VARIANT_ARGUMENTS and not hasattr(action, "completer"):
-                action.completer = variant_name_completer if name != "new-plugin" else _no_completion
+                completers.complete_with(action, completers.variant_names)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    """The commands (or a command's actions: `zoo datasets add`) ``parser`` chooses between, if any."""
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
 
 
 def _top_level_option(parser: argparse.ArgumentParser, arg: str):
@@ -63,7 +73,8 @@ def _top_level_option(parser: argparse.ArgumentParser, arg: str):
 
 def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """For ``zoo lst``: "unknown command 'lst'; did you mean 'list'?" (None when the command exists)."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = subcommands(parser)
+    assert commands is not None, "the zoo parser has its commands"
     word, words = None, iter(argv)
     for arg in words:  # the first word that is neither a top-level option nor its value
         if not arg.startswith("-"):
@@ -74,21 +85,22 @@ def unknown_command_message(parser: argparse.ArgumentParser, argv: list[str]) ->
             next(words, None)  # e.g. `zoo --registry FILE list`: FILE is no command
     if word is None or word in commands.choices:
         return None
-    close = difflib.get_close_matches(word, list(commands.choices), n=3, cutoff=0.5)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "; `zoo --help` lists the commands"
+    hint = did_you_mean(word, commands.choices) or "; `zoo --help` lists the commands"
     return f"unknown command '{word}'{hint}"
 
 
-def variant_name_completer(prefix: str, **_) -> list[str]:
-    """Variant names starting with ``prefix``, from the catalogue (no torch)."""
-    # here: `zoo --help` builds every parser and reads no catalogue (the plugin manager costs it 30 ms)
-    from ..loading.lookup import catalogue
-
-    try:
-        return [variant.name for variant in catalogue() if variant.name.startswith(prefix)]
-    except Exception:  # a broken registry must not break the user's shell
-        return []
-
-
-def _no_completion(prefix: str, **_) -> list[str]:
-    return []
+def unrecognized_message(parser: argparse.ArgumentParser, args: argparse.Namespace, words: list[str]) -> str:
+    """What argparse left over from a command line, in one line: for `zoo sample
+    NAME --promt x`, "unrecognized option '--promt' of `zoo sample`; did you mean
+    '--prompt'?", weighing the options of the command (and action) that ran and
+    the zoo's own; other words as argparse says them."""
+    option = next((word.partition("=")[0] for word in words if word.startswith("-") and word != "-"), None)
+    if option is None:
+        return f"unrecognized arguments: {' '.join(words)}"
+    command, known = parser, list(parser._option_string_actions)
+    while (chosen := subcommands(command)) is not None and getattr(args, chosen.dest, None) in chosen.choices:
+        command = chosen.choices[getattr(args, chosen.dest)]
+        known += command._option_string_actions
+    # Closer than for commands: every option shares its leading "--", which alone makes '--promt' like '--version'.
+    hint = did_you_mean(option, known, cutoff=0.75) or f"; `{command.prog} --help` lists its options"
+    return f"unrecognized option '{option}' of `{command.prog}`{hint}"

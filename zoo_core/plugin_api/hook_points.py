@@ -17,7 +17,6 @@ that hooks see every token.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import threading
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from torch import Tensor, nn
 from torch.nn.modules.module import register_module_module_registration_hook
 
-from ..errors import ZooError
+from ..errors import ZooError, did_you_mean
 
 HookFunction = Callable[[Tensor, str], "Tensor | None"]
 
@@ -127,11 +126,8 @@ def resolve_names(network: nn.Module, patterns: Sequence[str]) -> list[str]:
             else ([pattern] if pattern in points else [])
         )
         if not matched:
-            close = difflib.get_close_matches(pattern, points, n=3, cutoff=0.5)
-            hint = (
-                f"; did you mean {', '.join(repr(c) for c in close)}?"
-                if close
-                else (f"; it has {', '.join(points[:4])}, ... (hook_point_names lists all {len(points)})")
+            hint = did_you_mean(pattern, points) or (
+                f"; it has {', '.join(points[:4])}, ... (hook_point_names lists all {len(points)})"
             )
             raise ZooError(f"no hook point '{pattern}' in this {_network_name(network)}{hint}")
         chosen.update(matched)

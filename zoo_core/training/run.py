@@ -29,7 +29,7 @@ from ..catalogue.registry import Variant, read_registry_file
 from ..catalogue.suggestions import plugin_training_advice
 from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
 from ..devices import Placement, resolve_device, resolve_dtype
-from ..errors import ZooError, printable
+from ..errors import ZooError, did_you_mean, printable
 from ..loading.api import build_network, catalogue, load_tokenizer
 from ..loading.texts import variant_text
 from ..plugin_api.manager import get_plugins
@@ -523,6 +523,10 @@ def recipe_overrides(job: TrainingJob) -> dict[str, Any]:
 def override_recipe(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """``recipe`` with ``overrides`` applied, validated as a card's recipe is."""
     fields = recipe.model_dump()
+    unknown = next((key for key in overrides if key not in fields), None)
+    if unknown is not None:  # a typo (--set learning_rat=...): name the field meant, not all thirty
+        hint = did_you_mean(unknown, fields) or "; `zoo card-schema` lists the fields"
+        raise ZooError(f"--set {printable(unknown)}: a recipe has no field '{printable(unknown)}'{hint}")
     for key, value in overrides.items():
         # A table field (options) takes the entries given on top of the card's own.
         table = fields.get(key)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from .. import completers
+from ..completers import complete_with
+
 
 def list_arguments(commands) -> None:
     p = commands.add_parser(
@@ -10,12 +13,16 @@ def list_arguments(commands) -> None:
     p.add_argument(
         "pattern", nargs="?", help="part of the name ('rope') or a shell wildcard ('transformer-*') (default: all)"
     )
-    p.add_argument("--tag", action="append", help="only variants with this tag; may be repeated (default: any)")
-    p.add_argument("--architecture", help="only this architecture, e.g. 'gpt' (default: any)")
-    p.add_argument("--tokenizer", help="only this tokenizer kind, e.g. 'bpe' or 'char' (default: any)")
-    p.add_argument(
+    tag = p.add_argument("--tag", action="append", help="only variants with this tag; may be repeated (default: any)")
+    complete_with(tag, completers.tags)
+    architecture = p.add_argument("--architecture", help="only this architecture, e.g. 'gpt' (default: any)")
+    complete_with(architecture, completers.architectures)
+    tokenizer = p.add_argument("--tokenizer", help="only this tokenizer kind, e.g. 'bpe' or 'char' (default: any)")
+    complete_with(tokenizer, completers.tokenizer_kinds)
+    dataset = p.add_argument(
         "--dataset", help="only variants trained on this data: the recipe's file, its name or stem (default: any)"
     )
+    complete_with(dataset, completers.dataset_names)
     p.add_argument(
         "--sort", choices=["validation_loss", "parameters", "name"], help="order of the rows (default: catalogue order)"
     )
@@ -26,11 +33,12 @@ def list_arguments(commands) -> None:
         choices=["built-in", "plugin", "user", "extra", "remote"],
         help="only variants of this catalogue layer (default: all)",
     )
-    p.add_argument(
+    remote = p.add_argument(
         "--remote",
         metavar="NAME",
         help="also list what this remote catalogue offers (`zoo remote list`), in the layer 'remote NAME'",
     )
+    complete_with(remote, completers.remote_names)
     p.set_defaults(run="catalogue:cmd_list")
 
 

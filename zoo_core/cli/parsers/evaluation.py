@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import completers
+from ..completers import complete_with
 from .options import device_options
 
 
@@ -11,12 +13,13 @@ def eval_arguments(commands) -> None:
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
     p.add_argument("name", help="the variant (see `zoo list`)")
     p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
-    p.add_argument(
+    data = p.add_argument(
         "--data",
         metavar="NAME|PATH",
         help="evaluate on this registered dataset's (`zoo datasets`) or text file's validation split "
         "(default: the recipe's corpus)",
     )
+    complete_with(data, completers.datasets_and_files)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     device_options(p, "evaluate", threads=True)
     p.add_argument(
@@ -41,12 +44,13 @@ def compare_arguments(commands) -> None:
     p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
     p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
-    p.add_argument(
+    data = p.add_argument(
         "--data",
         metavar="NAME|PATH",
         help="score on this registered dataset (`zoo datasets`) or text file; needed when the variants were trained "
         "on different text (default: the recipe's corpus)",
     )
+    complete_with(data, completers.datasets_and_files)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="also write the samples side by side as a PNG (default: none)")
     device_options(p, "score and sample")

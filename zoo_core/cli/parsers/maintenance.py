@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ...corpus.user_datasets import read_user_datasets
+from .. import completers
+from ..completers import complete_with
 from .options import listing_actions
 
 
@@ -61,15 +62,8 @@ def datasets_arguments(commands) -> None:
         "the files it names are never touched. Built-in and plugin datasets cannot be removed.",
     )
     name = remove.add_argument("name", help="one of your datasets (zoo datasets: source user)")
-    name.completer = _user_dataset_names  # type: ignore[attr-defined]
+    complete_with(name, completers.user_dataset_names)
     remove.set_defaults(run="maintenance:cmd_datasets_remove")
-
-
-def _user_dataset_names(prefix: str, **_) -> list[str]:
-    try:
-        return [name for name in read_user_datasets() if name.startswith(prefix)]
-    except Exception:  # a damaged file must not break the user's shell
-        return []
 
 
 def remove_arguments(commands) -> None:

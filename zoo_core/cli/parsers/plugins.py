@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import completers
+from ..completers import complete_with
+
 
 def plugins_arguments(commands) -> None:
     p = commands.add_parser("plugins", help="list plugins, what they registered, and load errors")
@@ -13,13 +16,14 @@ def plugins_arguments(commands) -> None:
 
 def new_plugin_arguments(commands) -> None:
     p = commands.add_parser("new-plugin", help="write the skeleton of a third-party plugin package")
-    p.add_argument("name", help="the plugin's name, e.g. 'cope' (package zoo_cope, distribution zoo-cope)")
+    name = p.add_argument("name", help="the plugin's name, e.g. 'cope' (package zoo_cope, distribution zoo-cope)")
+    complete_with(name, completers.nothing)  # a new name
     p.add_argument("--dir", type=Path, help="folder to write (default ./zoo-NAME); must be new or empty")
     p.set_defaults(run="plugins:cmd_new_plugin")
 
 
 def check_plugin_arguments(commands) -> None:
     p = commands.add_parser("check-plugin", help="run the authors' testing kit on everything a plugin registers")
-    p.add_argument("name", help="the plugin's name as `zoo plugins` shows it")
+    complete_with(p.add_argument("name", help="the plugin's name as `zoo plugins` shows it"), completers.plugin_names)
     p.add_argument("--quick", action="store_true", help="conformance only: build each component, skip the model checks")
     p.set_defaults(run="plugins:cmd_check_plugin")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import completers
+from ..completers import complete_with
 from .options import listing_actions
 
 
@@ -21,10 +23,11 @@ def remote_arguments(commands) -> None:
     add.add_argument("name", help="what to call it, e.g. 'team' (then `zoo pull team/VARIANT`)")
     add.add_argument("url", help="http://HOST:PORT, https://..., file:///FOLDER or a folder path")
     remove = action("remove", "forget a remote (what was pulled from it stays installed)")
-    remove.add_argument("name", help="the remote (see `zoo remote list`)")
+    complete_with(remove.add_argument("name", help="the remote (see `zoo remote list`)"), completers.remote_names)
     publish = action("publish", "write a catalogue (index.json and archives/) into a folder others add as a remote")
     publish.add_argument("folder", type=Path, help="the folder to write, e.g. on a shared drive")
-    publish.add_argument("names", nargs="*", help="the variants to offer (default: every one with weights)")
+    names = publish.add_argument("names", nargs="*", help="the variants to offer (default: every one with weights)")
+    complete_with(names, completers.variant_names)
 
 
 def pull_arguments(commands) -> None:
@@ -36,6 +39,7 @@ def pull_arguments(commands) -> None:
         "your catalogue. The archive is cached by its sha256: pulling it again downloads nothing. "
         "Timeouts: ZOO_HTTP_TIMEOUT (seconds); largest download: ZOO_MAX_DOWNLOAD.",
     )
-    p.add_argument("variant", metavar="[REMOTE/]VARIANT", help="e.g. 'team/gpt-char-mini' or 'gpt-char-mini'")
+    variant = p.add_argument("variant", metavar="[REMOTE/]VARIANT", help="e.g. 'team/gpt-char-mini' or 'gpt-char-mini'")
+    complete_with(variant, completers.remote_prefixes)
     p.add_argument("--name", help="install it under this name instead (when the name is taken)")
     p.set_defaults(run="remotes:cmd_pull")

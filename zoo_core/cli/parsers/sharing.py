@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import completers
+from ..completers import complete_with
+
 
 def pack_arguments(commands) -> None:
     p = commands.add_parser("pack", help="write a variant as one .zoo archive another machine can install")
@@ -14,6 +17,9 @@ def pack_arguments(commands) -> None:
 
 def install_arguments(commands) -> None:
     p = commands.add_parser("install", help="check a .zoo archive and add its variant to the user catalogue")
-    p.add_argument("archive", help="the .zoo archive (written by `zoo pack`): a file, or an http(s):// or file:// URL")
+    archive = p.add_argument(
+        "archive", help="the .zoo archive (written by `zoo pack`): a file, or an http(s):// or file:// URL"
+    )
+    complete_with(archive, completers.archives)
     p.add_argument("--name", default=None, help="install under this name instead of the archive's")
     p.set_defaults(run="sharing:cmd_install")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import completers
+from ..completers import complete_with
 from .options import device_options
 
 
@@ -22,18 +24,20 @@ def train_arguments(commands) -> None:
 def _what_to_train_arguments(p) -> None:
     """The variant, its text and the recipe settings of this run."""
     p.add_argument("name", help="the variant to train (see `zoo list`); with --from, the new variant's name")
-    p.add_argument(
+    from_variant = p.add_argument(
         "--from",
         dest="from_variant",
         metavar="VARIANT",
         help="fine-tune: start from VARIANT's verified weights, architecture and tokenizer, and publish the "
         "result as NAME in your catalogue (or in --out)",
     )
-    p.add_argument(
+    complete_with(from_variant, completers.variant_names)
+    data = p.add_argument(
         "--data",
         metavar="NAME|PATH",
         help="train on this registered dataset (`zoo datasets`) or text file (default: the recipe's corpus)",
     )
+    complete_with(data, completers.datasets_and_files)
     p.add_argument("--steps", type=int, help="number of updates (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed of weights, batches and dropout (default: the recipe's)")
     p.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate (default: the recipe's)")
@@ -44,9 +48,10 @@ def _what_to_train_arguments(p) -> None:
         help="set one recipe field for this run, e.g. --set batch_size=64 (repeatable; validated like a card, "
         "recorded in the trained card; `zoo card-schema` lists the fields)",
     )
-    p.add_argument(
+    trainer = p.add_argument(
         "--trainer", metavar="KIND", help="train with this registered trainer, e.g. lora (default: the recipe's kind)"
     )
+    complete_with(trainer, completers.trainer_names)
     p.add_argument(
         "--grad-accum",
         type=int,
@@ -143,13 +148,15 @@ def _data_parallel_arguments(p) -> None:
 
 
 def log_to_option(parser, default: str) -> None:
-    parser.add_argument(
+    log_to = parser.add_argument(
         "--log-to",
         action="append",
         metavar="KIND[=WHERE]",
-        help=f"also log the run as it goes to tensorboard, mlflow or csv, beside the run or in KIND=FOLDER "
-        f"(mlflow=TRACKING_URI too); repeatable (default: only the jsonl log, always written: {default})",
+        help=f"also log the run as it goes to {', '.join(completers.LOG_KINDS[:-1])} or {completers.LOG_KINDS[-1]}, "
+        f"beside the run or in KIND=FOLDER (mlflow=TRACKING_URI too); repeatable "
+        f"(default: only the jsonl log, always written: {default})",
     )
+    complete_with(log_to, completers.log_kinds)
 
 
 def experiment_arguments(commands) -> None:
@@ -157,9 +164,10 @@ def experiment_arguments(commands) -> None:
     p.add_argument(
         "study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)"
     )
-    p.add_argument(
+    arms = p.add_argument(
         "--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants (default: none)"
     )
+    complete_with(arms, completers.variant_names)
     p.add_argument("--steps", type=int, help="updates per arm (default: the study's)")
     p.add_argument("--seeds", type=int, nargs="+", help="paired seeds, each running every arm (default: the study's)")
     p.add_argument(
@@ -171,11 +179,12 @@ def experiment_arguments(commands) -> None:
         "--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study"
     )
     p.add_argument("--prompt", help="prompt of the same-seed samples (default: the study's)")
-    p.add_argument(
+    data = p.add_argument(
         "--data",
         metavar="NAME|PATH",
         help="train and score on this registered dataset or text file (default: the recipe's corpus)",
     )
+    complete_with(data, completers.datasets_and_files)
     p.add_argument("--out", type=Path, help="output folder (default: runs/experiments/STUDY)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     log_to_option(p, "logs/ARM-seedN.log.jsonl in the output folder")
@@ -192,16 +201,18 @@ def experiment_arguments(commands) -> None:
 
 def train_tokenizer_arguments(commands) -> None:
     p = commands.add_parser("train-tokenizer", help="train the BPE vocabulary (or collect the character set)")
-    p.add_argument(
+    kind = p.add_argument(
         "--kind",
         default="bpe",
         help="a registered tokenizer that can be trained: 'bpe', 'char' or a plugin's (default: bpe)",
     )
-    p.add_argument(
+    complete_with(kind, completers.tokenizer_kinds)
+    data = p.add_argument(
         "--data",
         default="tinyshakespeare",
         help="a registered dataset's name or a text file (default: tinyshakespeare)",
     )
+    complete_with(data, completers.datasets_and_files)
     p.add_argument("--vocab-size", type=int, default=1024, help="BPE only: tokens in the vocabulary")
     p.add_argument("--train-fraction", type=float, default=0.9, help="BPE only: the share of the text it trains on")
     p.add_argument("--out", type=Path, help="default: checkpoints/bpe-<size>.tiktoken or checkpoints/char-<size>.json")
