@@ -16,7 +16,21 @@ class UnknownName(ZooError):
     """A variant or component name that nothing registered."""
 
 
-def printable(text: str) -> str:
-    """``text`` with line breaks and control characters escaped: a name read from
-    a hostile file must not break a one-line message (or the terminal)."""
-    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
+SHOWN_CHARACTERS = 300  # of one string from a file or another machine, in a message
+
+
+def printable(text: str, limit: int | None = SHOWN_CHARACTERS) -> str:
+    """``text`` as one printable line, at most ``limit`` characters and a count:
+    line breaks, ANSI escapes and other control characters escaped. Every string
+    read from a hostile file or another machine passes here before a person sees
+    it, so it can neither forge a line, drive the terminal, nor fill the screen."""
+    shown = text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
+    if limit is not None and len(shown) > limit:
+        return f"{shown[:limit]}… ({len(shown):,} characters)"
+    return shown
+
+
+def shown_list(items: list[str], limit: int = 10) -> str:
+    """The first ``limit`` of ``items``, each `printable`, and how many more there are."""
+    shown = ", ".join(printable(item, 80) for item in items[:limit])
+    return shown + (f" and {len(items) - limit:,} more" if len(items) > limit else "")

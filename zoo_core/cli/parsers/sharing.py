@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .options import download_options
+
 
 def pack_arguments(commands) -> None:
     p = commands.add_parser("pack", help="write a variant as one .zoo archive another machine can install")
@@ -16,4 +18,5 @@ def install_arguments(commands) -> None:
     p = commands.add_parser("install", help="check a .zoo archive and add its variant to the user catalogue")
     p.add_argument("archive", help="the .zoo archive (written by `zoo pack`): a file, or an http(s):// or file:// URL")
     p.add_argument("--name", default=None, help="install under this name instead of the archive's")
+    download_options(p)
     p.set_defaults(run="sharing:cmd_install")
