@@ -18,7 +18,7 @@ import math
 
 from ..errors import ZooError
 
-WINDOW_TOKENS = 1 << 24  # tokens of evaluation windows at once (inputs and targets: 256 MiB as int64)
+WINDOW_TOKENS = 1 << 22  # tokens of evaluation windows at once (inputs and targets: 64 MiB as int64)
 
 # option dest: (lowest, highest, whether the lowest itself is refused)
 NUMBERS: dict[str, tuple[float, float, bool]] = {
