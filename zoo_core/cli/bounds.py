@@ -26,13 +26,13 @@ NUMBERS: dict[str, tuple[float, float, bool]] = {
     "windows": (1, 1 << 16, False),
     "text_chars": (1, 1 << 30, False),
     # sample, compare
-    "max_new_tokens": (1, 1 << 16, False),
+    "max_new_tokens": (1, 1 << 20, False),
     "num_samples": (1, 1024, False),
     "top_k": (1, 1 << 24, False),
     "threads": (1, 4096, False),
     # serve
     "port": (0, 65535, False),
-    "max_tokens_limit": (1, 1 << 16, False),
+    "max_tokens_limit": (1, 1 << 20, False),
     "max_concurrent": (1, 4096, False),
     "max_queue": (0, 1 << 20, False),
     "max_connections": (1, 1 << 20, False),
