@@ -517,3 +517,13 @@ def test_an_unwritable_cache_during_a_pull_is_one_line(zoo, misbehaving, private
     result = zoo("pull", f"ro/{SMALL}", "--name", "not-here")
     _one_line_error(result, "/sys/zoo-cache", "cannot write here")
     assert _snapshot(private_home) == before and not _installed("not-here")
+
+
+def test_the_slow_link_command_of_docs_sharing_md(zoo, misbehaving, elsewhere):
+    line = next(line for line in (Path(zoo_core.__file__).parents[1] / "docs" / "sharing.md").read_text().splitlines()
+                if line.startswith("zoo pull team/") and "--deadline" in line)
+    elsewhere()
+    assert zoo("remote", "add", "team", misbehaving.url).code == 0
+    pulled = zoo(*line.partition("#")[0].split()[1:])
+    assert pulled.code == 0, pulled.err
+    assert zoo_core.get_variant(SMALL).card.origin.remote == "team"
