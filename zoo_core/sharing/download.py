@@ -22,6 +22,7 @@ go through the same functions, reading the file instead of a response.
 from __future__ import annotations
 
 import http.client
+import io
 import os
 import re
 import socket
@@ -31,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Callable
 from urllib.parse import SplitResult, urljoin, urlsplit
 from urllib.request import url2pathname
 
@@ -225,7 +226,7 @@ def _user_agent() -> str:
     return f"zoo/{__version__}"
 
 
-def open_url(url: str, offset: int, pace: _Pace) -> tuple[BinaryIO, int, int | None]:
+def open_url(url: str, offset: int, pace: _Pace) -> tuple[io.BufferedIOBase, int, int | None]:
     """``url``'s bytes from ``offset`` on when the other side can skip (else from 0):
     (the stream, where it starts, the whole file's size when known). A range
     reply must be the range asked for; 416 (the partial file is no prefix of this
