@@ -303,6 +303,7 @@ def fetch_bytes(url: str, limit: int = MAX_INDEX_BYTES) -> bytes:
             if size is not None and size > limit:
                 raise ZooError(f"{printable(url)}: {size:,} bytes, more than the {limit:,} an index may have; refused")
             data = bytearray()
+            pace.start_window(0)  # the rate counts from the headers on: a server may pack before it answers
             while len(data) <= limit:
                 try:
                     chunk = stream.read1(CHUNK)
@@ -382,7 +383,7 @@ def _transfer(url: str, partial: Path, limit: int, open_ended: bool, label: str,
                 + (f"more than ZOO_MAX_DOWNLOAD={limit:,}" if open_ended else f"its index says {limit:,}")
                 + "; nothing was installed"
             )
-        pace.start_window(start)
+        pace.start_window(start)  # from the headers on, as in fetch_bytes
         with open(partial, "ab" if start else "wb") as out, _progress(label or url, total or limit, start) as advance:
             received = start
             while True:
