@@ -132,8 +132,8 @@ TINY = "transformer-1b-learned-ctx8"
         (("sample", TINY, "--prompt", "A", "--temperature", "-1"), "--temperature must be 0 (greedy) or greater"),
         (("experiment", "depth-1-2", "--steps", "0"), "--steps, --eval-every and --eval-targets must be at least 1"),
         (("experiment", "depth-1-2", "--steps", "1", "--milestones", "-5"), "--milestones must be steps of at least 1, not -5"),
-        (("serve", "--port", "-1"), "--port must be from 0 to 65535, not -1"),
-        (("serve", "--port", "99999"), "--port must be from 0 to 65535, not 99999"),
+        (("serve", "--port", "-1"), "--port must be at least 0, not -1"),
+        (("serve", "--port", "99999"), "--port must be at most 65,535, not 99,999"),
         (("train-tokenizer", "--train-fraction", "2", "--out", "never.tiktoken"), "--train-fraction must lie between 0 and 1"),
     ],
 )

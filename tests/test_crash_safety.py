@@ -118,7 +118,7 @@ def _new_samples(zoo, tmp_path, args: list[str], name: str) -> str:
     return samples
 
 
-REPUBLISH = ["train", "bigram", "--steps", "3", "--seed", "7", "--publish", "--name", "my-bigram", "--quiet"]
+REPUBLISH = ["train", "bigram", "--steps", "3", "--seed", "7", "--publish", "--name", "my-bigram", "--replace", "--quiet"]
 
 
 def test_a_remove_killed_at_any_point_leaves_the_variant_or_nothing(zoo, private_home, published):
@@ -133,7 +133,7 @@ def test_an_import_killed_either_side_of_its_commit_point_is_old_then_new(zoo, t
     old = zoo("import", "nanogpt", str(_nanogpt_checkpoint(tmp_path / "old.pt", 1)), "--name", "nano")
     assert old.code == 0, old.err
     before = _state(zoo, "nano")
-    args = ["import", "nanogpt", str(_nanogpt_checkpoint(tmp_path / "new.pt", 2)), "--name", "nano"]
+    args = ["import", "nanogpt", str(_nanogpt_checkpoint(tmp_path / "new.pt", 2)), "--name", "nano", "--replace"]
     after = _new_samples(zoo, tmp_path, args, "nano")
     assert after != before
     for point, expected in ((5, before), (6, after)):
@@ -254,7 +254,7 @@ def test_a_kill_at_any_point_of_an_import_leaves_old_or_new(zoo, tmp_path, priva
     old = zoo("import", "nanogpt", str(_nanogpt_checkpoint(tmp_path / "old.pt", 1)), "--name", "nano")
     assert old.code == 0, old.err
     before = _state(zoo, "nano")
-    args = ["import", "nanogpt", str(_nanogpt_checkpoint(tmp_path / "new.pt", 2)), "--name", "nano"]
+    args = ["import", "nanogpt", str(_nanogpt_checkpoint(tmp_path / "new.pt", 2)), "--name", "nano", "--replace"]
     after = _new_samples(zoo, tmp_path, args, "nano")
     assert after != before
     assert _sweep(zoo, private_home, args, "nano", before, after) >= 4
@@ -327,7 +327,8 @@ def test_a_full_disk_at_the_registry_leaves_no_checkpoint_without_a_card(zoo, pr
         return real(fd, data)
 
     monkeypatch.setattr(zoo_core.storage.files, "_write", full_at_the_registry)
-    result = zoo("train", "bigram", "--steps", "3", "--seed", "7", "--publish", "--name", "my-bigram", "--quiet")
+    result = zoo("train", "bigram", "--steps", "3", "--seed", "7", "--publish", "--name", "my-bigram", "--replace",
+                 "--quiet")
     _one_line_error(result, "No space left on device", "not published: the new files were deleted",
                     "no training state was saved")
     monkeypatch.setattr(zoo_core.storage.files, "_write", real)

@@ -179,6 +179,7 @@ def test_control_characters_round_trip_through_every_toml_file_the_zoo_writes(zo
     assert mine["description"] == CONTROL
 
     url = f"file://{tmp_path}/shared\x7f"
-    assert zoo("remote", "add", "team", url).code == 0
-    assert json.loads(zoo("remote", "list", "--json").out)[0]["url"] == url
+    assert zoo("remote", "add", "team", url).code == 1  # a URL is printable ASCII: refused, not written
+    (private_home / "remotes.toml").write_text(f'[remotes.team]\nurl = "file://{tmp_path}/shared\\u007f"\n')
+    assert json.loads(zoo("remote", "list", "--json").out)[0]["url"] == url  # a hand-written one reads back as it is
     assert zoo("list").code == 0  # the user's files all still read

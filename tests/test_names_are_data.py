@@ -85,10 +85,11 @@ def test_markup_in_descriptions_component_and_tensor_names_is_shown_as_text(zoo,
     _no_traceback(datasets)
     assert f"text{IN_A_FILE_NAME}.txt" in datasets.out
 
-    assert zoo("remote", "add", "marked", f"file://{tmp_path}/remote{MARKUP}").code == 0
+    in_a_url = MARKUP.replace(" ", "%20")  # a URL has no spaces (`zoo remote add` refuses them)
+    assert zoo("remote", "add", "marked", f"file://{tmp_path}/remote{in_a_url}").code == 0
     remotes = zoo("remote", "list")
     _no_traceback(remotes)
-    assert f"remote{MARKUP}" in remotes.out
+    assert f"remote{in_a_url}" in remotes.out
 
     evaluated = zoo("eval", "markup-desc", "--windows", "2", "--data", "marked")
     _no_traceback(evaluated)

@@ -145,7 +145,12 @@ def test_the_served_archive_has_an_etag_ranges_and_304(source):
 class Misbehaving:
     """Serves one archive as a zoo remote does, and records each request's path
     and Range header. ``cut_after``: the first archive response stops after that
-    many bytes; ``altered``: the archive's bytes are changed (same size)."""
+    many bytes; ``altered``: the archive's bytes are changed (same size).
+    Hostile modes: ``drip`` (seconds between the archive's bytes), ``slow_headers``
+    (seconds between the bytes of every response's headers), ``wrong_range``
+    (every archive reply is a 206 for bytes 0 on, asked for or not); ``index``
+    may be replaced (escape codes, 300,000 names); ``/to-file.json`` and
+    ``/to-data.json`` redirect to file: and data: URLs."""
 
     def __init__(self, archive: Path, name: str = SMALL):
         self.data = archive.read_bytes()
@@ -153,6 +158,9 @@ class Misbehaving:
         self.cut_after: int | None = None
         self.altered = False
         self.padded = False  # more bytes than the index says
+        self.drip: float | None = None
+        self.slow_headers: float | None = None
+        self.wrong_range = False
         card = archives.read_archive_card(archive).model_dump(mode="json", exclude_none=True)
         entry = {"path": f"archives/{name}.zoo", "size": len(self.data), "sha256": _sha256(self.data), "format": 1}
         self.index = json.dumps({"format": 1, "variants": [{"name": name, "card": card, "archive": entry}]}).encode()
@@ -164,6 +172,12 @@ class Misbehaving:
 
             def do_GET(self):
                 owner.requests.append((self.path, self.headers.get("Range")))
+                if owner.slow_headers is not None:
+                    return self.trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nX-Slow: " + b"x" * 10_000, owner.slow_headers)
+                if self.path == "/to-file.json":
+                    return self.redirect("file:///etc/passwd")
+                if self.path == "/to-data.json":
+                    return self.redirect("data:application/json,%7B%7D")
                 if self.path == "/catalogue/index.json":
                     return self.reply(200, owner.index)
                 if self.path == "/loop.json":
@@ -188,14 +202,36 @@ class Misbehaving:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def trickle(self, data, seconds):
+                """``data`` a byte at a time until the client hangs up (or a minute passes)."""
+                ends = time.monotonic() + 60
+                for byte in data:
+                    if time.monotonic() > ends:
+                        break
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:
+                        break  # the client gave up: what is under test
+                    time.sleep(seconds)
+                self.close_connection = True
+
             def archive(self):
                 data = bytearray(owner.data)
+                if owner.drip is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    return self.trickle(data, owner.drip)
                 if owner.altered:
                     data[len(data) // 2] ^= 0xFF
                 if owner.padded:
                     data += b"\0" * 1000
                 start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-")) if self.headers["Range"] else 0
                 body = bytes(data[start:])
+                if owner.wrong_range and not (owner.cut_after and not start):
+                    whole = f"bytes 0-{len(data) - 1}/{len(data)}"
+                    return self.reply(206, bytes(data), [("Content-Range", whole)])
                 if start:
                     extra = [("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")]
                     return self.reply(206, body, extra)
@@ -333,3 +369,161 @@ def test_zoo_install_takes_a_url(zoo, misbehaving):
     assert result.code == 0, result.err
     origin = zoo_core.get_variant("by-url").card.origin
     assert origin.source == url and origin.archive_sha256 == _sha256(misbehaving.data)
+
+
+# --- hostile remotes: bounded in time, checked in what they answer, escaped when shown ---
+
+
+def _snapshot(home: Path) -> dict[str, bytes]:
+    """Every file under $ZOO_HOME and its bytes: what a refused command must leave as it was."""
+    return {str(path.relative_to(home)): path.read_bytes() for path in sorted(home.rglob("*")) if path.is_file()}
+
+
+def _refused_quickly(zoo, args, seconds, *fragments):
+    started = time.monotonic()
+    result = zoo(*args)
+    _one_line_error(result, *fragments)
+    assert time.monotonic() - started < seconds, result.err
+    return result
+
+
+def test_a_dripping_server_is_abandoned_at_the_deadline(zoo, misbehaving, private_home):
+    misbehaving.drip = 0.2  # a byte every 0.2 s: every read is answered, so no per-read timeout fires
+    assert zoo("remote", "add", "drip", misbehaving.url).code == 0
+    before = _snapshot(private_home)
+    _refused_quickly(
+        zoo, ("pull", f"drip/{SMALL}", "--deadline", "1.5"), 8, "not done within 1.5 s", "--deadline", "abandoned after"
+    )
+    url = f"{misbehaving.url}/catalogue/archives/{SMALL}.zoo"
+    _refused_quickly(zoo, ("install", url, "--deadline", "1", "--name", "dripped"), 8, "not done within 1 s")
+    assert _snapshot(private_home) == before and not _installed("dripped")
+
+
+def test_a_server_slower_than_the_minimum_rate_is_abandoned(zoo, misbehaving, private_home, monkeypatch):
+    from zoo_core.sharing import download
+
+    monkeypatch.setattr(download, "RATE_WINDOW", 0.5)  # the default averages over 10 s; the test over 0.5
+    monkeypatch.setenv("ZOO_DOWNLOAD_MIN_RATE", "1000")  # the environment variable as well as the flag
+    misbehaving.drip = 0.05  # 20 bytes/s
+    assert zoo("remote", "add", "slow", misbehaving.url).code == 0
+    before = _snapshot(private_home)
+    _refused_quickly(zoo, ("pull", f"slow/{SMALL}"), 8, "bytes/s over the last", "less than 1,000", "ZOO_DOWNLOAD_MIN_RATE")
+    assert _snapshot(private_home) == before
+
+
+def test_a_server_sending_its_headers_slowly_is_abandoned(zoo, misbehaving, private_home, monkeypatch):
+    misbehaving.slow_headers = 0.05
+    monkeypatch.setenv("ZOO_DOWNLOAD_DEADLINE", "1")
+    assert zoo("remote", "add", "slowhead", misbehaving.url).code == 0
+    before = _snapshot(private_home)
+    _refused_quickly(zoo, ("list", "--remote", "slowhead"), 8, "/catalogue/index.json: not done within 1 s")
+    _refused_quickly(zoo, ("pull", f"slowhead/{SMALL}", "--deadline", "1"), 8, "not done within 1 s")
+    assert _snapshot(private_home) == before
+
+
+def test_a_range_reply_not_asked_for_is_refused_without_retrying(zoo, misbehaving, private_home):
+    misbehaving.wrong_range = True  # every archive reply: 206, bytes 0 on
+    assert zoo("remote", "add", "ranges", misbehaving.url).code == 0
+    before = _snapshot(private_home)
+    # The first request asks for the whole file and gets a 206 all the same.
+    args = ("pull", f"ranges/{SMALL}", "--name", "ranged")
+    _one_line_error(zoo(*args), "asked for the whole file, the server answered 206", "refused")
+    assert misbehaving.archive_requests() == [None]
+    # Cut half way, the resumption asks for bytes N on and gets bytes 0 on: refused, never asked again.
+    half = misbehaving.cut_after = len(misbehaving.data) // 2
+    _one_line_error(zoo(*args), f"asked for bytes {half:,} on", "'bytes 0-")
+    assert misbehaving.archive_requests() == [None, None, f"bytes={half}-"]
+    assert _snapshot(private_home) == before and not _installed("ranged")
+
+
+@pytest.mark.parametrize(("path", "scheme"), [("/to-file.json", "file"), ("/to-data.json", "data")])
+def test_a_redirect_to_another_scheme_says_what_was_refused(zoo, misbehaving, path, scheme):
+    assert zoo("remote", "add", "away", misbehaving.url + path).code == 0
+    result = zoo("list", "--remote", "away")
+    _one_line_error(result, f"refused a redirect to a {scheme}: URL", "http(s) only")
+    assert "loop" not in result.err
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\nzoo: ok\r\x00"
+
+
+def test_names_and_text_from_a_remote_are_escaped_on_one_line(zoo, misbehaving):
+    index = json.loads(misbehaving.index)
+    entry = index["variants"][0]
+    entry["card"]["description"] = "a fine model" + ESCAPES
+    hostile = {**entry, "name": "evil" + ESCAPES}
+    misbehaving.index = json.dumps({**index, "variants": [entry, hostile]}).encode()
+    assert zoo("remote", "add", "esc", misbehaving.url).code == 0
+    result = zoo("pull", "esc/nothing-like-it")
+    _one_line_error(result, "no remote offers 'nothing-like-it'", "evil\\u001b[2J\\u001b]0;owned\\u0007\\nzoo: ok\\r\\u0000")
+    listed = zoo("list", "--remote", "esc", SMALL)
+    assert listed.code == 0, listed.err
+    assert not any(c in listed.out + result.err for c in "\x1b\x07\r\x00") and "\nzoo: ok" not in listed.out
+
+
+def test_an_index_of_300000_names_gives_a_short_line_with_a_count(zoo, misbehaving):
+    archive = {"path": "archives/x.zoo", "size": 1, "sha256": "0" * 64, "format": 1}
+    variants = [{"name": f"v{i}", "card": {}, "archive": archive} for i in range(300_000)]
+    misbehaving.index = json.dumps({"format": 1, "variants": variants}).encode()
+    assert zoo("remote", "add", "huge", misbehaving.url).code == 0
+    result = zoo("pull", "huge/absent")
+    _one_line_error(result, "huge offers v0, v1", "and 299,990 more")
+    assert len(result.err) < 500, len(result.err)
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://[::1", "not a valid URL (Invalid IPv6 URL)"),
+        ("http://example.org/\nzoo: ok", "printable ASCII without spaces"),
+        ("http://example.org/a b", "printable ASCII without spaces"),
+        ("http://exa\x1b[2Jmple.org/", "printable ASCII without spaces"),
+        ("http://example.org:99999/", "not a valid URL (Port out of range"),
+        ("http:///catalogue", "no host in the URL"),
+        ("gopher://example.org/", "unsupported scheme 'gopher'"),
+    ],
+)
+def test_remote_add_refuses_a_bad_url_in_one_line(zoo, private_home, url, fragment):
+    result = zoo("remote", "add", "bad", url)
+    _one_line_error(result, fragment)
+    assert "\x1b" not in result.err
+    assert not (private_home / "remotes.toml").exists()
+
+
+def test_remote_list_escapes_a_hand_edited_url(zoo, private_home):
+    private_home.mkdir(parents=True)
+    (private_home / "remotes.toml").write_text('[remotes.forged]\nurl = "http://a.example/\\nzoo: ok \\u001b[2J"\n')
+    listed = zoo("remote", "list")
+    assert listed.code == 0, listed.err
+    assert "http://a.example/\\nzoo: ok \\u001b[2J" in listed.out
+    assert "\x1b" not in listed.out and len(listed.out.strip().splitlines()) == 3  # header, rule, one row
+
+
+def test_a_full_disk_during_a_pull_is_one_line_and_installs_nothing(zoo, misbehaving, private_home):
+    assert zoo("remote", "add", "full", misbehaving.url).code == 0
+    before = _snapshot(private_home)
+    downloads = private_home.parent / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    # /dev/full: every write fails with ENOSPC, from the kernel itself.
+    (downloads / f"{_sha256(misbehaving.data)}.zoo.part").symlink_to("/dev/full")
+    _one_line_error(zoo("pull", f"full/{SMALL}"), "cannot write the download: No space left on device")
+    assert _snapshot(private_home) == before and not _installed(SMALL + "-x")
+
+
+def test_an_unwritable_cache_during_a_pull_is_one_line(zoo, misbehaving, private_home, monkeypatch):
+    assert zoo("remote", "add", "ro", misbehaving.url).code == 0
+    before = _snapshot(private_home)
+    monkeypatch.setenv("ZOO_CACHE", "/sys/zoo-cache")  # nobody, root included, may create anything in /sys
+    result = zoo("pull", f"ro/{SMALL}", "--name", "not-here")
+    _one_line_error(result, "/sys/zoo-cache", "cannot write here")
+    assert _snapshot(private_home) == before and not _installed("not-here")
+
+
+def test_the_slow_link_command_of_docs_sharing_md(zoo, misbehaving, elsewhere):
+    line = next(line for line in (Path(zoo_core.__file__).parents[1] / "docs" / "sharing.md").read_text().splitlines()
+                if line.startswith("zoo pull team/") and "--deadline" in line)
+    elsewhere()
+    assert zoo("remote", "add", "team", misbehaving.url).code == 0
+    pulled = zoo(*line.partition("#")[0].split()[1:])
+    assert pulled.code == 0, pulled.err
+    assert zoo_core.get_variant(SMALL).card.origin.remote == "team"

@@ -17,6 +17,11 @@ they agree. So no file a card names is ever written in place, and the order is:
 4. Only then is anything deleted: the content-named copies, and what the old
    card named that no card names now.
 
+Publishing onto a name that already has weights in the destination catalogue
+is refused (`refuse_overwrite`) unless the command was given ``--replace``; with
+it, the order above is what keeps the old weights, card and history until the
+new card is committed.
+
 A kill between any two file operations (tests/test_crash_safety.py tries each)
 leaves a registry whose every card names files that exist and belong together;
 what it may leave besides is files no card names, which the next publish or
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..errors import ZooError
 from ..storage.files import place_copy, remove_file, remove_stale_temporaries
-from .registry import read_registry_file, upsert_registry_entry
+from .registry import Variant, read_registry_file, upsert_registry_entry
 
 if TYPE_CHECKING:
     from .cards import ModelCard
@@ -77,6 +82,17 @@ def publish_card(registry: Path, staged: ModelCard, settled: ModelCard, moves: d
         pass  # the content-named files stay the published ones; nothing is lost
     remove_unnamed(registry, staged.name, [*before, *moves, *moves.values()])
     return card
+
+
+def refuse_overwrite(existing: Variant) -> None:
+    """One line refusing to publish over ``existing`` (a variant with weights of
+    the catalogue being published into), naming it and how long it was trained."""
+    recipe = existing.card.recipe
+    trained = f"trained for {recipe.steps:,} steps" if recipe.kind != "hand-built" else "hand-built"
+    raise ZooError(
+        f"variant '{existing.name}' already exists in {existing.source} ({trained}); --replace publishes over it "
+        "(its weights, card and log stay until the new ones are committed), or choose another name"
+    )
 
 
 def remove_unnamed(registry: Path, name: str, candidates: Iterable[Path]) -> list[Path]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from ..catalogue.limits import parse_size
 from ..errors import ZooError
 from ..storage.files import describe_os_error
+from .bounds import check_numbers
 from .help import DefaultsHelpFormatter, finish_help, unknown_command_message, unrecognized_message
 
 
@@ -161,16 +162,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Options handed on the way their environment variables are, read where they apply.
+_HANDED_ON = (
+    ("max_parameters", "ZOO_MAX_PARAMETERS"),
+    ("max_memory", "ZOO_MAX_MEMORY"),
+    ("deadline", "ZOO_DOWNLOAD_DEADLINE"),  # zoo_core.sharing.download
+    ("min_rate", "ZOO_DOWNLOAD_MIN_RATE"),
+)
+
+
 def _apply_limits(args) -> dict[str, str | None]:
-    """Hand --max-parameters / --max-memory on the way the environment variables
-    are (zoo_core.catalogue.limits reads them); returns what to restore afterwards."""
+    """Check every number the command line gives (`bounds`), and hand
+    --max-parameters / --max-memory (zoo_core.catalogue.limits reads them) and
+    --deadline / --min-rate on as their environment variables; returns what to
+    restore afterwards."""
+    check_numbers(args)
     before = {}
-    for option, variable in (("max_parameters", "ZOO_MAX_PARAMETERS"), ("max_memory", "ZOO_MAX_MEMORY")):
+    for option, variable in _HANDED_ON:
         value = getattr(args, option, None)
         if value is not None:
-            parse_size(value, "--" + option.replace("_", "-"))
+            if option.startswith("max_"):
+                parse_size(value, "--" + option.replace("_", "-"))
             before[variable] = os.environ.get(variable)
-            os.environ[variable] = value
+            os.environ[variable] = str(value)
     return before
 
 

@@ -21,6 +21,7 @@ from ..plugin_api.protocols import SelfEvaluating, implements
 from ..storage.files import atomic_write_bytes
 from ..training.progress import WorkProgress
 from ..web.svg import heatmap
+from .bounds import check_for_variant
 from .options import load_on_threads, sampling_settings
 from .tables import render_table
 
@@ -67,8 +68,8 @@ def cmd_eval(args) -> int:
 def cmd_compare(args) -> int:
     # Checked here to name the flags (--max-new-tokens, --seed); the API names its arguments.
     sampling_settings(args)
-    if args.windows < 1:
-        raise ZooError(f"--windows must be at least 1, not {args.windows}")
+    for name in args.names:
+        check_for_variant(args, get_variant(name).card)
     report = compare_variants(
         args.names,
         args.windows,
@@ -220,6 +221,7 @@ def cmd_inspect(args) -> int:
     groups = None
     if args.ablate and args.ablate.strip() != "each":
         groups = [ablation.parse_heads(args.ablate)]
+    check_for_variant(args, get_variant(args.name).card)
     model = load(args.name, device=args.device, dtype=args.dtype)
     report: dict = {"name": model.name}
     if args.logit_lens:

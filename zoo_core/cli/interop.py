@@ -62,9 +62,11 @@ def _written_whole(out: Path, write):
 
 def cmd_import(args) -> int:
     if args.source == "nanogpt":
-        card, registry = import_nanogpt(args.path, args.name, args.tokenizer, args.license or "unspecified")
+        card, registry = import_nanogpt(
+            args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace
+        )
     else:
-        card, registry = import_hf(args.path, args.name, args.tokenizer, args.license)
+        card, registry = import_hf(args.path, args.name, args.tokenizer, args.license, args.replace)
 
     source = os.fsencode(args.path).decode("utf-8", "backslashreplace")  # a name need not be UTF-8; the terminal is
     print(f"{card.name}: {card.parameters:,} parameters from {source} -> {registry.parent / card.checkpoint.path}")

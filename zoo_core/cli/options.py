@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..inference.settings import OPTION_NAMES, SamplingSettings
 from ..inference.threads import check_threads, use_threads, use_threads_before_loading
 from ..loading.api import get_variant, load_variant
+from .bounds import check_for_variant
 
 
 def load_on_threads(args):
@@ -14,6 +15,7 @@ def load_on_threads(args):
     before loading, since loading is torch work too."""
     check_threads(args.threads)  # before paying for the catalogue and the checkpoint
     variant = get_variant(args.name)
+    check_for_variant(args, variant.card)  # before loading: what this variant cannot use is refused at once
     use_threads_before_loading(variant.card.parameters, args.threads)
     model = load_variant(variant, device=args.device, dtype=args.dtype)
     use_threads(model.network, args.threads)

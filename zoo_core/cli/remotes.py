@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ..errors import printable
 from ..sharing import remotes
 from ..sharing.index import publish
 from ..sharing.pull import pull
@@ -14,10 +15,13 @@ from .tables import render_table
 def cmd_remote(args) -> int:
     if args.remote_action == "add":
         remote = remotes.add_remote(args.name, args.url)
-        print(f"added remote '{remote.name}' ({remote.url}); `zoo list --remote {remote.name}` shows what it offers")
+        print(
+            f"added remote '{remote.name}' ({printable(remote.url)}); "
+            f"`zoo list --remote {remote.name}` shows what it offers"
+        )
     elif args.remote_action == "remove":
         remote = remotes.remove_remote(args.name)
-        print(f"removed remote '{remote.name}' ({remote.url})")
+        print(f"removed remote '{remote.name}' ({printable(remote.url)})")
     elif args.remote_action == "publish":
         index = publish(args.folder, args.names or None)
         names = [entry["name"] for entry in index["variants"]]
@@ -37,5 +41,5 @@ def cmd_remote(args) -> int:
 def cmd_pull(args) -> int:
     card, offer, downloaded = pull(args.variant, args.name)
     how = f"downloaded {offer.size:,} bytes" if downloaded else "archive already in the cache"
-    print(f"pulled {offer.remote.name}/{offer.name} as '{card.name}' ({how}, sha256 {offer.sha256[:12]}…)")
+    print(f"pulled {offer.remote.name}/{printable(offer.name)} as '{card.name}' ({how}, sha256 {offer.sha256[:12]}…)")
     return 0

@@ -5,12 +5,16 @@ checkpoint's tensor names, a plugin, the command line. rich reads ``[bold]``,
 ``[/]`` or ``[link=...]`` in a plain string as markup, so a name holding them
 would be rendered (colours, terminal hyperlinks) or end in a MarkupError. Every
 table cell and every line printed through rich goes through ``plain``, which
-hands rich a Text object: rich never parses it.
+hands rich a Text object: rich never parses it. It is `printable` first (one
+line, control characters and ANSI escapes escaped, capped): a cell from a
+remote's index or a hostile card can neither forge a row nor drive the terminal.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from ..errors import printable
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -20,4 +24,4 @@ def plain(value: object, style: str = "") -> Text:
     """``value`` as text that rich shows exactly as it is."""
     from rich.text import Text
 
-    return Text(str(value), style=style)
+    return Text(printable(str(value)), style=style)

@@ -36,6 +36,7 @@ _JOB_OPTIONS = {
     "out": "--out",
     "publish": "--publish",
     "new_name": "--name",
+    "replace": "--replace",
     "resume": "--resume",
     "checkpoint_every": "--checkpoint-every",
     "interim_eval_windows": "--interim-eval-windows",

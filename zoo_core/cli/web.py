@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import ZooError
 from ..web.connections import ConnectionLimits
 from ..web.gallery import served_site_folder, write_gallery
 from ..web.security import Security, check_bind
@@ -21,14 +20,7 @@ def cmd_gallery(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    if not 0 <= args.port <= 65535:  # before the gallery is written, not after
-        raise ZooError(f"--port must be from 0 to 65535, not {args.port}")
-    if args.max_tokens_limit < 1 or args.max_concurrent < 1:
-        raise ZooError("--max-tokens-limit and --max-concurrent must be at least 1")
-    if args.max_queue < 0:
-        raise ZooError("--max-queue must be 0 or more")
-    if min(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections) <= 0:
-        raise ZooError("--header-timeout, --body-timeout, --keep-alive-timeout and --max-connections must be positive")
+    # Its numbers (--port, --max-tokens-limit...) were checked before it ran (zoo_core/cli/bounds.py).
     check_bind(args.host, args.api_key)  # before the gallery is written: refusing should be instant
     limits = Limits(
         max_tokens=args.max_tokens_limit,

@@ -13,7 +13,13 @@ The files, in an order that is the same on every machine:
 - a folder: every regular file under it, at any depth, sorted by its path
   relative to the folder written with '/' (compared as text, never by locale);
   files and folders whose names start with '.' are skipped;
-- a glob: ``glob.glob(pattern, recursive=True)``'s regular files, sorted.
+- a glob: the regular files ``glob.glob(pattern, recursive=True)`` would match
+  (``**`` any folders deep, names starting with '.' only when the pattern says
+  so), sorted, except that a symlinked folder is never entered: a link loop
+  cannot make the walk endless.
+
+Finding the files is bounded: at most `MAX_SOURCE_FILES` files and
+`MAX_WALK_SECONDS` seconds of walking, refused in one line past either.
 
 The text is their bytes in that order, each file UTF-8 on its own, with a
 newline added between two files where the first does not end in one, so that
@@ -25,10 +31,12 @@ Reading this file needs tomllib only (no pydantic, no torch).
 
 from __future__ import annotations
 
-import glob
+import fnmatch
 import hashlib
 import os
+import re
 import shlex
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +52,8 @@ if TYPE_CHECKING:
     from ..plugin_api.manager import PluginSet
 
 KINDS = ("file", "folder", "glob")
+MAX_SOURCE_FILES = 100_000  # files of one dataset; a typo such as '/**' finds millions
+MAX_WALK_SECONDS = 60.0  # finding them (a network drive, a vast tree)
 DEFAULT_TRAIN_FRACTION = 0.9
 _MAX_FILE_BYTES = 16 * 1024**2  # datasets.toml: a few lines per dataset
 _FIELDS = {"kind", "source", "size", "sha256", "train_fraction", "description", "added"}
@@ -95,7 +105,7 @@ def source_files(kind: str, source: str) -> list[Path]:
             raise ZooError(f"{source}: the folder holds no files (names starting with '.' are skipped)")
         return files
     if kind == "glob":
-        files = [Path(match) for match in sorted(glob.glob(source, recursive=True)) if os.path.isfile(match)]
+        files = _glob_files(source)
         if not files:
             raise ZooError(f"{source}: the pattern matches no files")
         return files
@@ -109,13 +119,68 @@ def _folder_files(root: Path) -> list[Path]:
     if not root.is_dir():
         raise ZooError(f"{root}: folder not found")
     found = []
-    for folder, subfolders, names in os.walk(root, onerror=refuse):
+    walk = _Walk(str(root))
+    for folder, subfolders, names in os.walk(root, onerror=refuse):  # never into a symlinked folder
         subfolders[:] = [name for name in subfolders if not name.startswith(".")]
         for name in names:
             path = Path(folder, name)
             if not name.startswith(".") and path.is_file():
                 found.append(path)
+                walk.count(len(found))
+        walk.count(len(found))
     return sorted(found, key=lambda path: path.relative_to(root).as_posix())
+
+
+class _Walk:
+    """The bounds of finding a source's files: refused in one line past them."""
+
+    def __init__(self, source: str):
+        self.source, self.ends = source, time.monotonic() + MAX_WALK_SECONDS
+
+    def count(self, files: int) -> None:
+        if files > MAX_SOURCE_FILES:
+            raise ZooError(
+                f"{printable(self.source)}: more than {MAX_SOURCE_FILES:,} files; name a narrower folder or pattern"
+            )
+        if time.monotonic() > self.ends:
+            raise ZooError(
+                f"{printable(self.source)}: finding its files took more than {MAX_WALK_SECONDS:g} s "
+                f"({files:,} found); name a narrower folder or pattern"
+            )
+
+
+def _glob_files(pattern: str) -> list[Path]:
+    """The regular files ``pattern`` matches (the module's docstring says how), sorted as paths."""
+    parts = pattern.split(os.sep)
+    fixed = next(i for i, part in enumerate([*parts, "*"]) if any(c in part for c in "*?["))
+    root, wanted = os.sep.join(parts[:fixed]) or os.sep, parts[fixed:]
+    segments = [None if part == "**" else re.compile(fnmatch.translate(part)) for part in wanted]
+    deepest = None if None in segments else len(segments)
+    found: list[str] = []
+    walk = _Walk(pattern)
+    for folder, subfolders, names in os.walk(root):  # never into a symlinked folder
+        relative = os.path.relpath(folder, root).split(os.sep) if folder != root else []
+        if deepest is not None and len(relative) + 1 >= deepest:
+            subfolders[:] = []  # no match lies deeper
+        for name in names:
+            if _matches([*relative, name], wanted, segments) and os.path.isfile(os.path.join(folder, name)):
+                found.append(os.path.join(folder, name))
+        walk.count(len(found))
+    return [Path(path) for path in sorted(found)]
+
+
+def _matches(names: list[str], wanted: list[str], segments: list) -> bool:
+    """Whether a path's ``names`` match the pattern's parts, as glob.glob matches:
+    ``**`` is any number of folders, and no wildcard matches a leading '.'."""
+    if not segments:
+        return not names
+    if segments[0] is None:
+        return _matches(names, wanted[1:], segments[1:]) or bool(
+            names and not names[0].startswith(".") and _matches(names[1:], wanted, segments)
+        )
+    if not names or (names[0].startswith(".") and not wanted[0].startswith(".")):
+        return False
+    return bool(segments[0].match(names[0])) and _matches(names[1:], wanted[1:], segments[1:])
 
 
 def combined_text(files: list[Path], what: str) -> SourceText:

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
-from ..errors import ZooError
+from ..errors import ZooError, printable
 from ..loading.texts import variant_text
 from ..plugin_api.hook_points import hooks
 from .stream import head_counts
@@ -47,19 +47,29 @@ class AblationReport:
 
 def parse_heads(text: str) -> list[Head]:
     """``"0.1,2.0"`` -> [(0, 1), (2, 0)]."""
-    heads = []
+    heads: list[Head] = []
+    seen: set[Head] = set()
     for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", part)
+        match = re.fullmatch(r"\s*(\d{1,6})\.(\d{1,6})\s*", part)  # no network has a million layers
         if match is None:
             raise ZooError(
-                f"--ablate takes LAYER.HEAD[,LAYER.HEAD...] counted from 0, e.g. 0.1,1.0; not {part.strip()!r}"
+                f"--ablate takes LAYER.HEAD[,LAYER.HEAD...] counted from 0, e.g. 0.1,1.0; not '{printable(part.strip(), 40)}'"
             )
-        heads.append((int(match.group(1)), int(match.group(2))))
+        head = (int(match.group(1)), int(match.group(2)))
+        if head in seen:
+            raise ZooError(f"--ablate names head {head[0]}.{head[1]} twice; name each head once")
+        seen.add(head)
+        heads.append(head)
     return heads
 
 
 def check_heads(model, heads: Sequence[Head]) -> None:
     counts = head_counts(model)
+    if len(heads) > sum(counts):  # before each is looked at: a list of 20,000 is one line, at once
+        raise ZooError(
+            f"--ablate names {len(heads):,} heads; '{model.name}' has {sum(counts)} "
+            f"({len(counts)} layers of {', '.join(map(str, sorted(set(counts))))} heads)"
+        )
     for layer, head in heads:
         if layer >= len(counts):
             raise ZooError(f"layer {layer}: '{model.name}' has {len(counts)} layers, 0 to {len(counts) - 1}")

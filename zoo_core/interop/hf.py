@@ -401,14 +401,17 @@ def _check_weights_file(weights: Path) -> None:
         )
 
 
-def import_hf(folder: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None):
+def import_hf(
+    folder: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None, replace: bool = False
+):
     """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
-    ``gpt`` variant in the user's catalogue. The folder's README.md (a Hub model
-    card), when it has one, gives the license (unless ``license`` is given),
-    tags, description and dataset (`hub_card_fields`)."""
+    ``gpt`` variant in the user's catalogue (over the user's own variant of that
+    name only with ``replace``). The folder's README.md (a Hub model card), when
+    it has one, gives the license (unless ``license`` is given), tags,
+    description and dataset (`hub_card_fields`)."""
     if not folder.is_dir():
         raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder)")
-    check_name_is_free(name)
+    check_name_is_free(name, replace)
     config = _gpt2_config(folder)
     weights = folder / "model.safetensors"
     if not weights.exists():

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
 from ..catalogue.limits import limits
+from ..catalogue.publishing import refuse_overwrite
 from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
 from ..loading.api import build_network, catalogue
@@ -37,9 +38,9 @@ def builtin_char_vocabulary() -> Path:
     raise ZooError("the built-in catalogue has no 65-character vocabulary; give the tokenizer with --tokenizer FILE")
 
 
-def check_name_is_free(name: str) -> None:
+def check_name_is_free(name: str, replace: bool = False) -> None:
     """A name lives in one layer only: an import may replace the user's own
-    variant of that name, never a built-in or plugin one."""
+    variant of that name (with ``replace``: `--replace`), never a built-in or plugin one."""
     if not re.fullmatch(ModelCard.model_fields["name"].metadata[0].pattern, name):
         raise ZooError(
             f"--name '{name}': a variant name is lower-case letters, digits, '-' and '.', starting with a letter or digit"
@@ -50,6 +51,8 @@ def check_name_is_free(name: str) -> None:
         return
     if existing.layer != USER_PLUGIN:
         raise ZooError(f"variant '{name}' already exists (plugin '{existing.plugin}'); choose another --name")
+    if not replace and existing.card.checkpoint.sha256 is not None:
+        refuse_overwrite(existing)
 
 
 def tokenizer_for_vocabulary(vocab_size: int, tokenizer_file: Path | None) -> tuple[TokenizerSpec, Path]:

@@ -188,10 +188,11 @@ def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
 
 
 def import_nanogpt(
-    path: Path, name: str, tokenizer_file: Path | None = None, license: str = "unspecified"
+    path: Path, name: str, tokenizer_file: Path | None = None, license: str = "unspecified", replace: bool = False
 ) -> tuple[ModelCard, Path]:
-    """Convert the checkpoint to safetensors with a card in the user's catalogue."""
-    check_name_is_free(name)
+    """Convert the checkpoint to safetensors with a card in the user's catalogue
+    (over the user's own variant of that name only with ``replace``)."""
+    check_name_is_free(name, replace)
     checkpoint = read_nanogpt_checkpoint(path)
     check_tensors_are_dense(path, checkpoint["model"])
     try:

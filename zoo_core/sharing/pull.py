@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ..catalogue.cards import ModelCard
 from ..catalogue.registry import Variant
-from ..errors import ZooError
+from ..errors import ZooError, printable, shown_list
 from ..storage.locations import cache_dir, zoo_home
 from ..storage.staging import remove_leftover_staging
 from .archives import archive_manifest, install_archive
@@ -34,9 +34,15 @@ class Offer:
     remote: Remote
     name: str
     card: dict
-    url: str
+    index_url: str
+    path: str  # the archive's, relative to the index
     size: int
     sha256: str
+
+    @property
+    def url(self) -> str:
+        # Joined when used, not for every entry: an index may list 300,000 names.
+        return urljoin(self.index_url, self.path)
 
 
 def remote_offers(remote: Remote) -> list[Offer]:
@@ -45,13 +51,13 @@ def remote_offers(remote: Remote) -> list[Offer]:
     try:
         index = json.loads(fetch_bytes(url))
     except (ValueError, RecursionError):
-        raise ZooError(f"remote '{remote.name}': {url} is not JSON; is this a zoo catalogue?") from None
+        raise ZooError(f"remote '{remote.name}': {printable(url)} is not JSON; is this a zoo catalogue?") from None
     if not isinstance(index, dict) or not isinstance(index.get("variants"), list):
-        raise ZooError(f"remote '{remote.name}': {url} is not a zoo catalogue index")
+        raise ZooError(f"remote '{remote.name}': {printable(url)} is not a zoo catalogue index")
     if index.get("format") != INDEX_FORMAT:
         raise ZooError(
-            f"remote '{remote.name}': index format {index.get('format')!r}, this zoo reads {INDEX_FORMAT}; "
-            "upgrade the older side"
+            f"remote '{remote.name}': index format {printable(repr(index.get('format')), 40)}, "
+            f"this zoo reads {INDEX_FORMAT}; upgrade the older side"
         )
     offers = []
     for entry in index["variants"]:
@@ -68,11 +74,11 @@ def remote_offers(remote: Remote) -> list[Offer]:
             and _ARCHIVE_PATH.match(archive["path"])
             and ".." not in archive["path"].split("/")
         ):
-            raise ZooError(f"remote '{remote.name}': {url} has a malformed entry: {json.dumps(entry)[:120]}")
-        offers.append(
-            Offer(
-                remote, entry["name"], entry["card"], urljoin(url, archive["path"]), archive["size"], archive["sha256"]
+            raise ZooError(
+                f"remote '{remote.name}': {printable(url)} has a malformed entry: {printable(json.dumps(entry), 120)}"
             )
+        offers.append(
+            Offer(remote, entry["name"], entry["card"], url, archive["path"], archive["size"], archive["sha256"])
         )
     return offers
 
@@ -89,8 +95,9 @@ def find_offer(spec: str) -> Offer:
         for offer in offers:
             if offer.name == name:
                 return offer
-        seen.append(f"{remote.name} offers {', '.join(o.name for o in offers) or 'nothing'}")
-    raise ZooError(f"no remote offers '{name}': " + "; ".join(seen))
+        # The names come from another machine: escaped, and a few of them with a count.
+        seen.append(f"{remote.name} offers {shown_list([o.name for o in offers]) or 'nothing'}")
+    raise ZooError(f"no remote offers '{printable(name)}': " + "; ".join(seen))
 
 
 def downloads_folder() -> Path:
@@ -113,7 +120,10 @@ def pull(spec: str, new_name: str | None = None):
     path, downloaded = fetch_archive(offer)
     held = archive_manifest(path).get("variant")
     if held != offer.name:  # the hash matched the index, but the index put another variant under this name
-        raise ZooError(f"{offer.url}: the archive holds '{held}', not '{offer.name}' as the index says; refused")
+        raise ZooError(
+            f"{printable(offer.url)}: the archive holds '{printable(str(held))}', "
+            f"not '{printable(offer.name)}' as the index says; refused"
+        )
     card = install_archive(path, new_name, origin={"source": offer.url, "remote": offer.remote.name})
     return card, offer, downloaded
 
@@ -139,7 +149,8 @@ def offered_variants(remote: Remote) -> list:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise ZooError(
-                f"remote '{remote.name}': the card of '{offer.name}' is invalid ({where}: {first['msg']})"
+                f"remote '{remote.name}': the card of '{printable(offer.name)}' is invalid "
+                f"({printable(where, 80)}: {printable(first['msg'], 120)})"
             ) from None
         variants.append(Variant(card, Path(offer.url), "remote", f"remote {remote.name}"))
     return variants

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import ZooError
+from ..errors import ZooError, printable
 from ..storage.files import atomic_write_text, exclusive_lock, read_limited, shared_lock
 from ..storage.locations import zoo_home
 from ..storage.toml_text import render_toml
+from .download import check_url
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SCHEMES = ("http", "https", "file")
@@ -49,19 +50,19 @@ def remotes_path() -> Path:
 
 
 def normalise_url(url: str) -> str:
-    """The URL as stored; a plain folder path becomes its ``file://`` URL."""
-    parts = urlsplit(url)
-    if not parts.scheme:
+    """The URL as stored, checked (`check_url`); a plain folder path becomes its ``file://`` URL."""
+    if "://" not in url and not url.startswith("file:"):
         folder = Path(url).expanduser().resolve()
         if not folder.is_dir():
-            raise ZooError(f"{url}: not a URL and not a folder; give http://, https:// or file:// (or a folder)")
-        return folder.as_uri()
-    if parts.scheme not in SCHEMES:
-        raise ZooError(f"{url}: unsupported scheme '{parts.scheme}'; a remote is http://, https:// or file://")
-    if parts.scheme in ("http", "https") and not parts.hostname:
-        raise ZooError(f"{url}: no host in the URL")
+            raise ZooError(
+                f"{printable(url)}: not a URL and not a folder; give http://, https:// or file:// (or a folder)"
+            )
+        url = folder.as_uri()
+    parts = check_url(url, SCHEMES)
     if parts.scheme == "file" and (parts.netloc not in ("", "localhost") or not parts.path.startswith("/")):
-        raise ZooError(f"{url}: a file:// URL names an absolute folder on this machine, e.g. file:///mnt/zoo")
+        raise ZooError(
+            f"{printable(url)}: a file:// URL names an absolute folder on this machine, e.g. file:///mnt/zoo"
+        )
     return url
 
 
@@ -82,7 +83,7 @@ def _read() -> list[Remote]:
     entries = table.get("remotes", {})
     for name, entry in entries.items() if isinstance(entries, dict) else []:
         if not NAME.match(name) or not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
-            raise ZooError(f"{path}: remote '{name}' needs a plain name and a url = \"...\" string")
+            raise ZooError(f"{path}: remote '{printable(name)}' needs a plain name and a url = \"...\" string")
         remotes.append(Remote(name, entry["url"]))
     return remotes
 
@@ -106,13 +107,15 @@ def _change(change) -> list[Remote]:
 
 def add_remote(name: str, url: str) -> Remote:
     if not NAME.match(name):
-        raise ZooError(f"'{name}': a remote's name is letters, digits, '.', '_' and '-' (at most 64)")
+        raise ZooError(f"'{printable(name)}': a remote's name is letters, digits, '.', '_' and '-' (at most 64)")
     remote = Remote(name, normalise_url(url))
 
     def add(remotes: list[Remote]) -> list[Remote]:
         for existing in remotes:
             if existing.name == name:
-                raise ZooError(f"remote '{name}' already exists ({existing.url}); `zoo remote remove {name}` first")
+                raise ZooError(
+                    f"remote '{name}' already exists ({printable(existing.url)}); `zoo remote remove {name}` first"
+                )
         return [*remotes, remote]
 
     _change(add)
@@ -125,7 +128,7 @@ def remove_remote(name: str) -> Remote:
     def remove(remotes: list[Remote]) -> list[Remote]:
         removed.extend(r for r in remotes if r.name == name)
         if not removed:
-            raise ZooError(f"no remote '{name}'; {_known(remotes)}")
+            raise ZooError(f"no remote '{printable(name)}'; {_known(remotes)}")
         return [r for r in remotes if r.name != name]
 
     _change(remove)
@@ -137,7 +140,7 @@ def get_remote(name: str) -> Remote:
     for remote in remotes:
         if remote.name == name:
             return remote
-    raise ZooError(f"no remote '{name}'; {_known(remotes)}")
+    raise ZooError(f"no remote '{printable(name)}'; {_known(remotes)}")
 
 
 def _known(remotes: list[Remote]) -> str:

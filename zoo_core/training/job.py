@@ -45,6 +45,7 @@ class TrainingJob:
     out: Path | None = None  # the output folder (default runs/NAME)
     publish: bool = False  # into the user catalogue (or the last --registry file) instead
     new_name: str | None = None  # the trained variant's name (default: the variant's own)
+    replace: bool = False  # publish over a variant of that name already in the destination catalogue
     resume: bool = False  # continue from the state an interrupted run saved
     resume_command: str | None = None  # how to say to continue after Ctrl-C (default: in words)
     checkpoint_every: int | None = None  # steps between saved states (None: the recipe's eval_every; 0: never)

@@ -24,7 +24,13 @@ from pydantic import ValidationError
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import VARIANT_NAME, ComponentSource, Metrics, ModelCard, Recipe, TrainedWith
 from ..catalogue.layers import command_line_registries
-from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card, remove_unnamed
+from ..catalogue.publishing import (
+    content_named_tokenizer,
+    history_of,
+    publish_card,
+    refuse_overwrite,
+    remove_unnamed,
+)
 from ..catalogue.registry import Variant, read_registry_file
 from ..catalogue.suggestions import plugin_training_advice
 from ..corpus.batches import Corpus, describe_characters, drop_characters, unknown_characters
@@ -151,7 +157,7 @@ def plan_training(job: TrainingJob) -> TrainingPlan:
     check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
     target_name = job.new_name or name
     card = _target_card(variant.card, name, target_name, job, recipe, text)
-    registry_file, checkpoint_path = _destination(variant, target_name, job.publish, job.out, plugins)
+    registry_file, checkpoint_path = _destination(variant, target_name, job.publish, job.out, plugins, job.replace)
     plan = TrainingPlan(
         name, target_name, variant, card, recipe, trainer, text, placement, plugins, registry_file, checkpoint_path
     )
@@ -576,8 +582,11 @@ def _variant_to_train(name: str, job: TrainingJob, plugins) -> Variant:
     return catalogue(plugins).get(name)
 
 
-def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins) -> tuple[Path, Path]:
-    """The registry file and checkpoint a run writes."""
+def _destination(
+    variant: Variant, target_name: str, publish: bool, out_dir: Path | None, plugins, replace: bool = False
+) -> tuple[Path, Path]:
+    """The registry file and checkpoint a run writes. Publishing over another
+    variant of the destination catalogue (`--from`, `--name`) needs ``replace``."""
     if not publish:
         out_dir = (out_dir or Path("runs") / target_name).resolve()
         return out_dir / "registry.toml", out_dir / f"{target_name}.safetensors"
@@ -600,6 +609,8 @@ def _destination(variant: Variant, target_name: str, publish: bool, out_dir: Pat
             f"variant '{target_name}' already exists in the {holder.layer} catalogue ({holder.source}); "
             f"publish under a new name with --name NEW"
         )
+    if holder is not None and holder.card.checkpoint.sha256 is not None and not replace:
+        refuse_overwrite(holder)
     return registry_file, registry_file.parent / "checkpoints" / f"{target_name}.safetensors"
 
 
@@ -703,6 +714,8 @@ def check_data_parallel_run(job: TrainingJob, world_size: int) -> Path:
             f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
         )
     check_batch_splits(card.recipe.batch_size, world_size, job.grad_accum)
-    state_path = training_state_path(_destination(variant, job.new_name or name, job.publish, job.out, plugins)[1])
+    state_path = training_state_path(
+        _destination(variant, job.new_name or name, job.publish, job.out, plugins, job.replace)[1]
+    )
     _check_resumable(job, state_path)
     return state_path

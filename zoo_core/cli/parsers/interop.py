@@ -27,6 +27,12 @@ def import_arguments(commands) -> None:
     p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
     p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
     p.add_argument(
+        "--replace",
+        action="store_true",
+        help="import over your own variant of that name; its weights and card stay until the new ones are "
+        "committed (default: refused, naming it)",
+    )
+    p.add_argument(
         "--tokenizer",
         type=Path,
         default=None,

@@ -60,3 +60,21 @@ def listing_actions(parser: argparse.ArgumentParser, dest: str, help: str):
         return added
 
     return action
+
+
+def download_options(parser: argparse.ArgumentParser) -> None:
+    """--deadline and --min-rate of a command that downloads (zoo_core.sharing.download)."""
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="give up a download (retries included) that is not done in this time "
+        "(default: $ZOO_DOWNLOAD_DEADLINE, else 3600)",
+    )
+    parser.add_argument(
+        "--min-rate",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="give up a download slower than this over 10 s, 0 for no minimum "
+        "(default: $ZOO_DOWNLOAD_MIN_RATE, else 1024)",
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .. import completers
 from ..completers import complete_with
-from .options import listing_actions
+from .options import download_options, listing_actions
 
 
 def remote_arguments(commands) -> None:
@@ -37,9 +37,11 @@ def pull_arguments(commands) -> None:
         description="Download VARIANT's archive from REMOTE (default: the first remote offering it), resuming "
         "an interrupted download, check its size and sha256 against the remote's index, and install it into "
         "your catalogue. The archive is cached by its sha256: pulling it again downloads nothing. "
-        "Timeouts: ZOO_HTTP_TIMEOUT (seconds); largest download: ZOO_MAX_DOWNLOAD.",
+        "Timeouts: ZOO_HTTP_TIMEOUT (seconds, each wait), --deadline (the whole download) and --min-rate; "
+        "largest download: ZOO_MAX_DOWNLOAD (docs/sharing.md).",
     )
     variant = p.add_argument("variant", metavar="[REMOTE/]VARIANT", help="e.g. 'team/gpt-char-mini' or 'gpt-char-mini'")
     complete_with(variant, completers.remote_prefixes)
     p.add_argument("--name", help="install it under this name instead (when the name is taken)")
+    download_options(p)
     p.set_defaults(run="remotes:cmd_pull")

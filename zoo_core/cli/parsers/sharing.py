@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import completers
 from ..completers import complete_with
+from .options import download_options
 
 
 def pack_arguments(commands) -> None:
@@ -22,4 +23,5 @@ def install_arguments(commands) -> None:
     )
     complete_with(archive, completers.archives)
     p.add_argument("--name", default=None, help="install under this name instead of the archive's")
+    download_options(p)
     p.set_defaults(run="sharing:cmd_install")

@@ -89,6 +89,12 @@ def _destination_arguments(p) -> None:
     p.add_argument(
         "--name", dest="new_name", metavar="NEW", help="name of the trained variant (default: the variant's own name)"
     )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="publish over a variant of that name already in your catalogue; its weights, card and log stay "
+        "until the new ones are committed (default: refused, naming it and its steps)",
+    )
 
 
 def _how_to_run_arguments(p) -> None:
