@@ -146,3 +146,16 @@ def test_a_first_start_answers_while_its_gallery_builds(tmp_path):
         server.stop()
     assert "zoo serve: building the gallery" in log and "GET /health" not in log
 
+
+
+def test_a_gallery_that_cannot_be_built_says_why_and_the_server_goes_on(tmp_path):
+    from zoo_core.web.site_builder import SiteBuilder
+
+    in_the_way = tmp_path / "site"
+    in_the_way.write_text("a file where the gallery's folder should be")
+    builder = SiteBuilder(in_the_way)
+    builder.start()
+    _wait_for(lambda: builder.state != "building", 60, "the build never ended")
+    assert builder.state == f"failed: {in_the_way} exists and is not a folder" and not builder.ready
+    page = builder.building_page()
+    assert page.status_code == 503 and "could not be built" in page.body.decode()

@@ -12,6 +12,7 @@ written are served meanwhile.
 
 from __future__ import annotations
 
+import html
 import sys
 import threading
 import time
@@ -28,6 +29,13 @@ BUILDING_PAGE = """<!doctype html>
 <p>Every variant is measured once (its samples, attention maps, the bigram comparison); this page reloads
 itself until the gallery is ready ({seconds:.0f} s so far). The <a href="/sample">sampling page</a> and the
 API (<a href="/v1/models">/v1/models</a>, /v1/completions) answer already.</p></body></html>
+"""
+
+FAILED_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>No gallery — zoo</title>
+<link rel="stylesheet" href="/static/zoo.css"></head>
+<body><h1>The gallery could not be built</h1><p>{reason}</p>
+<p>The <a href="/sample">sampling page</a> and the API answer; a change to the catalogue builds it again.</p></body></html>
 """
 
 
@@ -50,7 +58,11 @@ class SiteBuilder:
         self._wanted.set()
 
     def building_page(self) -> HTMLResponse:
-        page = BUILDING_PAGE.format(seconds=time.monotonic() - self._started)
+        """What the gallery's pages answer until the first build is done (or why it failed)."""
+        if self.state.startswith("failed"):
+            page = FAILED_PAGE.format(reason=html.escape(self.state.removeprefix("failed: ")))
+        else:
+            page = BUILDING_PAGE.format(seconds=time.monotonic() - self._started)
         return HTMLResponse(page, status_code=503, headers={"Retry-After": "3", "Cache-Control": "no-store"})
 
     def _run(self) -> None:
