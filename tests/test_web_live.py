@@ -94,8 +94,10 @@ def test_a_variant_trained_while_serving_is_listed_sampled_and_removed(server, c
     _wait_for(lambda: httpx.get(f"{server.url}/variants/{NEW}.html", timeout=30).status_code == 200, 300,
               f"the gallery never showed {NEW}: {server.output()}")
 
+    assert NEW in server.get_json("/health")["loaded"]
     assert zoo("remove", NEW).code == 0
     assert _ids(client) == {"bigram"}
+    assert NEW not in server.get_json("/health")["loaded"]  # its model (and its batch) let go
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve(NEW)
     with pytest.raises(openai.NotFoundError, match="unknown model"):

@@ -185,12 +185,23 @@ class Completions:
             raise Refused(404, f"model '{request.model}' has no published weights", kind="not_found_error")
         return request, prompts
 
-    def _batcher(self, model) -> Batcher:
+    def submit(self, model, rows: list[Row]) -> None:
+        """Hand rows to the model's batch (made on first use); under the guard, so a batch is never retired between."""
         with self._guard:
-            # A variant published again under its name is a new model: it gets a batch of its own.
-            if model.name not in self._batchers or self._batchers[model.name].model is not model:
-                self._batchers[model.name] = Batcher(model, self.limits.max_concurrent_generations)
-            return self._batchers[model.name]
+            batcher = self._batchers.get(model.name)
+            if batcher is None or batcher.model is not model:  # published anew: a new model, a batch of its own
+                if batcher is not None:
+                    batcher.retire()
+                batcher = self._batchers[model.name] = Batcher(model, self.limits.max_concurrent_generations)
+            batcher.submit(rows)
+
+    def retire(self, names) -> None:
+        """The batches of variants whose cards changed or went away end once their rows are done."""
+        with self._guard:
+            for name in names:
+                batcher = self._batchers.pop(name, None)
+                if batcher is not None:
+                    batcher.retire()
 
     async def respond(self, request: Request, body: bytes) -> Response:
         try:
@@ -351,7 +362,7 @@ class _Run:
             settings = self.params.sampling_settings(choice.seed, self.params.max_tokens)
             ids = self.encoded[choice.index // self.params.n]
             rows.append(Row(ids, settings, deliver, loop, self.cancel, self.params.logprobs))
-        self.service._batcher(self.model).submit(rows)
+        self.service.submit(self.model, rows)
 
     def close(self) -> None:
         self.cancel.set()  # rows still running or waiting leave at the next round

@@ -35,10 +35,11 @@ class Snapshot:
 class LiveCatalogue:
     """The current `Snapshot`, read again whenever the registry files' stamp changes.
 
-    ``on_change`` is called (on the thread that noticed) after each re-read; a
-    model loaded from a card that changed or went away is dropped from ``cache``."""
+    ``on_change`` is called (on the thread that noticed) after each re-read with
+    the names whose cards changed or went away; their loaded models are dropped
+    from ``cache`` first."""
 
-    def __init__(self, cache: ModelCache, on_change: Callable[[], None] | None = None):
+    def __init__(self, cache: ModelCache, on_change: Callable[[list[str]], None] | None = None):
         self.cache, self.on_change = cache, on_change
         self._lock = threading.Lock()
         # Fixed for the server's life: the plugins (and so their files) are those it started with.
@@ -66,7 +67,7 @@ class LiveCatalogue:
             self.cache.forget(changed)
             self._stamp, self._snapshot = stamp, snapshot
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(changed)
         return snapshot
 
 

@@ -114,7 +114,13 @@ def create_app(
 
     cache = cache or ModelCache()
     metrics = metrics or ServerMetrics()
-    live = LiveCatalogue(cache, on_change=builder.rebuild if builder is not None else None)
+
+    def catalogue_changed(names: list[str]) -> None:
+        answering.retire(names)  # their batches let their models go
+        if builder is not None:
+            builder.rebuild()
+
+    live = LiveCatalogue(cache, on_change=catalogue_changed)
     answering = Completions(cache, limits, live, metrics)
     templates = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape())
 
