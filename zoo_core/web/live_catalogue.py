@@ -2,7 +2,9 @@
 
 A variant trained, installed or pulled while `zoo serve` runs lands in the user
 catalogue's registry file (``$ZOO_HOME/registry.toml``); one removed leaves it.
-Every listing and request first compares the registry files' stamps (size,
+Each listing (/v1/models, /v1/models/ID, the sampling page, the catalogue's
+index, the gallery's front page) and each completion first compares the
+registry files' stamps (size,
 modification time, inode: zoo_core.catalogue.layers.registry_stamp) with those
 the catalogue was read at, and reads it again when they differ: a new variant is
 listed and served by the next request, a removed one is gone (404), and a
