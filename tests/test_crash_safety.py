@@ -124,7 +124,9 @@ REPUBLISH = ["train", "bigram", "--steps", "3", "--seed", "7", "--publish", "--n
 def test_a_remove_killed_at_any_point_leaves_the_variant_or_nothing(zoo, private_home, published):
     """The fast representative (no torch in `zoo remove`): every point."""
     assert _sweep(zoo, private_home, ["remove", "my-bigram"], "my-bigram", published, None) >= 2
-    assert sorted(path.name for path in (private_home / "checkpoints").iterdir()) == ["my-bigram.log.jsonl"]
+    assert not (private_home / "checkpoints").exists()  # emptied, then removed
+    # The run's log stays, beside the catalogue (not among its weights): the record of what was done.
+    assert sorted(path.name for path in (private_home / "runs" / "my-bigram").iterdir()) == ["my-bigram.log.jsonl"]
 
 
 def test_an_import_killed_either_side_of_its_commit_point_is_old_then_new(zoo, tmp_path, private_home):
@@ -152,7 +154,7 @@ def test_a_kill_at_any_point_of_a_publish_leaves_old_or_new(zoo, tmp_path, priva
     assert new != published
     assert _sweep(zoo, private_home, REPUBLISH, "my-bigram", published, new) >= 10
     files = sorted(path.name for path in (private_home / "checkpoints").iterdir())
-    assert files == ["bpe-1024.tiktoken", "my-bigram.history.json", "my-bigram.log.jsonl", "my-bigram.safetensors"], files
+    assert files == ["bpe-1024.tiktoken", "my-bigram.history.json", "my-bigram.safetensors"], files
 
 
 @pytest.mark.slow

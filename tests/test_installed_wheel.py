@@ -354,7 +354,7 @@ def test_the_readmes_five_commands_take_ones_own_text_to_a_fine_tuned_model(inst
     base_loss, tuned_loss = (model["validation_loss"] for model in compared["models"])
     assert tuned_loss < base_loss - 0.5, compared
     home = installed.home / ".local" / "share" / "zoo"
-    assert (home / "checkpoints" / "my-gpt.log.jsonl").is_file()
+    assert (home / "runs" / "my-gpt" / "my-gpt.log.jsonl").is_file()  # beside the catalogue, not among its weights
 
     # One byte of the text changed: training on it, and scoring the card on it, are refused in one line.
     notes = installed.workdir / "notes.txt"

@@ -152,9 +152,48 @@ def test_mlflow_reads_back_the_loss_curve_tags_params_and_artifacts(trained):
     assert [point.step for point in client.get_metric_history(run.info.run_id, "eval/validation")] == [1, STEPS]
     assert run.data.metrics["validation_loss"] == _lines(trained / f"{GPT}.log.jsonl")[-1]["validation_loss"]
     artifacts = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
-    assert {f"{GPT}.safetensors", f"{GPT}.history.json", "registry.toml", "card.json"} <= artifacts
+    assert artifacts == {f"{GPT}.history.json", "card.json"}  # the weights are in --out already
     card = json.loads(Path(client.download_artifacts(run.info.run_id, "card.json", str(trained))).read_text())
     assert card["name"] == GPT and card["recipe"]["steps"] == STEPS
+
+
+@needs_libraries
+def test_a_published_fine_tune_logs_beside_the_catalogue_and_says_where(zoo, private_home, one_thread):
+    """`--from` publishes into $ZOO_HOME: the logs go to $ZOO_HOME/runs/NAME/, never
+    among the weights in checkpoints/, and the run names that folder when it starts
+    (stderr) and ends (stdout), piped as here; the readers find the logs there."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = zoo("train", "my-bigram", "--from", "bigram", "--steps", "3", "--set", "eval_windows=16",
+                 "--log-to", "tensorboard", "--log-to", "mlflow", "--log-checkpoints")
+    assert result.code == 0, result.err
+    started = [line for line in result.err.splitlines() if line.startswith("my-bigram: logs in ")]
+    ended = [line for line in result.out.splitlines() if line.startswith("  logs in ")]
+    assert len(started) == 1 and len(ended) == 1, (result.err, result.out)
+    folder = Path(started[0].split("logs in ", 1)[1].split(": ", 1)[0])
+    assert folder == private_home / "runs" / "my-bigram"
+    assert ended[0].strip() == started[0].removeprefix("my-bigram: ")  # the same places, said twice
+    assert "tensorboard/my-bigram-" in ended[0] and "mlflow/mlflow.db (run " in ended[0]
+    assert sorted(path.name for path in (private_home / "checkpoints").iterdir()) == [
+        "bpe-1024.tiktoken", "my-bigram.history.json", "my-bigram.safetensors"]
+
+    header = _lines(folder / "my-bigram.log.jsonl")[0]
+    (run_folder,) = (folder / "tensorboard").iterdir()
+    assert [point.step for point in EventAccumulator(str(run_folder)).Reload().Scalars("train/loss")] == [1, 2, 3]
+    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow' / 'mlflow.db'}")
+    run = client.get_run(header["logs"]["mlflow_run_id"])
+    assert header["logs"]["mlflow_run_id"] in ended[0] and run.data.tags["base"] == "bigram"
+    assert [point.step for point in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
+    # --log-checkpoints: the weights too, besides the card and the history.
+    artifacts = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
+    assert artifacts == {"my-bigram.safetensors", "my-bigram.history.json", "card.json"}
+
+
+def test_log_checkpoints_without_mlflow_is_one_line(zoo):
+    result = zoo("train", "my-bigram", "--from", "bigram", "--steps", "1", "--log-checkpoints")
+    assert result.code == 1 and result.err.strip() == (
+        "zoo: error: --log-checkpoints keeps the weights in the MLflow run: add --log-to mlflow")
 
 
 @needs_libraries

@@ -27,12 +27,14 @@ def free_port() -> int:
 class Server:
     """`zoo serve` as a subprocess; stopped (by its own pid) when the test ends."""
 
-    def __init__(self, *arguments: str):
+    def __init__(self, *arguments: str, environment: dict[str, str] | None = None, gallery: bool = False):
+        """``environment``: variables set for the server besides this process's; ``gallery``:
+        let it build its own gallery (by default the API tests go without)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        environment = {**os.environ, **(environment or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         self.log = tempfile.TemporaryFile()
-        if "--site" not in arguments:
+        if "--site" not in arguments and not gallery:
             arguments = ("--no-gallery", *arguments)  # the API tests need no gallery built
         self.process = subprocess.Popen([*ZOO, "serve", "--port", str(self.port), *arguments],
                                         stdout=self.log, stderr=subprocess.STDOUT, env=environment)

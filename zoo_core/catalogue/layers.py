@@ -85,6 +85,29 @@ def registry_files(plugins: PluginSet) -> list[RegistryFile]:
     return unique
 
 
+def watched_registry_files(plugins: PluginSet | None = None) -> list[Path]:
+    """Every registry file the catalogue is read from, the user catalogue's even
+    before it exists (the first publish creates it): what a server watches."""
+    plugins = plugins or get_plugins()
+    return list(dict.fromkeys([*(file.path for file in registry_files(plugins)), user_registry_path()]))
+
+
+def registry_stamp(paths: list[Path]) -> tuple:
+    """Each file's size, modification time and inode (None while absent): a
+    different stamp means a different catalogue. A ``stat`` per file, cheap enough
+    for a server to take on every request (zoo_core.web.live_catalogue); every
+    write the zoo makes replaces the file, which changes all three."""
+    return tuple(_file_stamp(path) for path in paths)
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:  # absent (not published yet, removed) or unreadable: reading says which
+        return None
+    return status.st_mtime_ns, status.st_size, status.st_ino
+
+
 def read_into(catalogue: Catalogue, file: RegistryFile) -> None:
     """Add ``file``'s variants: in the user's own layers (user, extra) a clashing
     name is refused variant by variant; a built-in or plugin file clashes whole."""

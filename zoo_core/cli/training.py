@@ -15,7 +15,8 @@ from ..loading.merging import merge_adapter_variant
 from ..plugin_api.manager import get_plugins
 from ..training.distributed import launch, run_worker
 from ..training.job import TrainingJob
-from ..training.run import check_data_parallel_run, early_stop, train_variant
+from ..training.run import check_data_parallel_run, early_stop, run_log_folder, train_variant
+from ..training.run_log import read_run_header, whereabouts
 from ..training.studies import StudyConfig, curve_eval_every, load_study, run_study
 
 CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working folder
@@ -48,6 +49,7 @@ _JOB_OPTIONS = {
     "skip_unknown": "--skip-unknown",
     "grad_accum": "--grad-accum",
     "log_to": "--log-to",
+    "log_checkpoints": "--log-checkpoints",
 }
 
 # Options that set one recipe field for this run: the option's dest and the field.
@@ -165,6 +167,10 @@ def cmd_train(args) -> int:
             f"{ran} ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)"
         )
     print(f"  card in {registry_file}")
+    logs = run_log_folder(registry_file, card.name, job.publish)
+    header = read_run_header(logs / f"{card.name}.log.jsonl")
+    if header is not None:  # where this run's logs went, as its jsonl log records them
+        print(f"  {whereabouts(logs, header['logs'])}")
     if not job.publish:
         print(f"  use it: {_use_it_command(registry_file, card.name)} sample {card.name} --prompt ...")
     return 0

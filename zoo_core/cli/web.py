@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..web.connections import ConnectionLimits
 from ..web.gallery import served_site_folder, write_gallery
 from ..web.security import Security, check_bind
@@ -31,11 +29,8 @@ def cmd_serve(args) -> int:
     connections = ConnectionLimits(
         args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections
     )
-    site = args.site
-    if site is None and not args.no_gallery:
-        # Measurements are cached per checkpoint: only the first start pays for them.
+    site, build_site = args.site, args.site is None and not args.no_gallery
+    if build_site:  # written while the server answers; measurements cached per checkpoint
         site = served_site_folder()
-        print(f"zoo serve: writing the gallery to {site} ...", file=sys.stderr, flush=True)
-        write_gallery(site, quiet=True)
-    serve(args.host, args.port, site, limits, security, connections)
+    serve(args.host, args.port, site, limits, security, connections, build_site, args.log_level)
     return 0

@@ -42,6 +42,7 @@ class TrainingJob:
     skip_unknown: bool = False  # drop characters the tokenizer cannot encode (counted) instead of refusing
     grad_accum: int = 1  # micro-batches per update (gradient accumulation); the update is the same
     log_to: tuple[str, ...] = ()  # run logs besides the default jsonl: "tensorboard", "mlflow", "csv", KIND=WHERE
+    log_checkpoints: bool = False  # keep the weights in the MLflow run too (else only the card and history)
     out: Path | None = None  # the output folder (default runs/NAME)
     publish: bool = False  # into the user catalogue (or the last --registry file) instead
     new_name: str | None = None  # the trained variant's name (default: the variant's own)
@@ -85,6 +86,8 @@ class TrainingJob:
             raise ZooError(f"--interim-eval-windows must be at least 1, not {self.interim_eval_windows}")
         if self.log_to:  # an unknown kind or a missing library, before anything is trained
             parse_log_targets(self.log_to)
+        if self.log_checkpoints and not any(kind.partition("=")[0].strip().lower() == "mlflow" for kind in self.log_to):
+            raise ZooError("--log-checkpoints keeps the weights in the MLflow run: add --log-to mlflow")
 
     @property
     def checkpoint_interval(self) -> int:

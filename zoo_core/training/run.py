@@ -80,7 +80,7 @@ def train_variant(job: TrainingJob) -> tuple[ModelCard, Path]:
     ``placement`` instead, and only its rank 0 writes anything.
 
     The run's metrics go to its logs as it goes (`open_run_log`): NAME.log.jsonl
-    beside the checkpoint, and those ``job.log_to`` names; a resumed run appends.
+    and those ``job.log_to`` names, in `run_log_folder`; a resumed run appends.
     """
     plan = plan_training(job)
     prepared = prepare_training(plan, job)
@@ -315,16 +315,17 @@ def run_training(
     state = _state_to_resume(plan, prepared, job)
     run_log = None
     if plan.writer:  # closed when the run ends, however it ends (the logs say how)
-        checkpoint_path = plan.checkpoint_path
         run_log = logs.enter_context(
             open_run_log(
                 job.log_to,
-                checkpoint_path.parent,
-                checkpoint_path.stem,
+                run_log_folder(plan.registry_file, plan.target_name, job.publish),
+                plan.target_name,
                 _run_description(plan.target_name, recipe),
                 resumed_at=state.step if state else None,
             )
         )
+        if not job.quiet:  # said before the first step, in a terminal and in a pipe alike
+            print(f"{plan.target_name}: {run_log.whereabouts()}", file=sys.stderr, flush=True)
     progress = TrainingProgress(
         plan.target_name,
         recipe.steps,
@@ -428,10 +429,19 @@ def publish_training(
         new_card.metrics.model_dump(exclude_none=True),
         checkpoint=checkpoint_path,
         sha256=sha,
-        files=[checkpoint_path, history_path, *([] if job.publish else [registry_file])],
+        # The weights are in the catalogue (or --out) already: a second copy only when asked.
+        files=[history_path, *([checkpoint_path] if job.log_checkpoints else [])],
         documents={"card.json": json.dumps(new_card.model_dump(mode="json", exclude_none=True), indent=1) + "\n"},
     )
     return new_card, registry_file
+
+
+def run_log_folder(registry_file: Path, name: str, published: bool) -> Path:
+    """Where a run's logs go: beside its results, never among a catalogue's weights.
+    A run written to ``--out DIR`` (the folder of ``registry_file``) logs there; one
+    published into a catalogue logs in ``runs/NAME/`` beside that catalogue's
+    registry file (``$ZOO_HOME/runs/NAME/`` for the user catalogue)."""
+    return registry_file.parent / "runs" / name if published else registry_file.parent
 
 
 def _card_files(plan: TrainingPlan, job: TrainingJob, card: ModelCard) -> ModelCard:

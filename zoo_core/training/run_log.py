@@ -188,7 +188,25 @@ def open_run_log(
             sinks.append(sink)
         for sink in sinks:
             sink.start(header, resumed_at)
-    return RunLog(sinks)
+    return RunLog(sinks, folder)
+
+
+def whereabouts(folder: Path, logs: Mapping[str, Any]) -> str:
+    """``logs in FOLDER: NAME.log.jsonl, tensorboard/RUN, mlflow/mlflow.db (run ID)``:
+    where a run's logs are (``logs`` as the jsonl log's first line records them),
+    each inside ``folder`` by its path there, one placed elsewhere by its own."""
+    folder = folder.resolve()
+
+    def shown(where: str) -> str:
+        path = Path(where.removeprefix("sqlite:///"))  # MLflow's database by its file
+        if not path.is_absolute():
+            return where  # a tracking URI, shown as given
+        return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
+
+    parts = [shown(str(logs[kind])) for kind in LOG_KINDS if kind in logs]
+    if "mlflow_run_id" in logs:
+        parts[-1] += f" (run {logs['mlflow_run_id']})"
+    return f"logs in {folder}: {', '.join(parts)}"
 
 
 def prepare_run_logs(log_to: Iterable[str], folder: Path, experiment: str) -> None:
@@ -258,8 +276,9 @@ class RunLog:
     (MLflow's database, TensorBoard's records) does not hold up training. A log
     that fails raises its error at the next flush, or when the logs close."""
 
-    def __init__(self, sinks: Sequence[_Sink]):
+    def __init__(self, sinks: Sequence[_Sink], folder: Path):
         self.sinks = list(sinks)
+        self.folder = folder  # where the logs go unless ``--log-to KIND=WHERE`` says otherwise
         self._buffer: list[tuple[str, int, Mapping[str, Any], float]] = []
         self._flushed = time.monotonic()
         self._last_step: int | None = None
@@ -270,6 +289,10 @@ class RunLog:
     def details(self) -> dict[str, Any]:
         """Where the logs are: kind (or ``mlflow_run_id``) to path or URI."""
         return {key: value for sink in self.sinks for key, value in sink.details.items()}
+
+    def whereabouts(self) -> str:
+        """Where the logs are, in one line (see `whereabouts`)."""
+        return whereabouts(self.folder, self.details)
 
     def log_step(self, step: int, metrics: Mapping[str, Any]) -> None:
         """One update's metrics (numbers or one-element tensors), written out in batches."""

@@ -129,6 +129,7 @@ class Batcher:
         self.waiting: list[Row] = []
         self._outbox: list[tuple[Row, object]] = []
         self._wake = threading.Condition()
+        self._retired = False
         threading.Thread(target=self._run, name=f"zoo-batch-{model.name}", daemon=True).start()
 
     def submit(self, rows: list[Row]) -> None:
@@ -136,11 +137,20 @@ class Batcher:
             self.waiting.extend(rows)
             self._wake.notify()
 
+    def retire(self) -> None:
+        """End the thread (and let the model go) once the rows it holds are done:
+        its variant was removed or published anew. Nothing is submitted after this."""
+        with self._wake:
+            self._retired = True
+            self._wake.notify()
+
     def _run(self) -> None:
         with torch.inference_mode():
             while True:
                 with self._wake:
                     while not self.waiting and not self.rows:
+                        if self._retired:
+                            return
                         self._wake.wait()
                     joining = self.waiting[: self.max_rows - len(self.rows)]
                     del self.waiting[: len(joining)]

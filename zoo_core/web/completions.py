@@ -35,6 +35,7 @@ from ..inference.sampling import sample_seeds
 from ..inference.settings import OPTION_NAMES, SamplingSettings
 from .batching import Admission, Batcher, Drawn, Finished, QueueFull, Row
 from .generation import ModelCache, answer_text, is_task_model
+from .live_catalogue import LiveCatalogue, Snapshot
 from .scoring import prompt_logprobs
 
 MAX_LOGPROBS = 20
@@ -109,8 +110,8 @@ def _describe(error: ValidationError) -> str:
 class Completions:
     """The completions endpoint: parsing, the batches (one per variant) and the replies."""
 
-    def __init__(self, cache: ModelCache, limits, variants: dict, servable: set[str], metrics=None):
-        self.cache, self.limits, self.variants, self.servable = cache, limits, variants, servable
+    def __init__(self, cache: ModelCache, limits, catalogue: LiveCatalogue, metrics=None):
+        self.cache, self.limits, self.catalogue = cache, limits, catalogue
         self.metrics = metrics  # a web.metrics.ServerMetrics, or None
         self.admission = Admission(limits.max_concurrent_generations, limits.max_queued_generations)
         self._batchers: dict[str, Batcher] = {}
@@ -127,8 +128,9 @@ class Completions:
             batchers = list(self._batchers.values())
         return sum(len(b.rows) for b in batchers), sum(len(b.waiting) for b in batchers)
 
-    def parse(self, body: bytes) -> tuple[CompletionRequest, list]:
-        """The request and its prompts (each a string or a list of token ids)."""
+    def parse(self, body: bytes, snapshot: Snapshot) -> tuple[CompletionRequest, list]:
+        """The request and its prompts (each a string or a list of token ids); its
+        model must be one of ``snapshot``'s with weights."""
         try:
             raw = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -177,21 +179,33 @@ class Completions:
                 f"field 'n': {rows} samples in one request; the server runs and queues at most {capacity}",
                 limit="max_queued_generations",
             )
-        if request.model not in self.variants:
+        if request.model not in snapshot.variants:
             raise Refused(404, f"unknown model '{request.model}'; GET /v1/models lists them", kind="not_found_error")
-        if request.model not in self.servable:
+        if request.model not in snapshot.servable:
             raise Refused(404, f"model '{request.model}' has no published weights", kind="not_found_error")
         return request, prompts
 
-    def _batcher(self, model) -> Batcher:
+    def submit(self, model, rows: list[Row]) -> None:
+        """Hand rows to the model's batch (made on first use); under the guard, so a batch is never retired between."""
         with self._guard:
-            if model.name not in self._batchers:
-                self._batchers[model.name] = Batcher(model, self.limits.max_concurrent_generations)
-            return self._batchers[model.name]
+            batcher = self._batchers.get(model.name)
+            if batcher is None or batcher.model is not model:  # published anew: a new model, a batch of its own
+                if batcher is not None:
+                    batcher.retire()
+                batcher = self._batchers[model.name] = Batcher(model, self.limits.max_concurrent_generations)
+            batcher.submit(rows)
+
+    def retire(self, names) -> None:
+        """The batches of variants whose cards changed or went away end once their rows are done."""
+        with self._guard:
+            for name in names:
+                batcher = self._batchers.pop(name, None)
+                if batcher is not None:
+                    batcher.retire()
 
     async def respond(self, request: Request, body: bytes) -> Response:
         try:
-            params, prompts = self.parse(body)
+            params, prompts = self.parse(body, await asyncio.to_thread(self.catalogue.current))
             try:
                 model = await asyncio.to_thread(self.cache.get, params.model)
             except ZooError as exc:
@@ -348,7 +362,7 @@ class _Run:
             settings = self.params.sampling_settings(choice.seed, self.params.max_tokens)
             ids = self.encoded[choice.index // self.params.n]
             rows.append(Row(ids, settings, deliver, loop, self.cancel, self.params.logprobs))
-        self.service._batcher(self.model).submit(rows)
+        self.service.submit(self.model, rows)
 
     def close(self) -> None:
         self.cancel.set()  # rows still running or waiting leave at the next round

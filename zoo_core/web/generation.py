@@ -36,6 +36,12 @@ class ModelCache:
                 self._models[name] = load(name, self._plugins)
             return self._models[name]
 
+    def forget(self, names) -> None:
+        """Drop these variants' models: their cards changed or went away, so the next request loads anew."""
+        with self._guard:
+            for name in names:
+                self._models.pop(name, None)
+
     def loaded(self) -> list[str]:
         return sorted(self._models)
 

@@ -1,12 +1,20 @@
 """`zoo serve`: the gallery, a sampling page and an OpenAI-style completions API.
 
 - ``GET /`` the gallery (built by `zoo gallery`), ``GET /sample`` the sampling page
-- ``GET /v1/models``, ``POST /v1/completions`` (``"stream": true`` answers with
-  server-sent events: ``data: {chunk}`` lines, then ``data: [DONE]``)
+- ``GET /v1/models``, ``GET /v1/models/ID``, ``POST /v1/completions``
+  (``"stream": true`` answers with server-sent events: ``data: {chunk}``
+  lines, then ``data: [DONE]``)
 - ``GET /metrics``: Prometheus' text format (zoo_core.web.metrics)
 - ``GET /catalogue/index.json`` and ``GET /catalogue/archives/NAME.zoo``: the
   read-only catalogue other machines pull from (`zoo pull`, see zoo_core.sharing);
   archives carry their sha256 as a strong ETag and answer byte ranges
+
+The catalogue is read again when a registry file changes
+(zoo_core.web.live_catalogue): variants published, installed or removed while
+the server runs are listed and served, or gone, at the next request. A gallery
+the server writes for itself is built on a thread of its own
+(zoo_core.web.site_builder) while everything else answers. Each request is
+logged in one line (zoo_core.web.access_log).
 
 Every model is loaded once and shared. Completions (zoo_core.web.completions)
 are drawn by one continuous batch per variant in its own thread
@@ -20,6 +28,8 @@ zoo_core.web.connections.
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import sys
 import threading
 from dataclasses import dataclass
@@ -34,15 +44,18 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import ZooError
-from ..loading.api import catalogue, has_published_weights
 from ..sharing.index import build_index
+from ..storage.files import describe_os_error
+from .access_log import AccessLog, configure
 from .completions import Completions
 from .connections import ConnectionLimits, descriptor_shortage, protocol_for
 from .exhaustion_log import log_exhaustion_once_per
 from .generation import ModelCache
+from .live_catalogue import LiveCatalogue, Snapshot
 from .metrics import MetricsMiddleware, ServerMetrics
 from .security import Security, bind_notice, check_bind
 from .security import middleware as security_middleware
+from .site_builder import SiteBuilder
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -93,29 +106,47 @@ def create_app(
     cache: ModelCache | None = None,
     security: Security = Security(),
     metrics: ServerMetrics | None = None,
+    builder: SiteBuilder | None = None,
 ) -> Starlette:
-    """The ASGI app; ``site`` is a folder written by `zoo gallery` (optional)."""
+    """The ASGI app; ``site`` is a folder written by `zoo gallery` (optional), or
+    the one ``builder`` is writing (then its pages wait until it is built)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     cache = cache or ModelCache()
     metrics = metrics or ServerMetrics()
-    variants = {v.name: v for v in catalogue()}
-    servable = {name for name, v in variants.items() if _has_weights(v)}
-    answering = Completions(cache, limits, variants, servable, metrics)
+
+    def catalogue_changed(names: list[str]) -> None:
+        answering.retire(names)  # their batches let their models go
+        if builder is not None:
+            builder.rebuild()
+
+    live = LiveCatalogue(cache, on_change=catalogue_changed)
+    answering = Completions(cache, limits, live, metrics)
     templates = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape())
 
+    async def current() -> Snapshot:
+        return await asyncio.to_thread(live.current)  # a re-read after a change validates cards: off the loop
+
+    def described(snapshot: Snapshot, name: str) -> dict:
+        variant = snapshot.variants[name]
+        return {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": variant.plugin,
+            "context_length": variant.card.context_length,
+        }
+
     async def models(request: Request) -> Response:
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": 0,
-                "owned_by": variants[name].plugin,
-                "context_length": variants[name].card.context_length,
-            }
-            for name in sorted(servable)
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        snapshot = await current()
+        return JSONResponse({"object": "list", "data": [described(snapshot, n) for n in sorted(snapshot.servable)]})
+
+    async def model(request: Request) -> Response:
+        snapshot, name = await current(), request.path_params["name"]
+        if name not in snapshot.servable:
+            why = "has no published weights" if name in snapshot.variants else "is unknown"
+            return _error(404, f"model '{name}' {why}; GET /v1/models lists them", kind="not_found_error")
+        return JSONResponse(described(snapshot, name))
 
     async def completions(request: Request) -> Response:
         try:
@@ -125,14 +156,19 @@ def create_app(
         return await answering.respond(request, body)
 
     async def sample_page(request: Request) -> Response:
-        names = sorted(servable)
+        names = sorted((await current()).servable)
         page = templates.get_template("sample.html").render(
             variants=names, limits=limits, gallery=site is not None, needs_key=bool(security.api_key)
         )
         return Response(page, media_type="text/html")
 
     async def index(request: Request) -> Response:
-        if site is not None and (site / "index.html").is_file():
+        if site is None:
+            return RedirectResponse("/sample")
+        await current()  # a changed catalogue starts the builder's next build
+        if builder is not None and not builder.ready:
+            return builder.building_page()
+        if (site / "index.html").is_file():
             return FileResponse(site / "index.html")
         return RedirectResponse("/sample")
 
@@ -144,7 +180,10 @@ def create_app(
         return Response(body, headers={"Content-Type": content_type})
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "loaded": cache.loaded(), "generations": answering.generations})
+        gallery = "off" if site is None else builder.state if builder is not None else "ready"
+        return JSONResponse(
+            {"status": "ok", "loaded": cache.loaded(), "generations": answering.generations, "gallery": gallery}
+        )
 
     routes = [
         Route("/", index),
@@ -153,14 +192,16 @@ def create_app(
         Route("/metrics", metrics_page),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/v1/models", models),
+        Route("/v1/models/{name}", model),
         Route("/v1/completions", completions, methods=["POST"]),
-        *_catalogue_routes(),
+        *_catalogue_routes(live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     if site is not None:
-        routes.append(Mount("/", StaticFiles(directory=site, html=True), name="gallery"))
-    # Counted first, so that refused requests show in the metrics too.
-    middleware = [Middleware(MetricsMiddleware, metrics=metrics), *security_middleware(security)]
+        pages = StaticFiles(directory=site, html=True, check_dir=builder is None)
+        routes.append(Mount("/", pages if builder is None else _WhenBuilt(builder, pages), name="gallery"))
+    # The access log outermost, then the metrics: refused requests show in both.
+    middleware = [Middleware(AccessLog), Middleware(MetricsMiddleware, metrics=metrics), *security_middleware(security)]
     return Starlette(
         routes=routes,
         middleware=middleware,
@@ -168,17 +209,33 @@ def create_app(
     )
 
 
-def _catalogue_routes() -> list[Route]:
+class _WhenBuilt:
+    """The gallery's pages once the builder has written them; until then, the page saying it is being built."""
+
+    def __init__(self, builder: SiteBuilder, pages: StaticFiles):
+        self.builder, self.pages = builder, pages
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self.builder.ready:
+            await self.pages(scope, receive, send)
+        else:
+            await self.builder.building_page()(scope, receive, send)
+
+
+def _catalogue_routes(live: LiveCatalogue) -> list[Route]:
     """The remote catalogue `zoo pull` reads: the index and the archives it lists."""
     shared: dict = {}
     shared_lock = threading.Lock()
 
     def shared_catalogue() -> tuple[dict, dict[str, Path]]:
         # Built on first use, not at start: packing the archives is work a server
-        # that nobody pulls from should not pay.
+        # that nobody pulls from should not pay. Built again for a changed
+        # catalogue; archives of unchanged variants come from the archive cache.
+        snapshot = live.current()
         with shared_lock:
-            if not shared:
+            if shared.get("snapshot") is not snapshot:
                 shared["index"], shared["archives"] = build_index(warn=True)
+                shared["snapshot"] = snapshot
             return shared["index"], shared["archives"]
 
     async def catalogue_index(request: Request) -> Response:
@@ -222,10 +279,6 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return _error(500, f"internal error: {type(exc).__name__}", kind="server_error")
 
 
-def _has_weights(variant) -> bool:
-    return has_published_weights(variant)
-
-
 def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -233,18 +286,24 @@ def serve(
     limits: Limits = Limits(),
     security: Security = Security(),
     connections: ConnectionLimits = ConnectionLimits(),
+    build_site: bool = False,
+    log_level: str = "info",
 ) -> None:
+    """Serve until stopped. ``build_site``: ``site`` is the gallery's folder, to
+    be written (in the background) rather than served as it is."""
     import uvicorn
 
     check_bind(host, security.api_key)
-    if site is not None and not (site / "index.html").is_file():
+    if site is not None and not build_site and not (site / "index.html").is_file():
         raise ZooError(f"{site}: no gallery here (index.html missing); write one with `zoo gallery --out {site}`")
-    app = create_app(site, limits, security=security)
+    listening = bind(host, port)  # before anything is printed: a busy port is one line, nothing else
+    port = listening.getsockname()[1]  # the one the system chose for --port 0
+    builder = SiteBuilder(site) if build_site and site is not None else None
+    app = create_app(site, limits, security=security, builder=builder)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
-        log_level="warning",
+        log_level=configure(log_level),
+        access_log=False,  # zoo_core.web.access_log's lines say how long each request took
         timeout_graceful_shutdown=2,
         http=protocol_for(connections),
         loop="zoo_core.web.connections:OneAcceptPerTurnLoop",
@@ -267,4 +326,23 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
-    uvicorn.Server(config).run()
+    if builder is not None:
+        print(f"zoo serve: building the gallery in {site} (the API answers meanwhile) ...", file=sys.stderr, flush=True)
+        builder.start()
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here so that a port in use is the
+    zoo's one-line error, said before the banner, not uvicorn's log and exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ZooError(f"port {port} on {host} is in use (another server?); choose another with --port") from None
+        raise ZooError(f"cannot listen on {host}:{port}: {describe_os_error(exc)}") from None
+    return listening

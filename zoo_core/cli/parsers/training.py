@@ -100,7 +100,12 @@ def _destination_arguments(p) -> None:
 def _how_to_run_arguments(p) -> None:
     """Progress, logs, saved states, compiling, device and precision."""
     p.add_argument("--quiet", action="store_true", help="no progress display")
-    log_to_option(p, "NAME.log.jsonl beside the checkpoint")
+    log_to_option(p, "NAME.log.jsonl in the run's folder, or in CATALOGUE/runs/NAME/ when published")
+    p.add_argument(
+        "--log-checkpoints",
+        action="store_true",
+        help="with --log-to mlflow, keep the weights in the MLflow run too (default: only the card and history)",
+    )
     p.add_argument(
         "--log-every",
         type=int,

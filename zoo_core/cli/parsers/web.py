@@ -50,6 +50,13 @@ def serve_arguments(commands) -> None:
         metavar="N",
         help="rows that may wait for a place in a batch; more get HTTP 429 (default: %(default)s)",
     )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="info: a line per request (method, path, status, duration) on stderr; warning, error: problems only; "
+        "debug: uvicorn's own messages too (default: %(default)s)",
+    )
     safety = p.add_argument_group("network safety (docs/serving.md)")
     safety.add_argument(
         "--api-key",
