@@ -44,7 +44,7 @@ def tuned(zoo, text, private_home):
     """my-tune: bigram fine-tuned for 6 steps, in the user catalogue."""
     result = zoo("train", "my-tune", "--from", "bigram", "--steps", "6", "--data", str(text), *QUICK)
     assert result.code == 0, result.err
-    assert (private_home / "checkpoints" / "my-tune.log.jsonl").exists()
+    assert (private_home / "runs" / "my-tune" / "my-tune.log.jsonl").exists()
     return _snapshot(private_home)
 
 
@@ -63,7 +63,7 @@ def test_replace_publishes_over_it_and_verifies_clean(zoo, text, private_home, t
     replaced = zoo("train", "my-tune", "--from", "bigram", "--steps", "2", "--data", str(text), "--replace", *QUICK)
     assert replaced.code == 0, replaced.err
     assert zoo_core.get_variant("my-tune").card.recipe.steps == 2
-    log = (private_home / "checkpoints" / "my-tune.log.jsonl").read_text().splitlines()
+    log = (private_home / "runs" / "my-tune" / "my-tune.log.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["kind"] == "end"
     assert zoo("verify", "my-tune").code == 0
 

@@ -33,7 +33,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
-from urllib.parse import SplitResult, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 from urllib.request import url2pathname
 
 from rich.console import Console
@@ -44,6 +44,7 @@ from ..errors import ZooError, printable
 from ..storage.checkpoints import sha256_file
 from ..storage.files import describe_os_error, exclusive_lock, make_folder, open_regular
 from ..version import __version__
+from .urls import HTTP_SCHEMES, check_url
 
 MAX_REDIRECTS = 5
 MAX_INDEX_BYTES = 64 << 20
@@ -54,7 +55,6 @@ DEFAULT_MIN_RATE = 1024.0  # bytes per second: far below any working link, far a
 RATE_WINDOW = 10.0  # seconds the rate is averaged over: a TCP retransmission or two is no stall
 DEFAULT_MAX_DOWNLOAD = "16G"
 CHUNK = 1 << 16
-HTTP_SCHEMES = ("http", "https")
 
 
 def _number_setting(variable: str, default: float, what: str, low_inclusive: bool = False) -> float:
@@ -76,28 +76,6 @@ def timeout() -> float:
 
 def max_download() -> int:
     return parse_size(os.environ.get("ZOO_MAX_DOWNLOAD") or DEFAULT_MAX_DOWNLOAD, "ZOO_MAX_DOWNLOAD")
-
-
-def check_url(url: str, schemes: tuple[str, ...] = (*HTTP_SCHEMES, "file")) -> SplitResult:
-    """``url``'s parts, refused in one line unless it is plain printable ASCII
-    (a newline in a URL would forge a line wherever it is shown) with one of
-    ``schemes`` and, for http(s), a host."""
-    if not url or any(not 33 <= ord(character) < 127 for character in url):
-        raise ZooError(
-            f"{printable(url)!r}: a URL is printable ASCII without spaces (percent-encode anything else, e.g. %20)"
-        )
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is what can fail
-    except ValueError as exc:
-        raise ZooError(f"{printable(url)}: not a valid URL ({exc})") from None
-    if parts.scheme not in schemes:
-        raise ZooError(
-            f"{printable(url)}: unsupported scheme '{parts.scheme}'; " + ", ".join(f"{s}://" for s in schemes)
-        )
-    if parts.scheme in HTTP_SCHEMES and not parts.hostname:
-        raise ZooError(f"{printable(url)}: no host in the URL")
-    return parts
 
 
 class _Pace:

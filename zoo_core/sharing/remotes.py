@@ -24,7 +24,7 @@ from ..errors import ZooError, printable
 from ..storage.files import atomic_write_text, exclusive_lock, read_limited, shared_lock
 from ..storage.locations import zoo_home
 from ..storage.toml_text import render_toml
-from .download import check_url
+from .urls import check_url
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SCHEMES = ("http", "https", "file")
