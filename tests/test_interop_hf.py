@@ -104,9 +104,9 @@ def test_export_then_import_round_trip(exported, zoo):
 def test_import_refuses_pickled_weights_and_other_models(tmp_path, zoo):
     folder = tmp_path / "m"
     folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "config.json").write_text('{"model_type": "bert"}')
     result = zoo("import", "hf", str(folder), "--name", "x")
-    assert result.code == 1 and "only GPT-2-layout folders import" in result.err
+    assert result.code == 1 and "model_type 'bert'; the layouts that import are gpt2, llama" in result.err
     (folder / "config.json").write_text('{"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 1, "n_positions": 8}')
     (folder / "pytorch_model.bin").write_bytes(b"pickle")
     result = zoo("import", "hf", str(folder), "--name", "x")
