@@ -57,6 +57,23 @@ LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and transformers' for the same function.
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_new"}
 ZOO_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh"}
+# Transformer layout settings (docs/cards.md) the GPT-2 and TransformerLens mappings do not carry.
+UNMAPPED_LAYOUT = (
+    "n_kv_head",
+    "head_size",
+    "attention_bias",
+    "residual",
+    "sliding_window",
+    "embedding_scale",
+    "rope_base",
+    "rope_scaling",
+    "rotary_fraction",
+)
+
+
+def unmapped_layout(config: dict) -> str | None:
+    """The first layout setting ``config`` sets that no exporter maps yet, or None."""
+    return next((key for key in UNMAPPED_LAYOUT if key in config), None)
 
 
 def transformer_layout(card) -> dict:
@@ -90,10 +107,12 @@ def gpt2_refusal(model) -> str | None:
     encoding = type(network.positions)
     if encoding.rotate is not PositionEncodingBase.rotate or encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
-    if config.get("activation", "relu") not in HF_ACTIVATIONS:
-        return f"'{name}': activation '{config['activation']}' has no GPT-2 counterpart"
+    if config.get("mlp", "relu") not in HF_ACTIVATIONS:
+        return f"'{name}': mlp '{config['mlp']}' has no GPT-2 counterpart"
     if config.get("qk_norm"):
         return f"'{name}' normalises each head's queries and keys (qk_norm); GPT-2's attention has no such step"
+    if unmapped_layout(config):
+        return f"'{name}' sets {unmapped_layout(config)}, which the GPT-2 layout has no place for"
     if config.get("logit_softcap") is not None:
         return f"'{name}' soft-caps its logits (logit_softcap); GPT-2's head has no such step"
     return None
@@ -210,7 +229,7 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     quiet_transformers()
     try:
         state, fields = gpt2_state(
-            model.network, model.card.context_length, model.card.config.get("activation", "relu")
+            model.network, model.card.context_length, model.card.config.get("mlp", "relu")
         )
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
         raise ZooError(
@@ -477,7 +496,7 @@ def _zoo_gpt_config(folder: Path, config: dict[str, Any], sizes: dict[str, int],
         "positions": "learned",
         "block": "pre-norm",
         "norm": "layernorm",
-        "activation": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "mlp": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
         "layer_bias": True,
         "tie_embeddings": tied,
         "bias": False,
