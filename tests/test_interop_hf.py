@@ -66,7 +66,7 @@ def test_transformers_loads_the_export_with_the_zoos_logits_and_ids(exported, na
     ("transformer-1b-learned-post-ctx8", "post-norm blocks"),
     ("gpt-char-mini-rope", "Llama's layout has RoPE and RMSNorm, but no bias on its vocabulary head"),
     ("bigram", "is a bigram model"),
-    ("gpt-char-speedrun", "activation 'relu2' has no GPT-2 counterpart"),
+    ("gpt-char-speedrun", "mlp 'relu2' has no GPT-2 counterpart"),
 ])
 def test_unmappable_variants_are_refused_in_one_line(zoo, tmp_path, name, reason):
     result = zoo("export", name, "--format", "hf", "--out", str(tmp_path / "out"))
@@ -84,7 +84,7 @@ def test_tiny_gpt2_imports_with_its_logits(tmp_path, zoo):
     result = zoo("import", "hf", str(tmp_path / "tiny"), "--name", "tiny-gpt2")
     assert result.code == 0, result.err
     model = zoo_core.load("tiny-gpt2")
-    assert model.card.config["activation"] == "gelu-tanh" and model.card.config["tie_embeddings"]
+    assert model.card.config["mlp"] == "gelu-tanh" and model.card.config["tie_embeddings"]
     ids = torch.tensor([model.tokenizer.encode(VALIDATION[:32])])
     with torch.no_grad():
         assert float((reference(ids).logits - model.network(ids)[0]).abs().max()) <= 1e-5

@@ -59,13 +59,30 @@ LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and transformers' for the same function.
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_new"}
 ZOO_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh"}
+# Transformer layout settings (docs/cards.md) the GPT-2 and TransformerLens mappings do not carry.
+UNMAPPED_LAYOUT = (
+    "n_kv_head",
+    "head_size",
+    "attention_bias",
+    "residual",
+    "sliding_window",
+    "embedding_scale",
+    "rope_base",
+    "rope_scaling",
+    "rotary_fraction",
+)
+
+
+def unmapped_layout(config: dict) -> str | None:
+    """The first layout setting ``config`` sets that no exporter maps yet, or None."""
+    return next((key for key in UNMAPPED_LAYOUT if key in config), None)
 
 
 def transformer_layout(card) -> dict:
     """The card's config with what a transformer card may leave unset filled in as
     the transformer builds it (pre-norm blocks, LayerNorm, learned positions):
     what the exporters check and map."""
-    return {"block": "pre-norm", "norm": "layernorm", "positions": "learned", "residual": "sequential", **card.config}
+    return {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
 
 
 def family_layout(model) -> dict:
@@ -80,6 +97,7 @@ def family_layout(model) -> dict:
     qkv_bias = "blocks.0.attention.qkv.bias" in has_bias
     eps = network.final_norm.eps
     return {
+        "residual": "sequential",
         **config,
         "d_model": network.token_embedding.weight.shape[1],
         "n_layer": len(network.blocks),
@@ -87,7 +105,7 @@ def family_layout(model) -> dict:
         "n_kv_head": (attention.qkv.weight.shape[0] // head_size - config["n_head"]) // 2,
         "d_ff": network.blocks[0].feed_forward.down.weight.shape[1],
         "norm_eps": float(torch.finfo(torch.float32).eps if eps is None else eps),
-        "mlp": config.get("mlp", config.get("activation", "relu")),
+        "mlp": config.get("mlp", "relu"),
         "layer_bias": "blocks.0.feed_forward.down.bias" in has_bias,
         "attention_bias": ("all" if "blocks.0.attention.proj.bias" in has_bias else "qkv") if qkv_bias else "none",
         "bias": network.lm_head.bias is not None,
@@ -115,18 +133,15 @@ def gpt2_refusal(model) -> str | None:
         return (
             f"'{name}' uses {config['norm']} without RoPE; GPT-2's layout has LayerNorm, Llama's has RMSNorm with RoPE"
         )
-    if config["residual"] != "sequential":
-        return f"'{name}' has a {config['residual']} residual without RoPE; GPT-NeoX's parallel layout has RoPE"
     encoding = type(network.positions)
     if encoding.rotate is not PositionEncodingBase.rotate or encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
-    activation = config.get("mlp", config.get("activation", "relu"))
-    if activation not in HF_ACTIVATIONS:
-        return f"'{name}': activation '{activation}' has no GPT-2 counterpart"
-    if config.get("n_kv_head", config["n_head"]) != config["n_head"]:
-        return f"'{name}' shares key/value heads (n_kv_head); GPT-2's attention has one per query head"
+    if config.get("mlp", "relu") not in HF_ACTIVATIONS:
+        return f"'{name}': mlp '{config['mlp']}' has no GPT-2 counterpart"
     if config.get("qk_norm"):
         return f"'{name}' normalises each head's queries and keys (qk_norm); GPT-2's attention has no such step"
+    if unmapped_layout(config):
+        return f"'{name}' sets {unmapped_layout(config)}, which the GPT-2 layout has no place for"
     if config.get("logit_softcap") is not None:
         return f"'{name}' soft-caps its logits (logit_softcap); GPT-2's head has no such step"
     return None
@@ -243,10 +258,9 @@ def gpt2_model(model):
     refusal = gpt2_refusal(model)
     if refusal:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
-    config = transformer_layout(model.card)
     try:
         state, fields = gpt2_state(
-            model.network, model.card.context_length, config.get("mlp", config.get("activation", "relu"))
+            model.network, model.card.context_length, model.card.config.get("mlp", "relu")
         )
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
         raise _not_laid_out(model, exc) from None
@@ -624,7 +638,7 @@ def _zoo_gpt_config(folder: Path, config: dict[str, Any], sizes: dict[str, int],
         "positions": "learned",
         "block": "pre-norm",
         "norm": "layernorm",
-        "activation": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "mlp": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
         "layer_bias": True,
         "tie_embeddings": tied,
         "bias": False,

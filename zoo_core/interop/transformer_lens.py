@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from ..errors import ZooError
 from ..loading.api import load
 from ..plugin_api.components import PositionEncodingBase
-from .hf import quiet_transformers, transformer_layout, verification_ids
+from .hf import quiet_transformers, transformer_layout, unmapped_layout, verification_ids
 from .hf_tokenizers import hf_tokenizer_for
 
 LOGIT_TOLERANCE = 1e-4
@@ -62,8 +62,11 @@ def transformer_lens_refusal(model) -> str | None:
         return f"'{name}': position encoding '{config['positions']}' biases attention scores; HookedTransformer has no such step"
     if encoding.rotate is not PositionEncodingBase.rotate and config["positions"] != "rope":
         return f"'{name}': position encoding '{config['positions']}' rotates queries and keys in its own way; only the zoo's rope maps"
-    if config.get("activation", "relu") not in TL_ACTIVATIONS:
-        return f"'{name}': activation '{config['activation']}' has no HookedTransformer counterpart"
+    if config.get("mlp", "relu") not in TL_ACTIVATIONS:
+        return f"'{name}': mlp '{config['mlp']}' has no HookedTransformer counterpart"
+    if config.get("qk_norm") == "rmsnorm" or unmapped_layout(config):
+        setting = unmapped_layout(config) or "qk_norm"
+        return f"'{name}' sets {setting}, which the HookedTransformer mapping does not carry yet"
     return None
 
 
@@ -86,7 +89,7 @@ def hooked_transformer_config(model) -> dict:
         n_ctx=card.context_length,
         d_vocab=network.lm_head.weight.shape[0],
         d_mlp=network.blocks[0].feed_forward.up.weight.shape[0],
-        act_fn=TL_ACTIVATIONS[config.get("activation", "relu")],
+        act_fn=TL_ACTIVATIONS[config.get("mlp", "relu")],
         normalization_type="RMS" if rms else "LN",
         eps=float(eps),
         positional_embedding_type="rotary" if config["positions"] == "rope" else "standard",
