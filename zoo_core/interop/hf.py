@@ -554,7 +554,7 @@ def _family_import(folder: Path, layout: Layout, weights: Path) -> tuple[dict, i
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
-    tensors = {key: value for key, value in tensors.items() if not key.endswith(BUFFERS)}
+    tensors = {key: value for key, value in layout.from_file(tensors).items() if not key.endswith(BUFFERS)}
     unknown = sorted(set(tensors) - layout.known_names(n_layer))
     if unknown:
         raise ZooError(

@@ -71,7 +71,8 @@ class Layout:
     bias alike ("{i}" is the layer). ``attention``: the query, key and value
     modules, or one module holding them head by head. ``gate_up``: the gated
     feed-forward's gate and up modules. ``qk_norms``: the per-head query and key
-    scales. ``settings``/``fields``: the config, one way and the other."""
+    scales. ``settings``/``fields``: the config, one way and the other.
+    ``file_names``: older name prefixes a checkpoint file may use, and today's."""
 
     model_type: str
     architecture: str
@@ -81,6 +82,19 @@ class Layout:
     fields: Callable[[dict[str, Any]], dict[str, Any]]
     gate_up: tuple[str, str] | None = None
     qk_norms: tuple[str, str] | None = None
+    file_names: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def from_file(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Tensors under the names transformers gives them in memory: a file may
+        hold older ones (GPT-NeoX's head is ``embed_out`` in every checkpoint and
+        ``lm_head`` in transformers 5), which transformers renames as it loads."""
+        renamed = {}
+        for name, tensor in tensors.items():
+            for old, new in self.file_names.items():
+                if name.startswith(old):
+                    name = new + name[len(old) :]
+            renamed[name] = tensor
+        return renamed
 
     def to_zoo(self, theirs: dict[str, torch.Tensor], n_layer: int, heads: Heads) -> dict[str, torch.Tensor]:
         """The family's tensors under the zoo's names and in its layouts."""
@@ -365,9 +379,10 @@ GPT_NEOX = Layout(
         "blocks.{i}.feed_forward.up": f"{_NEOX_LAYER}.mlp.dense_h_to_4h",
         "blocks.{i}.feed_forward.down": f"{_NEOX_LAYER}.mlp.dense_4h_to_h",
         "final_norm": "gpt_neox.final_layer_norm",
-        "lm_head": "embed_out",
+        "lm_head": "lm_head",
     },
     attention=(f"{_NEOX_LAYER}.attention.query_key_value",),
+    file_names={"embed_out.": "lm_head."},
     settings=_neox_settings,
     fields=_neox_fields,
 )
@@ -383,15 +398,16 @@ def layout_for(config: dict[str, Any]) -> tuple[Layout | None, str]:
         return None, "Llama's layout has RoPE and RMSNorm, but no bias on its vocabulary head, which this variant has"
     if config.get("embedding_scale") not in (None, 1, 1.0) or config.get("logit_softcap") is not None:
         return None, "an embedding scale or logit soft-cap, which none of Llama, Mistral, Qwen and GPT-NeoX has"
-    if config["residual"] != "sequential":
-        if config["residual"] != "parallel" or config["norm"] != "layernorm" or config["mlp"] in GATED.values():
-            return None, (
-                f"a {config['residual']} residual with {config['norm']} and a {config['mlp']} feed-forward; "
-                "GPT-NeoX's is parallel with two LayerNorms and a plain feed-forward"
-            )
-        if config["n_kv_head"] != config["n_head"] or config.get("qk_norm") or config.get("sliding_window"):
-            return None, "GPT-NeoX's attention has no grouped heads, QK-norm or sliding window"
+    if config["norm"] == "layernorm" and config["mlp"] not in GATED.values():
+        if config["residual"] not in ("sequential", "parallel"):
+            return None, f"a {config['residual']} residual; GPT-NeoX's parallel residual has two LayerNorms"
+        if config["n_kv_head"] != config["n_head"] or config["head_size"] * config["n_head"] != config["d_model"]:
+            return None, "grouped key/value heads or a head size of its own, which GPT-NeoX's attention has not"
+        if config.get("qk_norm") or config.get("sliding_window") or config["attention_bias"] == "qkv":
+            return None, "QK-norm, a sliding window or query/key/value-only biases, which GPT-NeoX has not"
         return GPT_NEOX, ""
+    if config["residual"] != "sequential":
+        return None, f"a {config['residual']} residual with {config['norm']}; GPT-NeoX's has LayerNorm and a plain feed-forward"
     if config["norm"] != "rmsnorm" or config["mlp"] not in GATED.values():
         return None, f"{config['norm']} and a {config['mlp']} feed-forward; Llama's family has RMSNorm and a gated one"
     if config.get("rotary_fraction", 1.0) != 1.0:
