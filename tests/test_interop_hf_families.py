@@ -10,6 +10,7 @@ logits again. One case per family and per option that changes the arithmetic.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -172,6 +173,45 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
     assert again(PROMPTS[1], add_special_tokens=False)["input_ids"] == rows[1]
 
 
+SERVED = ["llama-gqa-untied", "mistral-sliding-window", "neox-parallel-partial-rotary"]
+
+
+def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(folders, zoo):
+    """Imported families served together, every prompt of every family asked at once,
+    greedy: each answer is transformers' own greedy continuation."""
+    pytest.importorskip("starlette", reason="the web tests need the web extra: pip install 'zoo-lm[web]'")
+    openai = pytest.importorskip("openai", reason="these tests need the web-test extra: pip install 'zoo-lm[web-test]'")
+    from tests.web_support import Server
+
+    expected = {}
+    for family in SERVED:
+        folder, reference = folders[family]
+        assert zoo("import", "hf", str(folder), "--name", family).code == 0
+        model = zoo_core.load(family)
+        ids, mask, _ = _left_padded([model.tokenizer.encode(p) for p in PROMPTS])
+        with torch.no_grad():
+            generated = reference.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                                           do_sample=False, pad_token_id=0)[:, ids.shape[1]:].tolist()
+        drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+        assert [s.tokens for s in drawn] == generated
+        expected.update({(family, s.prompt): s.text for s in drawn})
+
+    async def ask_all(url):
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300) as client:
+            return await asyncio.gather(*[
+                client.completions.create(model=family, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0)
+                for family, prompt in expected
+            ])
+
+    server = Server("--max-concurrent", "16")
+    try:
+        answers = asyncio.run(ask_all(server.url))
+    finally:
+        server.stop()
+    assert [a.choices[0].text for a in answers] == list(expected.values())
+    assert all(a.usage.completion_tokens == NEW_TOKENS for a in answers)
+
+
 def test_a_repository_id_imports_from_the_hugging_face_cache_with_the_network_off(folders, tmp_path, private_home):
     """The cache's layout, built by hand; the import runs as its own process, so
     HF_HUB_CACHE and HF_HUB_OFFLINE are read as huggingface_hub reads them, and
@@ -185,15 +225,17 @@ def test_a_repository_id_imports_from_the_hugging_face_cache_with_the_network_of
     closed = "http://127.0.0.1:9"
     environment = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1",
                    "HTTP_PROXY": closed, "HTTPS_PROXY": closed, "ALL_PROXY": closed, "OMP_NUM_THREADS": "1"}
-    zoo = [sys.executable, "-m", "zoo_core"]
-    done = subprocess.run([*zoo, "import", "hf", "tiny-org/tiny-llama", "--name", "cached"],
+    done = subprocess.run([sys.executable, "-m", "zoo_core", "import", "hf", "tiny-org/tiny-llama", "--name", "cached"],
                           capture_output=True, text=True, env=environment, timeout=300)
     assert done.returncode == 0, done.stderr
     get_plugins(reload=True)
     model = zoo_core.load("cached")
     rows = [model.tokenizer.encode(p) for p in PROMPTS]
     assert _largest_difference(reference, model.network, rows) <= TOLERANCE
-    missing = subprocess.run([*zoo, "import", "hf", "tiny-org/not-cached", "--name", "other"],
-                             capture_output=True, text=True, env=environment, timeout=300)
-    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
-    assert "'tiny-org/not-cached' is not in the Hugging Face cache" in missing.stderr
+
+
+
+def test_a_repository_id_not_in_the_cache_is_one_line(zoo):
+    missing = zoo("import", "hf", "tiny-org/not-cached", "--name", "other")
+    assert missing.code == 1 and len(missing.err.strip().splitlines()) == 1
+    assert "'tiny-org/not-cached' is not in the Hugging Face cache" in missing.err and "never downloads" in missing.err
