@@ -239,3 +239,32 @@ def test_a_repository_id_not_in_the_cache_is_one_line(zoo):
     missing = zoo("import", "hf", "tiny-org/not-cached", "--name", "other")
     assert missing.code == 1 and len(missing.err.strip().splitlines()) == 1
     assert "'tiny-org/not-cached' is not in the Hugging Face cache" in missing.err and "never downloads" in missing.err
+
+
+@pytest.mark.parametrize("family", ["llama-gqa-untied", "llama-llama3-rope", "mistral-sliding-window",
+                                    "qwen3-qk-norm", "neox-parallel-partial-rotary"])
+def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, family):
+    pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
+    from zoo_core.interop.transformer_lens import hooked_transformer
+
+    folder, reference = folders[family]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    model = zoo_core.load("imported")
+    lens = hooked_transformer(model)
+    config = reference.config
+    # Heads counted as TransformerLens counts them: query heads, and the key/value heads they share.
+    assert lens.cfg.n_heads == config.num_attention_heads
+    assert (lens.cfg.n_key_value_heads or lens.cfg.n_heads) == getattr(config, "num_key_value_heads", lens.cfg.n_heads)
+    ids = torch.tensor([model.tokenizer.encode(PROMPTS[1])])
+    with torch.no_grad():
+        logits, cache = lens.run_with_cache(ids)
+        ours, _ = model.network(ids)
+    assert float((logits - ours).abs().max()) <= 1e-4
+    assert cache["blocks.1.attn.hook_pattern"].shape == (1, config.num_attention_heads, ids.shape[1], ids.shape[1])
+    clean = "ROMEO: What light"
+    # Patching compares position by position: a corrupted prompt of the same length in tokens.
+    corrupt = next(text for text in ("ROMEO: What night", "ROMEO: What fight", "ROMEO: That light", "JULIET: What light")
+                   if len(model.tokenizer.encode(text)) == len(model.tokenizer.encode(clean)))
+    for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
+        shown = zoo("inspect", "imported", "--prompt", clean, *view)
+        assert shown.code == 0, (view, shown.err)
