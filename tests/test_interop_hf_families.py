@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,10 +22,11 @@ import sys
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="the interop extra is not installed: pip install -e '.[interop]'")
+transformers = pytest.importorskip(
+    "transformers", reason="the interop extra is not installed: pip install -e '.[interop]'"
+)
 
 import zoo_core  # noqa: E402
-from zoo_core.corpus.batches import split_text  # noqa: E402
 from zoo_core.corpus.datasets import read_text_file  # noqa: E402
 from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
 
@@ -33,36 +36,98 @@ TEXT = read_text_file(ROOT / "data" / "tinyshakespeare.txt").text
 PROMPTS = ["ROMEO: What light", "First Citizen:\nBefore we proceed any further, hear me", "KING"]
 TOLERANCE = 1e-5
 NEW_TOKENS = 6
-SMALL = dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
-             max_position_embeddings=64, initializer_range=0.1, bos_token_id=None, eos_token_id=None,
-             pad_token_id=None)
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+SMALL = dict(
+    hidden_size=48,
+    intermediate_size=80,
+    num_hidden_layers=2,
+    num_attention_heads=6,
+    max_position_embeddings=64,
+    initializer_range=0.1,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 # name: (config class, fields, tokenizer, the card settings the import must write)
 FAMILIES = {
-    "llama-gqa-untied": ("LlamaConfig", dict(SMALL, vocab_size=320, num_key_value_heads=2), "sentencepiece",
-                         {"n_kv_head": 2, "mlp": "swiglu", "tie_embeddings": False}),
-    "llama-llama3-rope": ("LlamaConfig", dict(SMALL, vocab_size=320, num_key_value_heads=3,
-                                              rope_parameters=LLAMA3_ROPE), "sentencepiece",
-                          {"rope_scaling": {"kind": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
-                                            "high_freq_factor": 4.0, "original_context_length": 16}}),
-    "mistral-sliding-window": ("MistralConfig", dict(SMALL, vocab_size=320, num_key_value_heads=2, head_dim=8,
-                                                     sliding_window=5), "sentencepiece",
-                               {"sliding_window": 5}),
-    "qwen2-qkv-bias-tied": ("Qwen2Config", dict(SMALL, vocab_size=320, num_key_value_heads=2,
-                                                tie_word_embeddings=True), "byte-level",
-                            {"attention_bias": "qkv", "tie_embeddings": True}),
-    "qwen3-qk-norm": ("Qwen3Config", dict(SMALL, vocab_size=320, num_key_value_heads=2, head_dim=16),
-                      "byte-level", {"qk_norm": "rmsnorm", "head_size": 16}),
-    "neox-parallel-partial-rotary": ("GPTNeoXConfig", dict(SMALL, vocab_size=384, num_attention_heads=3,
-                                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                                            "partial_rotary_factor": 0.25}),
-                                     "byte-level", {"residual": "parallel", "rotary_fraction": 0.25}),
-    "neox-sequential": ("GPTNeoXConfig", dict(SMALL, vocab_size=384, num_attention_heads=3, use_parallel_residual=False),
-                        "byte-level", {"residual": "sequential", "mlp": "gelu"}),
-    "gpt2": ("GPT2Config", dict(vocab_size=320, n_positions=64, n_embd=48, n_layer=2, n_head=6, n_inner=80,
-                                initializer_range=0.1, bos_token_id=None, eos_token_id=None), "byte-level",
-             {"tie_embeddings": True}),
+    "llama-gqa-untied": (
+        "LlamaConfig",
+        dict(SMALL, vocab_size=320, num_key_value_heads=2),
+        "sentencepiece",
+        {"n_kv_head": 2, "mlp": "swiglu", "tie_embeddings": False},
+    ),
+    "llama-llama3-rope": (
+        "LlamaConfig",
+        dict(SMALL, vocab_size=320, num_key_value_heads=3, rope_parameters=LLAMA3_ROPE),
+        "sentencepiece",
+        {
+            "rope_scaling": {
+                "kind": "llama3",
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_context_length": 16,
+            }
+        },
+    ),
+    "mistral-sliding-window": (
+        "MistralConfig",
+        dict(SMALL, vocab_size=320, num_key_value_heads=2, head_dim=8, sliding_window=5),
+        "sentencepiece",
+        {"sliding_window": 5},
+    ),
+    "qwen2-qkv-bias-tied": (
+        "Qwen2Config",
+        dict(SMALL, vocab_size=320, num_key_value_heads=2, tie_word_embeddings=True),
+        "byte-level",
+        {"attention_bias": "qkv", "tie_embeddings": True},
+    ),
+    "qwen3-qk-norm": (
+        "Qwen3Config",
+        dict(SMALL, vocab_size=320, num_key_value_heads=2, head_dim=16),
+        "byte-level",
+        {"qk_norm": "rmsnorm", "head_size": 16},
+    ),
+    "neox-parallel-partial-rotary": (
+        "GPTNeoXConfig",
+        dict(
+            SMALL,
+            vocab_size=384,
+            num_attention_heads=3,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        ),
+        "byte-level",
+        {"residual": "parallel", "rotary_fraction": 0.25},
+    ),
+    "neox-sequential": (
+        "GPTNeoXConfig",
+        dict(SMALL, vocab_size=384, num_attention_heads=3, use_parallel_residual=False),
+        "byte-level",
+        {"residual": "sequential", "mlp": "gelu"},
+    ),
+    "gpt2": (
+        "GPT2Config",
+        dict(
+            vocab_size=320,
+            n_positions=64,
+            n_embd=48,
+            n_layer=2,
+            n_head=6,
+            n_inner=80,
+            initializer_range=0.1,
+            bos_token_id=None,
+            eos_token_id=None,
+        ),
+        "byte-level",
+        {"tie_embeddings": True},
+    ),
 }
 
 
@@ -75,8 +140,12 @@ def _tokenizer(kind: str):
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      special_tokens=["<|endoftext|>"], show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=300,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=["<|endoftext|>"],
+            show_progress=False,
+        )
     else:
         tokenizer = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
         tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -132,7 +201,7 @@ def _largest_difference(hf_model, zoo_network, rows: list[list[int]]) -> float:
         worst = 0.0
         for r, row in enumerate(rows):
             ours, _ = zoo_network(torch.tensor([row]))
-            worst = max(worst, float((theirs[r, -len(row):] - ours[0]).abs().max()))
+            worst = max(worst, float((theirs[r, -len(row) :] - ours[0]).abs().max()))
     return worst
 
 
@@ -158,10 +227,11 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
 
     ids, mask, _ = _left_padded(rows)
     with torch.no_grad():
-        generated = reference.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
-                                       do_sample=False, pad_token_id=0)
+        generated = reference.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
+        )
     drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
-    assert [s.tokens for s in drawn] == generated[:, ids.shape[1]:].tolist()
+    assert [s.tokens for s in drawn] == generated[:, ids.shape[1] :].tolist()
 
     out = tmp_path / "export"
     done = zoo("export", "imported", "--format", "hf", "--out", str(out))
@@ -190,18 +260,21 @@ def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(
         model = zoo_core.load(family)
         ids, mask, _ = _left_padded([model.tokenizer.encode(p) for p in PROMPTS])
         with torch.no_grad():
-            generated = reference.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
-                                           do_sample=False, pad_token_id=0)[:, ids.shape[1]:].tolist()
+            generated = reference.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
+            )[:, ids.shape[1] :].tolist()
         drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
         assert [s.tokens for s in drawn] == generated
         expected.update({(family, s.prompt): s.text for s in drawn})
 
     async def ask_all(url):
         async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300) as client:
-            return await asyncio.gather(*[
-                client.completions.create(model=family, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0)
-                for family, prompt in expected
-            ])
+            return await asyncio.gather(
+                *[
+                    client.completions.create(model=family, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0)
+                    for family, prompt in expected
+                ]
+            )
 
     server = Server("--max-concurrent", "16")
     try:
@@ -212,27 +285,59 @@ def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(
     assert all(a.usage.completion_tokens == NEW_TOKENS for a in answers)
 
 
-def test_a_repository_id_imports_from_the_hugging_face_cache_with_the_network_off(folders, tmp_path, private_home):
-    """The cache's layout, built by hand; the import runs as its own process, so
-    HF_HUB_CACHE and HF_HUB_OFFLINE are read as huggingface_hub reads them, and
-    every proxy points at a closed port: any attempt to reach the network fails."""
-    folder, reference = folders["llama-gqa-untied"]
+def _docs_section() -> str:
+    text = (ROOT / "docs" / "interop.md").read_text(encoding="utf-8")
+    return text.split("\n## Transformer families: Llama, Mistral, Qwen, GPT-NeoX\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_docs_commands_run_and_a_cached_repository_imports_with_the_network_off(zoo, tmp_path, monkeypatch):
+    """The section's snippet and commands, in order. The one naming a repository
+    id runs as its own process, so HF_HUB_CACHE and HF_HUB_OFFLINE are read as
+    huggingface_hub reads them, with every proxy at a closed port: any attempt
+    to reach the network would fail."""
+    monkeypatch.chdir(tmp_path)
+    section = _docs_section()
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    (block,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    made: dict = {}
+    exec(snippet, made)
+    reference = transformers.AutoModelForCausalLM.from_pretrained("tiny-llama").eval()
     repo = tmp_path / "hub" / "models--tiny-org--tiny-llama"
-    snapshot = repo / "snapshots" / "0123456789abcdef"
-    shutil.copytree(folder, snapshot)
+    shutil.copytree("tiny-llama", repo / "snapshots" / "0123456789abcdef")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123456789abcdef")
     closed = "http://127.0.0.1:9"
-    environment = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1",
-                   "HTTP_PROXY": closed, "HTTPS_PROXY": closed, "ALL_PROXY": closed, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "zoo_core", "import", "hf", "tiny-org/tiny-llama", "--name", "cached"],
-                          capture_output=True, text=True, env=environment, timeout=300)
-    assert done.returncode == 0, done.stderr
+    for command in commands:
+        if command[0] == "zoo":
+            done = zoo(*command[1:])
+            assert done.code == 0, (command, done.err)
+            continue
+        variables = dict(word.split("=", 1) for word in command[: command.index("zoo")])
+        environment = {
+            **os.environ,
+            **variables,
+            "HF_HUB_CACHE": str(tmp_path / "hub"),
+            "HTTP_PROXY": closed,
+            "HTTPS_PROXY": closed,
+            "ALL_PROXY": closed,
+            "OMP_NUM_THREADS": "1",
+        }
+        finished = subprocess.run(
+            [sys.executable, "-m", "zoo_core", *command[command.index("zoo") + 1 :]],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=300,
+        )
+        assert finished.returncode == 0, finished.stderr
+    assert [c[-1] for c in commands if "import" in c] == ["tiny-llama", "tiny-llama-cached"]
     get_plugins(reload=True)
-    model = zoo_core.load("cached")
-    rows = [model.tokenizer.encode(p) for p in PROMPTS]
-    assert _largest_difference(reference, model.network, rows) <= TOLERANCE
-
+    ids = [zoo_core.load("tiny-llama").tokenizer.encode(p) for p in PROMPTS]
+    for name in ("tiny-llama", "tiny-llama-cached"):
+        assert _largest_difference(reference, zoo_core.load(name).network, ids) <= TOLERANCE
+    exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "tiny-llama-hf").eval()
+    assert _largest_difference(exported, zoo_core.load("tiny-llama").network, ids) <= TOLERANCE
 
 
 def test_a_repository_id_not_in_the_cache_is_one_line(zoo):
@@ -241,8 +346,16 @@ def test_a_repository_id_not_in_the_cache_is_one_line(zoo):
     assert "'tiny-org/not-cached' is not in the Hugging Face cache" in missing.err and "never downloads" in missing.err
 
 
-@pytest.mark.parametrize("family", ["llama-gqa-untied", "llama-llama3-rope", "mistral-sliding-window",
-                                    "qwen3-qk-norm", "neox-parallel-partial-rotary"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        "llama-gqa-untied",
+        "llama-llama3-rope",
+        "mistral-sliding-window",
+        "qwen3-qk-norm",
+        "neox-parallel-partial-rotary",
+    ],
+)
 def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, family):
     pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
     from zoo_core.interop.transformer_lens import hooked_transformer
@@ -263,8 +376,11 @@ def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, 
     assert cache["blocks.1.attn.hook_pattern"].shape == (1, config.num_attention_heads, ids.shape[1], ids.shape[1])
     clean = "ROMEO: What light"
     # Patching compares position by position: a corrupted prompt of the same length in tokens.
-    corrupt = next(text for text in ("ROMEO: What night", "ROMEO: What fight", "ROMEO: That light", "JULIET: What light")
-                   if len(model.tokenizer.encode(text)) == len(model.tokenizer.encode(clean)))
+    corrupt = next(
+        text
+        for text in ("ROMEO: What night", "ROMEO: What fight", "ROMEO: That light", "JULIET: What light")
+        if len(model.tokenizer.encode(text)) == len(model.tokenizer.encode(clean))
+    )
     for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
         shown = zoo("inspect", "imported", "--prompt", clean, *view)
         assert shown.code == 0, (view, shown.err)

@@ -259,9 +259,7 @@ def gpt2_model(model):
     if refusal:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
     try:
-        state, fields = gpt2_state(
-            model.network, model.card.context_length, model.card.config.get("mlp", "relu")
-        )
+        state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("mlp", "relu"))
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
         raise _not_laid_out(model, exc) from None
     hf_model = GPT2LMHeadModel(GPT2Config(**fields))

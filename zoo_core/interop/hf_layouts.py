@@ -407,7 +407,10 @@ def layout_for(config: dict[str, Any]) -> tuple[Layout | None, str]:
             return None, "QK-norm, a sliding window or query/key/value-only biases, which GPT-NeoX has not"
         return GPT_NEOX, ""
     if config["residual"] != "sequential":
-        return None, f"a {config['residual']} residual with {config['norm']}; GPT-NeoX's has LayerNorm and a plain feed-forward"
+        return (
+            None,
+            f"a {config['residual']} residual with {config['norm']}; GPT-NeoX's has LayerNorm and a plain feed-forward",
+        )
     if config["norm"] != "rmsnorm" or config["mlp"] not in GATED.values():
         return None, f"{config['norm']} and a {config['mlp']} feed-forward; Llama's family has RMSNorm and a gated one"
     if config.get("rotary_fraction", 1.0) != 1.0:

@@ -37,7 +37,14 @@ from .hf_tokenizers import hf_tokenizer_for
 
 LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and TransformerLens' for the same function.
-TL_ACTIVATIONS = {"relu": "relu", "relu2": "relu2", "gelu": "gelu", "gelu-tanh": "gelu_new", "swiglu": "silu", "geglu": "gelu"}
+TL_ACTIVATIONS = {
+    "relu": "relu",
+    "relu2": "relu2",
+    "gelu": "gelu",
+    "gelu-tanh": "gelu_new",
+    "swiglu": "silu",
+    "geglu": "gelu",
+}
 GATED = ("swiglu", "geglu")
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -122,7 +129,9 @@ def hooked_transformer_config(model) -> dict:
                 NTK_original_ctx_len=scaling["original_context_length"],
             )
     if config.get("sliding_window"):
-        fields.update(use_local_attn=True, attn_types=["local"] * config["n_layer"], window_size=config["sliding_window"])
+        fields.update(
+            use_local_attn=True, attn_types=["local"] * config["n_layer"], window_size=config["sliding_window"]
+        )
     if config.get("qk_norm"):
         fields["use_qk_norm"] = True
     if network.logit_softcap is not None:
