@@ -384,3 +384,32 @@ def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, 
     for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
         shown = zoo("inspect", "imported", "--prompt", clean, *view)
         assert shown.code == 0, (view, shown.err)
+
+
+@pytest.mark.parametrize("change, refusal", [
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0}},
+     "RoPE scaling 'yarn' has no zoo counterpart"),
+    ({"hidden_act": "tanh"}, "hidden_act 'tanh' has no zoo counterpart"),
+    ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4},
+     "some layers attend within a sliding window and others fully"),
+])
+def test_what_the_zoo_cannot_compute_is_refused_in_one_line(folders, zoo, tmp_path, change, refusal):
+    folder, _ = folders["mistral-sliding-window"]
+    copy = tmp_path / "changed"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, **change}))
+    done = zoo("import", "hf", str(copy), "--name", "refused")
+    assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
+def test_a_tensor_outside_the_layout_is_refused(folders, zoo, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = folders["llama-gqa-untied"]
+    copy = tmp_path / "extra"
+    shutil.copytree(folder, copy)
+    tensors = load_file(copy / "model.safetensors")
+    save_file({**tensors, "model.layers.0.self_attn.rotary_scale": torch.ones(1)}, copy / "model.safetensors")
+    done = zoo("import", "hf", str(copy), "--name", "refused")
+    assert done.code == 1 and "'model.layers.0.self_attn.rotary_scale' is not in LlamaForCausalLM's 2-layer layout" in done.err
