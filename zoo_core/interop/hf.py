@@ -1,12 +1,15 @@
-"""Hugging Face transformers: export a variant as GPT-2, import a GPT-2-layout folder.
+"""Hugging Face transformers: `zoo export --format hf` and `zoo import hf`.
 
-What maps (see docs/interop.md): a ``transformer`` or ``gpt`` variant with
-pre-norm LayerNorm blocks and a position encoding that adds to the residual
-stream (learned, sinusoidal — its table is written out as GPT-2's learned one —
-or none, a table of zeros), ReLU or GELU. Everything else is refused with the
-reason: post-norm blocks, RMSNorm and RoPE (Llama's layout has those, but its
-vocabulary head has no bias and the zoo's has), ALiBi-like score biases, bigram,
-the puzzle.
+What maps (see docs/interop.md): RoPE variants go to and come from the family
+their settings describe (Llama, Mistral, Qwen2, Qwen3, GPT-NeoX: one `Layout`
+each in hf_layouts). The rest is GPT-2: a ``transformer`` or ``gpt`` variant
+with pre-norm LayerNorm blocks and a position encoding that adds to the
+residual stream (learned, sinusoidal — its table is written out as GPT-2's
+learned one — or none, a table of zeros), ReLU or GELU. Everything else is
+refused with the reason: post-norm blocks, RMSNorm without RoPE, a head bias
+with RoPE (no RoPE family has one), ALiBi-like score biases, bigram, the puzzle.
+A folder may also be named by its Hub repository id, read from the Hugging
+Face cache offline (hf_cache).
 
 The zoo's vocabulary head has a bias; GPT-2's has none. The export carries it
 exactly with one extra attention head's worth of residual channels that always
