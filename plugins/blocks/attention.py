@@ -229,7 +229,9 @@ class CausalSelfAttention(nn.Module):
             else:
                 mask = allowed
                 if bias is not None:
-                    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
+                    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
+                        ~allowed, float("-inf")
+                    )
                     mask = mask + bias.to(q.dtype)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
         y = self.proj(self.heads(y.transpose(1, 2)).reshape(B, T, -1))  # (B, T, H, D), then side by side again

@@ -108,9 +108,12 @@ class RowBatch:
             # Zeros, not uninitialised memory: a masked key's weight is 0, and 0 × NaN
             # in a slot nothing wrote yet would still be NaN.
             self.layers = [
-                _RowSlots(self, None if layer.keys_values is None else layer.keys_values.new_zeros(
-                    2, self.max_rows, *layer.keys_values.shape[2:]
-                ))
+                _RowSlots(
+                    self,
+                    None
+                    if layer.keys_values is None
+                    else layer.keys_values.new_zeros(2, self.max_rows, *layer.keys_values.shape[2:]),
+                )
                 for layer in cache.layers
             ]
         for slots, layer in zip(self.layers, cache.layers):

@@ -228,9 +228,7 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
     quiet_transformers()
     try:
-        state, fields = gpt2_state(
-            model.network, model.card.context_length, model.card.config.get("mlp", "relu")
-        )
+        state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("mlp", "relu"))
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
         raise ZooError(
             f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})"
