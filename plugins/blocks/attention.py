@@ -58,7 +58,8 @@ class KVCache:
         slot[1].copy_(v)
         self.positions.narrow(0, self.length, T).copy_(positions)
         self.length += T
-        return self.keys_values[0, :, :, : self.length], self.keys_values[1, :, :, : self.length], self.positions[: self.length]
+        keys, values = self.keys_values.narrow(3, 0, self.length).unbind(0)
+        return keys, values, self.positions.narrow(0, 0, self.length)
 
 
 def normalise_heads(t: torch.Tensor) -> torch.Tensor:
@@ -161,16 +162,21 @@ class CausalSelfAttention(nn.Module):
         self.output = HookPoint()
         self.qk_norm = qk_norm
         self.sliding_window = sliding_window
-        self._split = (n_head * head_size, n_kv_head * head_size, n_kv_head * head_size)
+        self._heads = (n_head, n_kv_head, n_kv_head)
+        self._split = tuple(heads * head_size for heads in self._heads)
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.input(x)
         B, T, _ = x.shape
         D = self.head_size
-        # (B, H, T, D) each. Split along the channels, then give each its heads: in the
-        # backward pass the three gradients are joined by one concatenation, where
-        # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
-        q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in self.qkv(x).split(self._split, dim=2))
+        projected = self.qkv(x)
+        if T == 1:  # one token per row (decoding): its heads are (B, heads, 1, D) views as it stands
+            q, k, v = projected.view(B, -1, 1, D).split_with_sizes(self._heads, dim=1)
+        else:
+            # (B, H, T, D) each. Split along the channels, then give each its heads: in the
+            # backward pass the three gradients are joined by one concatenation, where
+            # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
+            q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in projected.split_with_sizes(self._split, dim=2))
         if self.qk_norm == "rmsnorm":
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.qk_norm:
@@ -188,7 +194,7 @@ class CausalSelfAttention(nn.Module):
         # The common cases need no mask tensor at all: queries and keys are the same
         # tokens (training, or filling an empty cache), or a single newest query
         # that may see every cached key (decoding one sequence).
-        shared = bias is None and window is None and positions.dim() == 1
+        shared = bias is None and window is None and positions.dim() == 1  # one mask for every row
         plain_causal = shared and Tk == T
         sees_everything = shared and T == 1
         explicit = need_weights or bool(self.pattern.functions)  # `functions`: the cheapest look at the point
@@ -223,7 +229,9 @@ class CausalSelfAttention(nn.Module):
             else:
                 mask = allowed
                 if bias is not None:
-                    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
+                    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
+                        ~allowed, float("-inf")
+                    )
                     mask = mask + bias.to(q.dtype)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
         y = self.proj(self.heads(y.transpose(1, 2)).reshape(B, T, -1))  # (B, T, H, D), then side by side again

@@ -102,6 +102,7 @@ class _Block(nn.Module):
     block's output); the attention's and feed-forward network's own are inside them."""
 
     residuals: tuple[str, ...]  # the ``residual`` settings the block's forward computes
+    norm2: nn.Module  # absent with residual "parallel-shared-norm"
 
     def __init__(
         self,
@@ -146,7 +147,9 @@ class _Block(nn.Module):
             norm_eps=norm_eps,
         )
         self.resid_mid = HookPoint()
-        self.norm2 = None if residual == "parallel-shared-norm" else make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+        self.shared_norm = residual == "parallel-shared-norm"
+        if not self.shared_norm:  # one norm feeds both: no norm2 tensor at all
+            self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, mlp, bias=bias is not False)
         self.resid_post = HookPoint()
 
@@ -166,7 +169,7 @@ class PreNormBlock(_Block):
         normed = self.norm1(x)
         update, weights = self.attention(normed, positions, encoding, need_weights, cache)
         if self.parallel:
-            ffn_input = normed if self.norm2 is None else self.norm2(x)
+            ffn_input = normed if self.shared_norm else self.norm2(x)
             x = self.resid_mid(x + update) + self.feed_forward(ffn_input)
         else:
             x = self.resid_mid(x + update)

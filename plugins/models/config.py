@@ -40,11 +40,15 @@ def named_parameters(constructor: Callable[..., Any]) -> set[str]:
     return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
-def refuse_unnamed_settings(component: str, constructor: Callable[..., Any], settings: dict[str, Any]) -> None:
-    """Refuse the card ``settings`` that ``constructor`` does not name.
+def refuse_unnamed_settings(
+    component: str, constructor: Callable[..., Any], settings: dict[str, Any], parameters: dict[str, str] | None = None
+) -> None:
+    """Refuse the card ``settings`` that ``constructor`` does not name (under
+    ``parameters[setting]`` where the parameter has another name than the setting).
 
     A component that swallows what it does not know (``**_``) would build
     without it and say nothing: a setting must be a parameter by its own name."""
-    unused = sorted(set(settings) - named_parameters(constructor))
+    named = named_parameters(constructor)
+    unused = sorted(setting for setting in settings if (parameters or {}).get(setting, setting) not in named)
     if unused:
         raise ZooError(f"{component} does not take the setting(s) {', '.join(unused)}")

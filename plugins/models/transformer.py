@@ -108,9 +108,12 @@ class RowBatch:
             # Zeros, not uninitialised memory: a masked key's weight is 0, and 0 × NaN
             # in a slot nothing wrote yet would still be NaN.
             self.layers = [
-                _RowSlots(self, None if layer.keys_values is None else layer.keys_values.new_zeros(
-                    2, self.max_rows, *layer.keys_values.shape[2:]
-                ))
+                _RowSlots(
+                    self,
+                    None
+                    if layer.keys_values is None
+                    else layer.keys_values.new_zeros(2, self.max_rows, *layer.keys_values.shape[2:]),
+                )
                 for layer in cache.layers
             ]
         for slots, layer in zip(self.layers, cache.layers):
@@ -215,13 +218,11 @@ class TransformerLanguageModel(nn.Module):
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.embed = HookPoint()  # hook points are registered in the order a forward passes them
-        encoding_settings = {
-            ENCODING_SETTINGS[name]: value
-            for name, value in (("rope_base", rope_base), ("rope_scaling", rope_scaling), ("rotary_fraction", rotary_fraction))
-            if value is not None
-        }
+        settings = {"rope_base": rope_base, "rope_scaling": rope_scaling, "rotary_fraction": rotary_fraction}
+        settings = {name: value for name, value in settings.items() if value is not None}
         encoding_factory = components["positions"].factory(positions)
-        refuse_unnamed_settings(f"positions '{positions}'", encoding_factory, encoding_settings)
+        refuse_unnamed_settings(f"positions '{positions}'", encoding_factory, settings, ENCODING_SETTINGS)
+        encoding_settings = {ENCODING_SETTINGS[name]: value for name, value in settings.items()}
         if head_size is not None and "head_size" in named_parameters(encoding_factory):
             encoding_settings["head_size"] = head_size  # an encoding that works per head needs its size
         self.positions = components["positions"].create(

@@ -35,7 +35,7 @@ LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_contex
 def scaled_frequencies(frequencies: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
     """``frequencies`` (radians per position) after a card's ``rope_scaling`` table."""
     kind = scaling.get("kind")
-    keys = {"linear": ("factor",), "llama3": LLAMA3_KEYS}.get(kind)
+    keys = {"linear": ("factor",), "llama3": LLAMA3_KEYS}.get(str(kind))
     if keys is None:
         raise ValueError(f"rope_scaling kind is 'linear' or 'llama3', not {kind!r}")
     if set(scaling) != {"kind", *keys}:
