@@ -77,6 +77,14 @@ FAMILIES = {
             }
         },
     ),
+    "llama-biases-linear-rope": (
+        "LlamaConfig",
+        dict(SMALL, vocab_size=320, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+             rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}),
+        "sentencepiece",
+        {"attention_bias": "all", "layer_bias": True, "rope_base": 500.0,
+         "rope_scaling": {"kind": "linear", "factor": 2.0}},
+    ),
     "mistral-sliding-window": (
         "MistralConfig",
         dict(SMALL, vocab_size=320, num_key_value_heads=2, head_dim=8, sliding_window=5),
@@ -356,7 +364,7 @@ def test_a_repository_id_not_in_the_cache_is_one_line(zoo):
         "neox-parallel-partial-rotary",
     ],
 )
-def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, family):
+def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, tmp_path, family):
     pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
     from zoo_core.interop.transformer_lens import hooked_transformer
 
@@ -381,6 +389,8 @@ def test_transformer_lens_and_the_inspect_views_read_the_families(folders, zoo, 
         for text in ("ROMEO: What night", "ROMEO: What fight", "ROMEO: That light", "JULIET: What light")
         if len(model.tokenizer.encode(text)) == len(model.tokenizer.encode(clean))
     )
+    done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert done.code == 0 and "checked: logits" in done.out, done.err
     for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
         shown = zoo("inspect", "imported", "--prompt", clean, *view)
         assert shown.code == 0, (view, shown.err)
