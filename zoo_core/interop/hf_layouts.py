@@ -55,13 +55,13 @@ def pairs_order(head_size: int, rotary: int) -> torch.Tensor:
     return order
 
 
-def reorder_heads(rows: torch.Tensor, heads: int, heads_: Heads, to_pairs: bool) -> torch.Tensor:
-    """Each of ``heads`` heads' rows (or a per-head scale, ``heads`` 1) from
+def reorder_heads(rows: torch.Tensor, count: int, shape: Heads, to_pairs: bool) -> torch.Tensor:
+    """Each of ``count`` heads' rows (or a per-head scale, ``count`` 1) from
     rotate_half order to adjacent pairs, or back."""
-    order = pairs_order(heads_.head_size, heads_.rotary)
+    order = pairs_order(shape.head_size, shape.rotary)
     if not to_pairs:
         order = torch.argsort(order)
-    shaped = rows.reshape(heads, heads_.head_size, *rows.shape[1:])
+    shaped = rows.reshape(count, shape.head_size, *rows.shape[1:])
     return shaped[:, order].reshape(rows.shape)
 
 
@@ -399,6 +399,8 @@ def layout_for(config: dict[str, Any]) -> tuple[Layout | None, str]:
     if config.get("embedding_scale") not in (None, 1, 1.0) or config.get("logit_softcap") is not None:
         return None, "an embedding scale or logit soft-cap, which none of Llama, Mistral, Qwen and GPT-NeoX has"
     if config["norm"] == "layernorm" and config["mlp"] not in GATED.values():
+        if config["mlp"] not in PLAIN.values():
+            return None, f"a {config['mlp']} feed-forward, which GPT-NeoX's hidden_act has no name for"
         if config["residual"] not in ("sequential", "parallel"):
             return None, f"a {config['residual']} residual; GPT-NeoX's parallel residual has two LayerNorms"
         if config["n_kv_head"] != config["n_head"] or config["head_size"] * config["n_head"] != config["d_model"]:
