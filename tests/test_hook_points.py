@@ -64,7 +64,7 @@ def test_the_cache_replays_the_logits_and_reading_changes_no_bit(layout):
     assert torch.equal(logits, plain)  # reading every point, the pattern included, changes nothing
     assert list(cache) == expected_names(2, layout["positions"])
     assert cache["blocks.0.attention.pattern"].shape == (2, 2, WINDOW, WINDOW)
-    assert cache["blocks.0.attention.heads"].shape == (2, WINDOW, 2, 8)
+    assert cache["blocks.0.attention.heads"].shape == (2, WINDOW, 2, layout.get("head_size", 8))
     assert cache["blocks.1.feed_forward.hidden"].shape == (2, WINDOW, 64)
     # the last residual stream through the final norm and the head is the model's output
     replayed = model.cap_logits(model.lm_head(model.final_norm(cache["blocks.1.resid_post"])))

@@ -20,35 +20,28 @@ from zoo_core.plugin_api.hook_points import HookPoint
 
 
 class KVCache:
-    """One layer's keys and values so far, (B, H, T, D), with their absolute positions.
+    """One layer's keys and values so far, (B, H, T, D), in the order they came.
 
     Sampling appends one token at a time instead of recomputing the whole window.
     Keys and values live side by side in one buffer, (2, B, H, capacity, D),
     allocated once for the whole window and filled in place: concatenating at
-    every token copied the cache over and over.
+    every token copied the cache over and over. Tokens come in order from
+    position 0 (`GenerationCache` feeds them so), so slot i holds position i.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.length = 0
         self.keys_values: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-
-    @property
-    def k(self) -> torch.Tensor | None:
-        return None if self.keys_values is None else self.keys_values[0]
-
-    @property
-    def v(self) -> torch.Tensor | None:
-        return None if self.keys_values is None else self.keys_values[1]
+        self.positions: torch.Tensor | None = None  # every slot's position, 0 .. capacity - 1
 
     def append(self, k, v, positions):
-        """Store the keys and values (B, H, T, D) of T new tokens at ``positions`` (T,);
-        return all of them so far, (B, H, length, D) each, and their positions."""
+        """Store the keys and values (B, H, T, D) of the next T tokens (at ``positions``,
+        the next T); return all of them so far, (B, H, length, D) each, and their positions."""
         B, H, T, D = k.shape
         if self.keys_values is None:
             self.keys_values = k.new_empty(2, B, H, self.capacity, D)
-            self.positions = positions.new_empty(self.capacity)
+            self.positions = torch.arange(self.capacity, device=positions.device)
         if self.length + T > self.capacity:
             raise ValueError(f"the KV cache holds {self.capacity} tokens; {self.length + T} do not fit")
         # narrow + copy_ rather than slice assignment: the same copy without
@@ -56,7 +49,6 @@ class KVCache:
         slot = self.keys_values.narrow(3, self.length, T)
         slot[0].copy_(k)
         slot[1].copy_(v)
-        self.positions.narrow(0, self.length, T).copy_(positions)
         self.length += T
         keys, values = self.keys_values.narrow(3, 0, self.length).unbind(0)
         return keys, values, self.positions.narrow(0, 0, self.length)
@@ -85,10 +77,8 @@ def rotate_rows(encoding, q: torch.Tensor, k: torch.Tensor, positions: torch.Ten
     return (t.view(t.shape[1], B, T, t.shape[3]).transpose(0, 1) for t in (q, k))
 
 
-def score_bias(encoding, positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
+def score_bias(encoding, positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
     """The encoding's additive score bias, (H, Tq, Tk), or (B, H, Tq, Tk) for rows at positions of their own."""
-    if not encoding_does(encoding, "biases"):
-        return None
     if positions.dim() == 1:
         return encoding.bias(positions, k_positions)
     return torch.stack([encoding.bias(row, k_positions) for row in positions])
@@ -186,7 +176,8 @@ class CausalSelfAttention(nn.Module):
         k_positions = positions
         if cache is not None:
             k, v, k_positions = cache.append(k, v, positions)
-        bias = score_bias(encoding, positions, k_positions)  # (H, Tq, Tk), (B, H, Tq, Tk) or None
+        # (H, Tq, Tk), (B, H, Tq, Tk) or None
+        bias = score_bias(encoding, positions, k_positions) if encoding_does(encoding, "biases") else None
         dropout = self.dropout if self.training else 0.0
         grouped = self.n_kv_head != self.n_head
         Tk = k.shape[2]

@@ -61,7 +61,7 @@ class RotaryPositions(PositionEncodingBase):
         self,
         d_model: int,
         n_head: int,
-        context_length: int,
+        context_length: int | None = None,
         base: float = 10000.0,
         head_size: int | None = None,
         fraction: float = 1.0,

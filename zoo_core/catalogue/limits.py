@@ -113,7 +113,7 @@ def _estimate_sizes(config: dict[str, Any]) -> tuple[int, int]:
         keys = int(config.get("n_kv_head") or H) * (heads // H)
         up = 2 * F if config.get("mlp") in ("swiglu", "geglu") else F  # a gated up projection is two
         # q, k, v, out; up, down; biases and norms
-        per_layer = C * (2 * heads + 2 * keys) + C * (up + F) + up + heads + 2 * keys + 9 * C
+        per_layer = C * (2 * heads + 2 * keys) + C * (up + F) + up + 9 * C
         # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
         learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
         parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
