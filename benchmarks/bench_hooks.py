@@ -11,7 +11,7 @@ the same tokens (checked). The sides run one sample each in turn, the order
 reversed at every turn (`common.paired_step_seconds`), for ``--seconds`` per
 variant, and the ratio is taken turn by turn: on this shared machine its speed
 changes within seconds. A third side, this checkout with one reading
-hook set, shows what a set hook costs (the decoding fast path steps aside).
+hook set, shows what a set hook costs (every path passes the hook points).
 A whole-window forward (the prompt's pass, where every hook point is passed)
 is timed the same way.
 """
@@ -211,9 +211,9 @@ def section(report: dict) -> str:
         )
     lines += [
         "",
-        "With no hook set, decoding takes the same written-out fast path as before and a hook point is one "
+        "Decoding runs the blocks' own forward, hook or none; with no hook set a hook point is one "
         "attribute check where a forward passes it. The last column is decoding with one reading hook set "
-        "(on `blocks.0.resid_post`): every token then goes through the modules' own forward so that the hook sees it. "
+        "(on `blocks.0.resid_post`). "
         "The forward rows price the identity calls themselves (nine per block, three more outside) on the "
         "smallest models, where Python's cost per call, not arithmetic, sets the time.",
         "<!-- bench_hooks: end -->",

@@ -135,8 +135,8 @@ def main() -> None:
         "## Sampling: KV cache against the uncached path (random weights, from one token, 1 thread)",
         "",
         "Both paths draw the same tokens from the same seed (checked); each round times one cached and one uncached run, "
-        f"{cache_rounds}. The cached path decodes each new token through `plugins/models/decoding.py` (the blocks' "
-        "arithmetic on (B, C) rows, without their per-call overhead). "
+        f"{cache_rounds}. The cached path decodes each new token through the blocks' own forward "
+        "with each layer's KV cache. "
         "The last column divides the cached cost "
         "of one token by the time of one pass over every weight (`torch._foreach_norm`): 1.0 would mean decoding "
         "costs no more than reading the weights once.",

@@ -53,7 +53,7 @@ def arms(recipe) -> dict[str, tuple[dict, dict]]:
             {},
             {"lr_schedule": "cosine", "cooldown_fraction": None, "min_learning_rate": recipe.learning_rate / 10},
         ),
-        "ReLU instead of ReLU²": ({"activation": "relu"}, {}),
+        "ReLU instead of ReLU²": ({"mlp": "relu"}, {}),
         "no QK-norm": ({"qk_norm": None}, {}),
         "with a logit soft-cap of 15 (not in the recipe)": ({"logit_softcap": 15.0}, {}),
         "4 layers instead of 2 (gpt-char-mini's depth)": ({"n_layer": 4}, {}),

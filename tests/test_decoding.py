@@ -1,7 +1,7 @@
-"""One-token decoding (plugins/models/decoding.py) gives the blocks' own cached
-forward bit for bit, is really taken for the built-in blocks, and steps aside for
-anything it does not know: hooks, third-party blocks, encodings that bias scores,
-training mode."""
+"""Cached decoding runs the blocks' own forward: one token at a time through the
+KV cache gives the uncached logits, for every layout the built-in blocks take,
+for encodings that bias scores, with hooks set between tokens, and for blocks of
+another shape."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.inference.sampling import sample_tokens
 
 from zoo_plugins.blocks.attention import KVCache
-from zoo_plugins.blocks.blocks import PreNormBlock
-from zoo_plugins.models import decoding
 from zoo_plugins.models.transformer import TransformerLanguageModel
 
 VOCAB, WINDOW = 40, 12
@@ -24,12 +22,18 @@ VOCAB, WINDOW = 40, 12
 LAYOUTS = [
     dict(positions="learned", block="pre-norm"),
     dict(positions="sinusoidal", block="post-norm"),
-    dict(positions="none", block="pre-norm", norm="rmsnorm", activation="gelu"),
-    dict(positions="rope", block="pre-norm", activation="gelu-tanh", layer_bias=True),
+    dict(positions="none", block="pre-norm", norm="rmsnorm", mlp="gelu"),
+    dict(positions="rope", block="pre-norm", mlp="gelu-tanh", layer_bias=True),
     dict(positions="rope", block="post-norm", norm="rmsnorm", layer_bias=False),
     dict(positions="learned", block="pre-norm", layer_bias=False, tie_embeddings=True, bias=False, norm_eps=1e-6),
-    dict(positions="rope", block="pre-norm", activation="relu2", qk_norm=True, logit_softcap=15.0),
+    dict(positions="rope", block="pre-norm", mlp="relu2", qk_norm=True, logit_softcap=15.0),
     dict(positions="learned", block="post-norm", qk_norm=True),
+    # the families' layouts (docs/cards.md)
+    dict(positions="rope", norm="rmsnorm", mlp="swiglu", n_kv_head=1, layer_bias=False, rope_base=500000.0),
+    dict(positions="rope", residual="parallel", rotary_fraction=0.5, mlp="gelu", layer_bias=True),
+    dict(positions="rope", norm="rmsnorm", mlp="geglu", attention_bias="qkv", sliding_window=3, embedding_scale=4.0),
+    dict(positions="rope", qk_norm="rmsnorm", head_size=4, n_kv_head=1, residual="parallel-shared-norm"),
+    dict(positions="rope", rope_scaling={"kind": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context_length": 4}),
 ]
 
 
@@ -48,40 +52,15 @@ def _cached_logits(model, ids: torch.Tensor, prompt: int) -> torch.Tensor:
     return torch.cat(steps, dim=1)
 
 
-def _count_decoded_tokens(monkeypatch) -> list[int]:
-    decoded = []
-    real = decoding.decode
-
-    def counting(model, idx, cache):
-        decoded.append(idx.shape[1])
-        return real(model, idx, cache)
-
-    monkeypatch.setattr("zoo_plugins.models.transformer.decode", counting)
-    return decoded
-
-
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "-".join(str(v) for v in layout.values()))
-def test_decoding_gives_the_blocks_own_logits_bit_for_bit(layout, monkeypatch):
+def test_cached_decoding_gives_the_uncached_logits(layout):
     model = _model(**layout)
     ids = torch.randint(0, VOCAB, (2, WINDOW), generator=torch.Generator().manual_seed(1))
-    decoded = _count_decoded_tokens(monkeypatch)
-    fast = _cached_logits(model, ids, prompt=3)
-    assert decoded == [1] * (WINDOW - 3)  # every single token went through decode
-    # A hook on any submodule sends every token through the blocks' own forward.
-    handle = model.blocks[0].feed_forward.up.register_forward_hook(lambda *_: None)
-    try:
-        own = _cached_logits(model, ids, prompt=3)
-    finally:
-        handle.remove()
-    assert decoded == [1] * (WINDOW - 3)
-    assert torch.equal(fast, own)
-    # and both are the uncached forward, to rounding
-    torch.testing.assert_close(fast, model(ids)[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(_cached_logits(model, ids, prompt=3), model(ids)[0], rtol=1e-4, atol=1e-5)
 
 
-def test_a_hook_added_between_tokens_sees_the_next_token(monkeypatch):
+def test_a_hook_added_between_tokens_sees_the_next_token():
     model = _model(positions="learned", block="pre-norm")
-    decoded = _count_decoded_tokens(monkeypatch)
     seen = []
     cache = model.make_cache()
     ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
@@ -92,26 +71,25 @@ def test_a_hook_added_between_tokens_sees_the_next_token(monkeypatch):
         model(ids[:, 3:4], cache=cache)
         handle.remove()
         model(ids[:, 4:5], cache=cache)
-    assert decoded == [1, 1]  # tokens 2 and 4; token 3 ran where the hook could see it
     assert seen == [torch.Size([1, 1, 16])]
 
 
-def test_sampling_takes_the_decoding_path_for_a_shipped_variant(monkeypatch):
+def test_a_hook_point_sees_every_cached_token():
+    model = _model(positions="rope", block="pre-norm")
+    ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
+    shapes = []
+    with zoo_core.plugin_api.hook_points.hooks(model, {"blocks.1.attention.heads": lambda a, name: shapes.append(a.shape)}):
+        hooked = _cached_logits(model, ids, prompt=2)
+    assert shapes == [torch.Size([1, 2, 2, 8])] + [torch.Size([1, 1, 2, 8])] * 4
+    assert torch.equal(hooked, _cached_logits(model, ids, prompt=2))
+
+
+def test_sampling_a_shipped_variant_with_the_cache_draws_the_uncached_tokens():
     model = zoo_core.load("gpt-char-mini")
-    decoded = _count_decoded_tokens(monkeypatch)
     prompt = torch.tensor([model.tokenizer.encode("ROMEO:")])
-    tokens = sample_tokens(model.network, prompt, 20, generator=torch.Generator().manual_seed(3))
-    assert len(decoded) == 19  # the prompt in one call, then each drawn token but the last
-    handle = model.network.final_norm.register_forward_hook(lambda *_: None)
-    try:
-        again = sample_tokens(model.network, prompt, 20, generator=torch.Generator().manual_seed(3))
-    finally:
-        handle.remove()
-    assert len(decoded) == 19 and torch.equal(tokens, again)
-
-
-class _ThirdPartyBlock(PreNormBlock):
-    """The same arithmetic under a type `decode` does not know."""
+    cached = sample_tokens(model.network, prompt, 20, generator=torch.Generator().manual_seed(3))
+    uncached = sample_tokens(model.network, prompt, 20, generator=torch.Generator().manual_seed(3), use_cache=False)
+    assert torch.equal(cached, uncached)
 
 
 class _BiasingPositions(PositionEncodingBase):
@@ -122,38 +100,26 @@ class _BiasingPositions(PositionEncodingBase):
         return -(q_positions[:, None] - k_positions[None, :]).abs().float()[None]  # (1, Tq, Tk)
 
 
-@pytest.mark.parametrize("change", ["third-party block", "biasing encoding", "training mode"])
-def test_what_decoding_does_not_know_takes_the_blocks_own_path(change, monkeypatch):
+def test_an_encoding_that_biases_scores_is_cached_too():
     model = _model(positions="learned", block="pre-norm")
-    if change == "third-party block":
-        model.blocks[1].__class__ = _ThirdPartyBlock
-    elif change == "biasing encoding":
-        model.positions = _BiasingPositions()
-        model._embeds_positions = False
-    else:
-        model.train()
-    decoded = _count_decoded_tokens(monkeypatch)
+    model.positions = _BiasingPositions()
+    model._embeds_positions = False
     ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4))
-    _cached_logits(model, ids, prompt=2)
-    assert decoded == []
+    torch.testing.assert_close(_cached_logits(model, ids, prompt=2), model(ids)[0], rtol=1e-4, atol=1e-5)
 
 
-def test_keys_and_values_side_by_side_are_stored_as_append_stores_them():
+def test_the_cache_refuses_tokens_past_its_capacity():
     k, v = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4)
-    one, two = KVCache(5), KVCache(5)
+    cache = KVCache(5)
     for position in range(3):
-        positions = torch.tensor([position])
-        keys, values, kept = one.append(k + position, v - position, positions)
-        both, kept_too = two.append_keys_values(torch.stack((k + position, v - position)), positions)
-        assert torch.equal(both[0], keys) and torch.equal(both[1], values) and torch.equal(kept, kept_too)
-    assert one.length == two.length == 3 and torch.equal(one.k[:, :, :3], two.k[:, :, :3])
+        keys, values, kept = cache.append(k + position, v - position, torch.tensor([position]))
+    assert cache.length == 3 and torch.equal(kept, torch.arange(3)) and torch.equal(keys[:, :, 2:], k + 2)
     with pytest.raises(ValueError, match="holds 5 tokens"):
-        two.append_keys_values(torch.zeros(2, 2, 3, 3, 4), torch.arange(3, 6))
+        cache.append(torch.zeros(2, 3, 3, 4), torch.zeros(2, 3, 3, 4), torch.arange(3, 6))
 
 
-def test_a_hook_on_every_module_is_honoured(monkeypatch):
+def test_a_hook_on_every_module_is_honoured():
     model = _model(positions="learned", block="pre-norm")
-    decoded = _count_decoded_tokens(monkeypatch)
     calls = []
     handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: calls.append(type(module).__name__))
     try:
@@ -161,7 +127,7 @@ def test_a_hook_on_every_module_is_honoured(monkeypatch):
     finally:
         handle.remove()
     # the prompt and three single tokens, each through 2 blocks of 4 linear layers and the head
-    assert decoded == [] and calls.count("Linear") == 4 * (2 * 4 + 1)
+    assert calls.count("Linear") == 4 * (2 * 4 + 1)
 
 
 class _OwnBlock(torch.nn.Module):
@@ -175,9 +141,8 @@ class _OwnBlock(torch.nn.Module):
         return x + self.mix(x), None  # position-wise: nothing to cache
 
 
-def test_a_block_of_another_shape_is_left_to_its_own_forward(monkeypatch):
+def test_a_block_of_another_shape_is_cached_through_its_own_forward():
     model = _model(positions="learned", block="pre-norm")
     model.blocks[0] = _OwnBlock()
-    decoded = _count_decoded_tokens(monkeypatch)
-    logits = _cached_logits(model, torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(6)), prompt=2)
-    assert decoded == [] and logits.shape == (1, 5, VOCAB)
+    ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(_cached_logits(model, ids, prompt=2), model(ids)[0], rtol=1e-4, atol=1e-5)

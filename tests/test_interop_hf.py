@@ -66,7 +66,7 @@ def test_transformers_loads_the_export_with_the_zoos_logits_and_ids(exported, na
     ("transformer-1b-learned-post-ctx8", "post-norm blocks"),
     ("gpt-char-mini-rope", "Llama's layout has RoPE and RMSNorm, but no bias on its vocabulary head"),
     ("bigram", "is a bigram model"),
-    ("gpt-char-speedrun", "activation 'relu2' has no GPT-2 counterpart"),
+    ("gpt-char-speedrun", "mlp 'relu2' has no GPT-2 counterpart"),
 ])
 def test_unmappable_variants_are_refused_in_one_line(zoo, tmp_path, name, reason):
     result = zoo("export", name, "--format", "hf", "--out", str(tmp_path / "out"))
@@ -84,7 +84,7 @@ def test_tiny_gpt2_imports_with_its_logits(tmp_path, zoo):
     result = zoo("import", "hf", str(tmp_path / "tiny"), "--name", "tiny-gpt2")
     assert result.code == 0, result.err
     model = zoo_core.load("tiny-gpt2")
-    assert model.card.config["activation"] == "gelu-tanh" and model.card.config["tie_embeddings"]
+    assert model.card.config["mlp"] == "gelu-tanh" and model.card.config["tie_embeddings"]
     ids = torch.tensor([model.tokenizer.encode(VALIDATION[:32])])
     with torch.no_grad():
         assert float((reference(ids).logits - model.network(ids)[0]).abs().max()) <= 1e-5
@@ -104,9 +104,9 @@ def test_export_then_import_round_trip(exported, zoo):
 def test_import_refuses_pickled_weights_and_other_models(tmp_path, zoo):
     folder = tmp_path / "m"
     folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "config.json").write_text('{"model_type": "bert"}')
     result = zoo("import", "hf", str(folder), "--name", "x")
-    assert result.code == 1 and "only GPT-2-layout folders import" in result.err
+    assert result.code == 1 and "model_type 'bert'; the layouts that import are gpt2, llama" in result.err
     (folder / "config.json").write_text('{"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 1, "n_positions": 8}')
     (folder / "pytorch_model.bin").write_bytes(b"pickle")
     result = zoo("import", "hf", str(folder), "--name", "x")

@@ -84,7 +84,7 @@ def test_imported_nanogpt_gives_nanogpts_logits(tmp_path, zoo_home, zoo, bias):
         ours, _ = model.network(window)
     assert torch.allclose(ours, theirs, atol=1e-5, rtol=0), (ours - theirs).abs().max()
     card = model.card
-    assert card.config["activation"] == "gelu" and card.config["tie_embeddings"] and card.config["layer_bias"] is bias
+    assert card.config["mlp"] == "gelu" and card.config["tie_embeddings"] and card.config["layer_bias"] is bias
     assert card.lineage.startswith("imported: nanoGPT checkpoint") and len(card.lineage.rsplit(" ", 1)[1]) == 64
     assert card.parameters == sum(p.numel() for p in reference.parameters())
     assert "nano-test" in zoo("list").out

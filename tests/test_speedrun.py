@@ -18,7 +18,7 @@ NAME = "gpt-char-speedrun"
 def test_the_recipe_is_built_from_registered_ingredients():
     card = zoo_core.get_variant(NAME).card
     assert (card.recipe.optimizer, card.recipe.lr_schedule) == ("muon", "wsd")
-    assert card.config["activation"] == "relu2" and card.config["qk_norm"] is True
+    assert card.config["mlp"] == "relu2" and card.config["qk_norm"] is True
     network = zoo_core.build_network(zoo_core.get_variant(NAME))
     assert all(block.attention.qk_norm for block in network.blocks)
 

@@ -1,4 +1,13 @@
-"""Multi-head causal self-attention that can show its weights and cache its keys."""
+"""Causal self-attention that can show its weights and cache its keys, in the layouts the field uses.
+
+One forward serves training, cached decoding and continuous batching (docs/plugins.md,
+"The KV-cache contract"). ``positions`` are the queries' absolute positions: (T,)
+for every row alike, or (B, T) when rows at different positions are decoded
+together. A ``cache`` takes the new keys and values and hands back every key
+the queries may look at with the keys' positions; which of them each query sees
+is decided by position alone (no later key, none outside a sliding window), so
+a cache may hand back slots nothing wrote yet at positions no query reaches.
+"""
 
 from __future__ import annotations
 
@@ -11,59 +20,38 @@ from zoo_core.plugin_api.hook_points import HookPoint
 
 
 class KVCache:
-    """One layer's keys and values so far, (B, H, T, D), with their absolute positions.
+    """One layer's keys and values so far, (B, H, T, D), in the order they came.
 
     Sampling appends one token at a time instead of recomputing the whole window.
     Keys and values live side by side in one buffer, (2, B, H, capacity, D),
     allocated once for the whole window and filled in place: concatenating at
-    every token copied the cache over and over.
+    every token copied the cache over and over. Tokens come in order from
+    position 0 (`GenerationCache` feeds them so), so slot i holds position i.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.length = 0
         self.keys_values: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-
-    @property
-    def k(self) -> torch.Tensor | None:
-        return None if self.keys_values is None else self.keys_values[0]
-
-    @property
-    def v(self) -> torch.Tensor | None:
-        return None if self.keys_values is None else self.keys_values[1]
+        self.positions: torch.Tensor | None = None  # every slot's position, 0 .. capacity - 1
 
     def append(self, k, v, positions):
-        """Store the keys and values (B, H, T, D) of T new tokens; return all of
-        them so far, (B, H, length, D) each, and their positions."""
-        slot = self._slot(k, positions)
-        slot[0].copy_(k)
-        slot[1].copy_(v)
-        keys_values, positions = self._commit(positions)
-        return keys_values[0], keys_values[1], positions
-
-    def append_keys_values(self, keys_values, positions):
-        """`append` for keys and values side by side, (2, B, H, T, D): one copy
-        instead of two. Returns (2, B, H, length, D) and the positions."""
-        self._slot(keys_values[0], positions).copy_(keys_values)
-        return self._commit(positions)
-
-    def _slot(self, k, positions):
+        """Store the keys and values (B, H, T, D) of the next T tokens (at ``positions``,
+        the next T); return all of them so far, (B, H, length, D) each, and their positions."""
         B, H, T, D = k.shape
         if self.keys_values is None:
             self.keys_values = k.new_empty(2, B, H, self.capacity, D)
-            self.positions = positions.new_empty(self.capacity)
+            self.positions = torch.arange(self.capacity, device=positions.device)
         if self.length + T > self.capacity:
             raise ValueError(f"the KV cache holds {self.capacity} tokens; {self.length + T} do not fit")
         # narrow + copy_ rather than slice assignment: the same copy without
         # indexing's per-call work, which shows when decoding one token at a time
-        return self.keys_values.narrow(3, self.length, T)
-
-    def _commit(self, positions):
-        T = positions.shape[0]
-        self.positions.narrow(0, self.length, T).copy_(positions)
+        slot = self.keys_values.narrow(3, self.length, T)
+        slot[0].copy_(k)
+        slot[1].copy_(v)
         self.length += T
-        return self.keys_values.narrow(3, 0, self.length), self.positions.narrow(0, 0, self.length)
+        keys, values = self.keys_values.narrow(3, 0, self.length).unbind(0)
+        return keys, values, self.positions.narrow(0, 0, self.length)
 
 
 def normalise_heads(t: torch.Tensor) -> torch.Tensor:
@@ -71,19 +59,51 @@ def normalise_heads(t: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(t, (t.shape[-1],))
 
 
+def rotate_rows(encoding, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
+    """``encoding.rotate`` for queries and keys (B, H, T, D) at ``positions`` (T,) or (B, T).
+
+    An encoding works on one time axis (T,). Rows at positions of their own are
+    laid end to end as one time axis, (1, H, B*T, D): an encoding that works
+    position by position computes for each row what it would for the row alone."""
+    if positions.dim() == 1:
+        return encoding.rotate(q, k, positions, positions)
+    B, T = positions.shape
+    flat = positions.reshape(B * T)
+
+    def laid(t):  # (B, H, T, D) -> (1, H, B*T, D)
+        return t.transpose(0, 1).reshape(1, t.shape[1], B * T, t.shape[3])
+
+    q, k = encoding.rotate(laid(q), laid(k), flat, flat)
+    return (t.view(t.shape[1], B, T, t.shape[3]).transpose(0, 1) for t in (q, k))
+
+
+def score_bias(encoding, positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """The encoding's additive score bias, (H, Tq, Tk), or (B, H, Tq, Tk) for rows at positions of their own."""
+    if positions.dim() == 1:
+        return encoding.bias(positions, k_positions)
+    return torch.stack([encoding.bias(row, k_positions) for row in positions])
+
+
 class CausalSelfAttention(nn.Module):
     """Heads side by side in one projection: (B, T, C) -> (B, T, C).
+
+    ``qkv`` holds the query heads, then the key heads, then the value heads, as
+    rows of one Linear(C, (n_head + 2 n_kv_head) head_size). ``n_kv_head`` below
+    ``n_head`` shares each key/value head among n_head / n_kv_head query heads
+    (grouped-query attention; 1 is multi-query attention); ``head_size`` need not
+    be C / n_head (``proj`` is then Linear(n_head head_size, C)). ``bias`` puts
+    biases in both projections, ``qkv_bias`` (when set) decides ``qkv``'s alone.
 
     With ``need_weights`` the scores are computed explicitly, softmaxed and
     returned (B, H, T, T); otherwise the same arithmetic goes through
     `scaled_dot_product_attention`, which is faster and gives the same numbers.
     The position encoding may rotate queries and keys or bias the scores.
-    With a ``cache``, the new keys and values are appended to it and the queries
-    attend to everything cached; causality is then decided by position.
-    ``qk_norm`` RMS-normalises each head's queries and keys (no learned scale)
+    ``sliding_window`` W lets each query see itself and the W - 1 keys before it.
+    ``qk_norm`` True RMS-normalises each head's queries and keys (no learned scale)
     before positions rotate them, as the nanoGPT speedrun does: the attention
     logits stay bounded however large the projections grow, which lets a high
-    learning rate train without the softmax saturating.
+    learning rate train without the softmax saturating. ``"rmsnorm"`` gives that
+    norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``).
 
     Hook points: ``input`` (B, T, C), ``pattern`` (B, H, Tq, Tk), the softmaxed
     weights, ``heads`` (B, T, H, D), each head's output before the output
@@ -92,50 +112,96 @@ class CausalSelfAttention(nn.Module):
     output computed as without hooks, one that replaces it is attended through.
     """
 
-    def __init__(self, d_model: int, n_head: int, dropout: float = 0.0, bias: bool = False, qk_norm: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        dropout: float = 0.0,
+        bias: bool = False,
+        qk_norm: bool | str = False,
+        *,
+        n_kv_head: int | None = None,
+        head_size: int | None = None,
+        qkv_bias: bool | None = None,
+        sliding_window: int | None = None,
+        norm_eps: float | None = None,
+    ):
         super().__init__()
-        if d_model % n_head:
-            raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
-        self.n_head = n_head
-        self.head_size = d_model // n_head
+        n_kv_head = n_head if n_kv_head is None else n_kv_head
+        if n_kv_head < 1 or n_head % n_kv_head:
+            raise ValueError(f"{n_head} query heads do not share {n_kv_head} key/value heads evenly")
+        if head_size is None:
+            if d_model % n_head:
+                raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
+            head_size = d_model // n_head
+        if qk_norm not in (False, True, "rmsnorm"):
+            raise ValueError(f"qk_norm is false, true or 'rmsnorm', not {qk_norm!r}")
+        if sliding_window is not None and sliding_window < 1:
+            raise ValueError(f"a sliding window holds at least 1 token, not {sliding_window}")
+        self.n_head, self.n_kv_head, self.head_size = n_head, n_kv_head, head_size
         self.input = HookPoint()  # hook points registered in the order a forward passes them
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.qkv = nn.Linear(d_model, (n_head + 2 * n_kv_head) * head_size, bias=bias if qkv_bias is None else qkv_bias)
+        if qk_norm == "rmsnorm":
+            self.q_norm = nn.RMSNorm(head_size, eps=norm_eps)
+            self.k_norm = nn.RMSNorm(head_size, eps=norm_eps)
         self.pattern = HookPoint()
         self.heads = HookPoint()
-        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.proj = nn.Linear(n_head * head_size, d_model, bias=bias)
         self.dropout = dropout
         self.residual_dropout = nn.Dropout(dropout)
         self.output = HookPoint()
         self.qk_norm = qk_norm
+        self.sliding_window = sliding_window
+        self._heads = (n_head, n_kv_head, n_kv_head)
+        self._split = tuple(heads * head_size for heads in self._heads)
 
-    def forward(self, x, positions, encoding, need_weights: bool = False, cache: KVCache | None = None):
+    def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.input(x)
-        B, T, C = x.shape
-        # 3 × (B, H, T, D). Split along the channels, then give each its heads: in the
-        # backward pass the three gradients are joined by one concatenation, where
-        # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
-        q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
-        if self.qk_norm:
+        B, T, _ = x.shape
+        D = self.head_size
+        projected = self.qkv(x)
+        if T == 1:  # one token per row (decoding): its heads are (B, heads, 1, D) views as it stands
+            q, k, v = projected.view(B, -1, 1, D).split_with_sizes(self._heads, dim=1)
+        else:
+            # (B, H, T, D) each. Split along the channels, then give each its heads: in the
+            # backward pass the three gradients are joined by one concatenation, where
+            # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
+            q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in projected.split_with_sizes(self._split, dim=2))
+        if self.qk_norm == "rmsnorm":
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm:
             q, k = normalise_heads(q), normalise_heads(k)
         if encoding_does(encoding, "rotates"):  # most encodings do not: skip the identity call
-            q, k = encoding.rotate(q, k, positions, positions)  # new keys rotate before joining the cache
+            q, k = rotate_rows(encoding, q, k, positions)  # new keys rotate before joining the cache
         k_positions = positions
         if cache is not None:
             k, v, k_positions = cache.append(k, v, positions)
-        # (H, Tq, Tk) or None.
-        bias = encoding.bias(positions, k_positions) if encoding_does(encoding, "biases") else None
+        # (H, Tq, Tk), (B, H, Tq, Tk) or None
+        bias = score_bias(encoding, positions, k_positions) if encoding_does(encoding, "biases") else None
         dropout = self.dropout if self.training else 0.0
-        # Without a bias the common cases need no mask tensor at all: queries and
-        # keys are the same tokens (training, or filling an empty cache), or a
-        # single newest query that may see every cached key (decoding).
-        plain_causal = bias is None and k.shape[2] == T
-        sees_everything = bias is None and T == 1
+        grouped = self.n_kv_head != self.n_head
+        Tk = k.shape[2]
+        window = self.sliding_window if self.sliding_window is not None and Tk > self.sliding_window else None
+        # The common cases need no mask tensor at all: queries and keys are the same
+        # tokens (training, or filling an empty cache), or a single newest query
+        # that may see every cached key (decoding one sequence).
+        shared = bias is None and window is None and positions.dim() == 1  # one mask for every row
+        plain_causal = shared and Tk == T
+        sees_everything = shared and T == 1
         explicit = need_weights or bool(self.pattern.functions)  # `functions`: the cheapest look at the point
         if explicit or not (plain_causal or sees_everything):
-            allowed = k_positions[None, :] <= positions[:, None]  # (Tq, Tk): no looking ahead
+            seen_from = positions[..., None]  # (Tq, 1) or (B, Tq, 1)
+            allowed = k_positions <= seen_from  # no looking ahead
+            if window is not None:
+                allowed = allowed & (k_positions > seen_from - window)
+            if allowed.dim() == 3:  # a mask per row, the same for every head
+                allowed = allowed[:, None]
         weights = y = None
         if explicit:
-            scores = (q @ k.transpose(-2, -1)) * self.head_size**-0.5  # (B, H, Tq, Tk)
+            if grouped:
+                k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
+                grouped = False
+            scores = (q @ k.transpose(-2, -1)) * D**-0.5  # (B, H, Tq, Tk)
             if bias is not None:
                 scores = scores + bias
             computed = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
@@ -148,15 +214,18 @@ class CausalSelfAttention(nn.Module):
                 weights = seen
         if y is None:
             if plain_causal:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=grouped)
             elif sees_everything:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=grouped)
             else:
-                mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
+                mask = allowed
                 if bias is not None:
+                    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
+                        ~allowed, float("-inf")
+                    )
                     mask = mask + bias.to(q.dtype)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        y = self.proj(self.heads(y.transpose(1, 2)).reshape(B, T, C))  # (B, T, H, D), then side by side again
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
+        y = self.proj(self.heads(y.transpose(1, 2)).reshape(B, T, -1))  # (B, T, H, D), then side by side again
         if self.training:  # dropout is the identity outside training: no call
             y = self.residual_dropout(y)
         return self.output(y), weights

@@ -30,21 +30,30 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu-tanh": gelu_tanh,
     "relu2": relu_squared,
 }
+# Gated feed-forwards (Shazeer, 2020, "GLU Variants Improve Transformer"): act(gate) * up.
+GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"swiglu": F.silu, "geglu": F.gelu}
+MLP_KINDS = (*ACTIVATIONS, *GATED)
 
 
 class FeedForward(nn.Module):
-    """Position-wise: Linear(C, d_ff) -> ReLU (or GELU) -> Linear(d_ff, C), the same at every token.
+    """Position-wise: Linear(C, d_ff) -> activation -> Linear(d_ff, C), the same at every token.
 
-    Hook points: ``hidden`` (B, T, d_ff), after the activation, and ``output`` (B, T, C)."""
+    ``mlp`` names the activation ("relu", "gelu", "gelu-tanh", "relu2") or a gated
+    kind ("swiglu": SiLU, "geglu": exact GELU). A gated ``up`` is one
+    Linear(C, 2 d_ff) whose first d_ff outputs are the gate and the next d_ff the
+    up projection; the hidden values are act(gate) * up.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
+    Hook points: ``hidden`` (B, T, d_ff), after the activation (and the gate), and ``output`` (B, T, C)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, mlp: str = "relu", bias: bool = True):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation '{activation}' (known: {', '.join(ACTIVATIONS)})")
-        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        if mlp not in MLP_KINDS:
+            raise ValueError(f"unknown mlp '{mlp}' (known: {', '.join(MLP_KINDS)})")
+        self.gated = mlp in GATED
+        self.up = nn.Linear(d_model, 2 * d_ff if self.gated else d_ff, bias=bias)
         self.hidden = HookPoint()
         self.down = nn.Linear(d_ff, d_model, bias=bias)
-        self.activation = ACTIVATIONS[activation]
+        self.activation = GATED[mlp] if self.gated else ACTIVATIONS[mlp]
         self.dropout = nn.Dropout(dropout)
         self.output = HookPoint()
 
@@ -55,7 +64,12 @@ class FeedForward(nn.Module):
         # more slowly than eager does, enough to make compiled training slower
         # than eager (benchmarks/bench_compile.py measures both).
         shape = x.shape
-        hidden = self.activation(self.up(x.reshape(-1, shape[-1])))
+        up = self.up(x.reshape(-1, shape[-1]))
+        if self.gated:
+            gate, up = up.chunk(2, dim=-1)
+            hidden = self.activation(gate) * up
+        else:
+            hidden = self.activation(up)
         if self.hidden.functions:  # hooks see (B, T, d_ff), as every other point is shaped
             hidden = self.hidden(hidden.view(*shape[:-1], -1)).reshape(hidden.shape)
         x = self.down(hidden).view(shape)
@@ -72,14 +86,23 @@ def make_norm(kind: str, d_model: int, bias: bool = True, eps: float | None = No
     raise ValueError(f"unknown norm '{kind}' (known: layernorm, rmsnorm)")
 
 
+ATTENTION_BIAS = ("all", "qkv", "none")
+
+
 class _Block(nn.Module):
     """``bias`` None keeps seed 000's mix (attention without biases, FFN and
     LayerNorm with them); True or False puts biases in every linear layer and
-    LayerNorm or in none, as nanoGPT's ``bias`` setting does.
+    LayerNorm or in none, as nanoGPT's ``bias`` setting does. ``attention_bias``
+    ("all", "qkv": the query/key/value projection only, as Qwen2; "none")
+    overrides it for the attention. ``mlp``, ``n_kv_head``, ``head_size``,
+    ``qk_norm`` and ``sliding_window`` are FeedForward's and CausalSelfAttention's.
 
     Hook points on the residual stream, (B, T, C): ``resid_pre`` (the block's
     input), ``resid_mid`` (after the attention update) and ``resid_post`` (the
     block's output); the attention's and feed-forward network's own are inside them."""
+
+    residuals: tuple[str, ...]  # the ``residual`` settings the block's forward computes
+    norm2: nn.Module  # absent with residual "parallel-shared-norm"
 
     def __init__(
         self,
@@ -88,36 +111,76 @@ class _Block(nn.Module):
         d_ff: int | None = None,
         dropout: float = 0.0,
         norm: str = "layernorm",
-        activation: str = "relu",
+        mlp: str = "relu",
         bias: bool | None = None,
         norm_eps: float | None = None,
-        qk_norm: bool = False,
-        **_: object,
+        qk_norm: bool | str = False,
+        n_kv_head: int | None = None,
+        head_size: int | None = None,
+        attention_bias: str | None = None,
+        sliding_window: int | None = None,
+        residual: str = "sequential",
     ):
         super().__init__()
+        if residual not in self.residuals:
+            raise ValueError(
+                f"{type(self).__name__} takes residual {' or '.join(map(repr, self.residuals))}, not {residual!r}"
+            )
+        self.parallel = residual != "sequential"
+        if attention_bias is None:
+            attention_bias = "all" if bias else "none"
+        if attention_bias not in ATTENTION_BIAS:
+            raise ValueError(f"attention_bias is one of {', '.join(ATTENTION_BIAS)}, not {attention_bias!r}")
         # Registered in the order a forward passes them: hook_point_names lists them so.
         self.resid_pre = HookPoint()
         self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
-        self.attention = CausalSelfAttention(d_model, n_head, dropout, bias=bool(bias), qk_norm=qk_norm)
+        self.attention = CausalSelfAttention(
+            d_model,
+            n_head,
+            dropout,
+            bias=attention_bias == "all",
+            qk_norm=qk_norm,
+            n_kv_head=n_kv_head,
+            head_size=head_size,
+            qkv_bias=attention_bias != "none",
+            sliding_window=sliding_window,
+            norm_eps=norm_eps,
+        )
         self.resid_mid = HookPoint()
-        self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
-        self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, activation, bias=bias is not False)
+        self.shared_norm = residual == "parallel-shared-norm"
+        if not self.shared_norm:  # one norm feeds both: no norm2 tensor at all
+            self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+        self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, mlp, bias=bias is not False)
         self.resid_post = HookPoint()
 
 
 class PreNormBlock(_Block):
-    """x + Attention(Norm(x)), then x + FFN(Norm(x)): the residual stream is never normalised."""
+    """x + Attention(Norm(x)), then x + FFN(Norm(x)): the residual stream is never normalised.
+
+    ``residual`` "parallel" reads both from the block's input instead, x +
+    Attention(Norm1(x)) + FFN(Norm2(x)) (GPT-NeoX); "parallel-shared-norm" feeds
+    one norm to both (GPT-J, Falcon: no norm2). ``resid_mid`` is then x +
+    Attention(...), and replacing it does not change what the FFN reads."""
+
+    residuals = ("sequential", "parallel", "parallel-shared-norm")
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.resid_pre(x)
-        update, weights = self.attention(self.norm1(x), positions, encoding, need_weights, cache)
-        x = self.resid_mid(x + update)
-        x = x + self.feed_forward(self.norm2(x))
+        normed = self.norm1(x)
+        update, weights = self.attention(normed, positions, encoding, need_weights, cache)
+        if self.parallel:
+            ffn_input = normed if self.shared_norm else self.norm2(x)
+            x = self.resid_mid(x + update) + self.feed_forward(ffn_input)
+        else:
+            x = self.resid_mid(x + update)
+            x = x + self.feed_forward(self.norm2(x))
         return self.resid_post(x), weights
 
 
 class PostNormBlock(_Block):
     """Norm(x + Attention(x)), then Norm(x + FFN(x)), as in the original Transformer (§3.1)."""
+
+    residuals = ("sequential",)
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.resid_pre(x)

@@ -183,7 +183,7 @@ def adapter_tensors(network: nn.Module) -> dict[str, torch.Tensor]:
 
 def merge_into_weights(network: nn.Module) -> None:
     """Fold every adapted layer into its weight and put a plain Linear layer back:
-    the network is then shaped exactly as its base (and samples by its fast paths)."""
+    the network is then shaped exactly as its base (and costs what its base costs)."""
     uses: dict[int, int] = {}
     for _, parameter in network.named_parameters(remove_duplicate=False):
         uses[id(parameter)] = uses.get(id(parameter), 0) + 1

@@ -24,9 +24,148 @@ from zoo_core.plugin_api.components import encoding_does
 from zoo_core.plugin_api.hook_points import HookPoint
 from zoo_core.training.losses import cross_entropy
 
-from .config import call_with_config
-from .decoding import GenerationCache, can_decode, decode
-from .row_batch import RowBatch
+from ..blocks.attention import KVCache
+from .config import call_with_config, named_parameters, refuse_unnamed_settings
+
+# Card settings handed to the position encoding, by the encoding's parameter name.
+ENCODING_SETTINGS = {"rope_base": "base", "rope_scaling": "scaling", "rotary_fraction": "fraction"}
+
+
+class GenerationCache:
+    """Every layer's KV cache plus the position the next token will take.
+
+    There is deliberately no way to drop the oldest token: above the first
+    layer, every cached key was computed while attending to it, so sliding the
+    cache is not the same as cropping the window, even with relative positions.
+    """
+
+    def __init__(self, n_layer: int, capacity: int):
+        self.layers = [KVCache(capacity) for _ in range(n_layer)]
+        self.length = 0  # tokens cached so far
+
+    def next_positions(self, T: int, device) -> torch.Tensor:
+        return torch.arange(self.length, self.length + T, device=device)
+
+    def advance(self, T: int) -> None:
+        self.length += T
+
+
+class _RowSlots:
+    """One layer's cache in a RowBatch: each row's keys and values in its slot of
+    one buffer, (2, max_rows, H, context, D), and every slot up to the longest row
+    handed back; the attention masks each row's by position."""
+
+    def __init__(self, batch: RowBatch, buffer: torch.Tensor | None):
+        self.batch, self.buffer = batch, buffer
+
+    def append(self, k, v, positions):
+        batch, buffer = self.batch, self.buffer
+        if buffer is None:
+            raise ValueError("this layer cached nothing while the row's prompt went through it")
+        # (B, 2, H, T, D) -> (B, T, 2, H, D): the shape buffer[:, rows, :, positions] indexes
+        buffer[:, batch.slots, :, positions] = torch.stack((k, v), dim=1).permute(0, 3, 1, 2, 4)
+        seen = buffer[:, : k.shape[0], :, : batch.longest]
+        return seen[0], seen[1], batch.key_positions
+
+
+class RowBatch:
+    """Rows of different lengths decoded together: the transformer's side of continuous batching.
+
+    `zoo serve` keeps one running batch per variant; requests join it and leave
+    it at token boundaries (zoo_core.web.batching). Each row is first fed its
+    prompt alone, through the model's cached forward, exactly as `zoo sample`
+    feeds it; its keys and values then move into one buffer per layer shared by
+    all rows, a slot per row. A step feeds one token per row through the model's
+    own forward, with each row at its own position, (B, 1): one call per layer
+    for all rows, and hooks see them all.
+
+    ``rows`` are the callers' handles in slot order: ``step`` returns one row of
+    logits per handle, in that order. A row leaves by moving the last row into
+    its slot, so the slots in use are always the first ``len(rows)``.
+    """
+
+    def __init__(self, model: TransformerLanguageModel, max_rows: int):
+        self.model, self.max_rows = model, max_rows
+        self.rows: list = []
+        self.lengths: list[int] = []  # tokens cached per row
+        self.layers: list[_RowSlots] = []
+        # set by each step: the rows' slots (B, 1), the longest row and its key positions
+        self.slots = self.key_positions = torch.empty(0)
+        self.longest = 0
+
+    @staticmethod
+    def accepts(model, cache) -> bool:
+        """Whether a row fed through ``cache`` (the model's GenerationCache) can join."""
+        return isinstance(cache, GenerationCache) and 0 < cache.length < model.context_length
+
+    def full(self) -> bool:
+        return len(self.rows) >= self.max_rows
+
+    def add(self, handle, cache: GenerationCache) -> None:
+        """Take a row whose prompt went through the model's own forward into ``cache``."""
+        slot = len(self.rows)
+        if not self.layers:
+            # Zeros, not uninitialised memory: a masked key's weight is 0, and 0 × NaN
+            # in a slot nothing wrote yet would still be NaN.
+            self.layers = [
+                _RowSlots(
+                    self,
+                    None
+                    if layer.keys_values is None
+                    else layer.keys_values.new_zeros(2, self.max_rows, *layer.keys_values.shape[2:]),
+                )
+                for layer in cache.layers
+            ]
+        for slots, layer in zip(self.layers, cache.layers):
+            if slots.buffer is not None and layer.keys_values is not None:
+                slots.buffer[:, slot, :, : cache.length].copy_(layer.keys_values[:, 0, :, : cache.length])
+        self.rows.append(handle)
+        self.lengths.append(cache.length)
+
+    def remove(self, handle) -> None:
+        slot, last = self.rows.index(handle), len(self.rows) - 1
+        if slot != last:
+            longest = self.lengths[last]
+            for slots in self.layers:
+                if slots.buffer is not None:
+                    slots.buffer[:, slot, :, :longest].copy_(slots.buffer[:, last, :, :longest])
+            self.rows[slot], self.lengths[slot] = self.rows[last], self.lengths[last]
+        self.rows.pop()
+        self.lengths.pop()
+
+    def room(self, handle) -> bool:
+        """Whether the row can take another token without its window sliding."""
+        return self.lengths[self.rows.index(handle)] < self.model.context_length
+
+    @property
+    def length(self) -> int:
+        return max(self.lengths)
+
+    def next_positions(self, T: int, device) -> torch.Tensor:
+        """Where each row's new tokens go, (B, T); sets what the layers' slots read."""
+        B = len(self.rows)
+        self.slots = torch.arange(B, device=device).view(B, 1)
+        self.longest = max(self.lengths) + T
+        self.key_positions = torch.arange(self.longest, device=device)
+        return torch.tensor(self.lengths, device=device).view(B, 1) + torch.arange(T, device=device)
+
+    def advance(self, T: int) -> None:
+        self.lengths = [length + T for length in self.lengths]
+
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Feed one token per row (in ``rows`` order); return the next-token logits (B, V)."""
+        device = self.model.lm_head.weight.device
+        logits, _ = self.model(torch.tensor(tokens, device=device).view(-1, 1), cache=self)
+        return logits[:, -1]
+
+
+def embed_rows(encoding, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``encoding.embed`` of (B, T, C) at positions (T,) or, rows at positions of
+    their own, (B, T): the rows laid end to end as one time axis."""
+    if positions.dim() == 1:
+        return encoding.embed(x, positions)
+    B, T, C = x.shape
+    return encoding.embed(x.reshape(1, B * T, C), positions.reshape(B * T)).view(B, T, C)
 
 
 class TransformerLanguageModel(nn.Module):
@@ -45,19 +184,28 @@ class TransformerLanguageModel(nn.Module):
         norm: str = "layernorm",
         dropout: float = 0.0,
         bias: bool = True,
-        activation: str = "relu",
+        mlp: str = "relu",
         layer_bias: bool | None = None,
         tie_embeddings: bool = False,
         norm_eps: float | None = None,
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         logit_softcap: float | None = None,
+        n_kv_head: int | None = None,
+        head_size: int | None = None,
+        attention_bias: str | None = None,
+        residual: str = "sequential",
+        sliding_window: int | None = None,
+        embedding_scale: float | None = None,
+        rope_base: float | None = None,
+        rope_scaling: dict[str, Any] | None = None,
+        rotary_fraction: float | None = None,
     ):
-        # bias: the vocabulary head's. activation, layer_bias (biases in every
-        # block linear and norm and the final norm, or in none; unset keeps seed
-        # 000's mix) and tie_embeddings (the head reuses the token embedding)
-        # describe nanoGPT's and GPT-2's layout; they reach the blocks only when
-        # set, so a third-party block that does not know them keeps working.
-        # qk_norm normalises each head's queries and keys (see CausalSelfAttention);
+        # bias: the vocabulary head's. The layout settings (docs/cards.md) reach
+        # the blocks and the encoding only when they differ from the default, so
+        # a third-party block or encoding that does not know them keeps working;
+        # one that does not name a setting the card sets is refused, never built
+        # without it. layer_bias: biases in every block linear and norm and the
+        # final norm, or in none; unset keeps seed 000's mix.
         # logit_softcap bounds the logits smoothly to (-cap, cap), cap * tanh(logits / cap),
         # as the nanoGPT speedrun does against over-confident early predictions.
         super().__init__()
@@ -66,22 +214,37 @@ class TransformerLanguageModel(nn.Module):
         if logit_softcap is not None and not logit_softcap > 0:
             raise ZooError(f"logit_softcap must be a positive number, not {logit_softcap}")
         self.logit_softcap = logit_softcap
+        self.embedding_scale = embedding_scale
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.embed = HookPoint()  # hook points are registered in the order a forward passes them
+        settings = {"rope_base": rope_base, "rope_scaling": rope_scaling, "rotary_fraction": rotary_fraction}
+        settings = {name: value for name, value in settings.items() if value is not None}
+        encoding_factory = components["positions"].factory(positions)
+        refuse_unnamed_settings(f"positions '{positions}'", encoding_factory, settings, ENCODING_SETTINGS)
+        encoding_settings = {ENCODING_SETTINGS[name]: value for name, value in settings.items()}
+        if head_size is not None and "head_size" in named_parameters(encoding_factory):
+            encoding_settings["head_size"] = head_size  # an encoding that works per head needs its size
         self.positions = components["positions"].create(
-            positions, d_model=d_model, n_head=n_head, context_length=context_length
+            positions, d_model=d_model, n_head=n_head, context_length=context_length, **encoding_settings
         )
         self._embeds_positions = encoding_does(self.positions, "embeds")
-        layout: dict[str, Any] = {}
-        if activation != "relu":
-            layout["activation"] = activation
-        if layer_bias is not None:
-            layout["bias"] = layer_bias
-        if norm_eps is not None:  # unset: torch's defaults (1e-5 for LayerNorm)
-            layout["norm_eps"] = norm_eps
-        if qk_norm:
-            layout["qk_norm"] = True
+        layout: dict[str, Any] = {
+            name: value
+            for name, value, default in (
+                ("mlp", mlp, "relu"),
+                ("bias", layer_bias, None),
+                ("norm_eps", norm_eps, None),  # unset: torch's defaults (1e-5 for LayerNorm)
+                ("qk_norm", qk_norm, False),
+                ("n_kv_head", n_kv_head, None),
+                ("head_size", head_size, None),
+                ("attention_bias", attention_bias, None),
+                ("residual", residual, "sequential"),
+                ("sliding_window", sliding_window, None),
+            )
+            if value != default
+        }
+        refuse_unnamed_settings(f"block '{block}'", components["blocks"].factory(block), layout)
         self.blocks = nn.ModuleList(
             components["blocks"].create(
                 block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm, **layout
@@ -103,25 +266,29 @@ class TransformerLanguageModel(nn.Module):
         self.final_norm.add_module("output", HookPoint())
         self.logits = HookPoint()
 
-    def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | None = None):
+    def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | RowBatch | None = None):
         B, T = idx.shape
-        start = cache.length if cache is not None else 0
-        window = start + T
+        window = (cache.length if cache is not None else 0) + T
         if window > self.context_length:
             raise ZooError(f"{window} tokens exceed the context window of {self.context_length}; crop the input")
-        positions = torch.arange(start, start + T, device=idx.device)
-        x = self.embed(self.token_embedding(idx))  # (B, T, C)
+        positions = cache.next_positions(T, idx.device) if cache is not None else torch.arange(T, device=idx.device)
+        x = self.token_embedding(idx)  # (B, T, C)
+        if self.embedding_scale is not None:
+            x = x * self.embedding_scale
+        x = self.embed(x)
         if self._embeds_positions:
-            x = self.positions.embed(x, positions)
+            x = embed_rows(self.positions, x, positions)
         maps = []
         for i, block in enumerate(self.blocks):
             # Blocks written before caching existed stay usable: `cache` is only
             # passed when there is one.
-            extra = {"cache": cache.layers[i]} if cache is not None else {}
-            x, weights = block(x, positions, self.positions, need_weights, **extra)
+            if cache is None:
+                x, weights = block(x, positions, self.positions, need_weights)
+            else:
+                x, weights = block(x, positions, self.positions, need_weights, cache.layers[i])
             maps.append(weights)
         if cache is not None:
-            cache.length += T
+            cache.advance(T)
         x = cast(HookPoint, self.final_norm.output)(self.final_norm(x))
         return self.logits(self.cap_logits(self.lm_head(x))), maps  # (B, T, V)
 
@@ -135,16 +302,11 @@ class TransformerLanguageModel(nn.Module):
         """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""
         return GenerationCache(len(self.blocks), self.context_length)
 
-    def make_row_batch(self, max_rows: int):
-        """Rows of different lengths decoded together (`zoo serve`'s continuous batching; see row_batch)."""
+    def make_row_batch(self, max_rows: int) -> RowBatch:
+        """Rows of different lengths decoded together (`zoo serve`'s continuous batching)."""
         return RowBatch(self, max_rows)
 
-    def forward(self, idx, targets=None, cache: GenerationCache | None = None):
-        one_new_token = (
-            cache is not None and targets is None and idx.shape[1] == 1 and cache.length < self.context_length
-        )
-        if one_new_token and can_decode(self, cache):
-            return decode(self, idx, cache), None  # the same logits in fewer calls
+    def forward(self, idx, targets=None, cache: GenerationCache | RowBatch | None = None):
         logits, _ = self._run(idx, need_weights=False, cache=cache)
         loss = None if targets is None else cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss

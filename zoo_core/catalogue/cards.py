@@ -288,6 +288,22 @@ class ComponentSource(_Strict):
 COMPONENT_ROLES = ("model", "tokenizer", "positions", "block", "trainer", "adapter")
 
 
+# Config settings that were renamed, old name -> new. Cards (and the cards in
+# checkpoint headers) that use an old name read as if written with the new one;
+# nothing writes an old name again.
+RENAMED_SETTINGS = {"activation": "mlp"}
+
+
+def current_setting_names(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with every renamed setting under its current name."""
+    for old, new in RENAMED_SETTINGS.items():
+        if old in config:
+            if new in config:
+                raise ValueError(f"config sets both {old!r} and {new!r}, which is its current name; keep {new!r}")
+            config = {(new if key == old else key): value for key, value in config.items()}
+    return config
+
+
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 
@@ -302,10 +318,11 @@ class ModelCard(_Strict):
     config: dict[str, Any] = Field(
         default_factory=dict,
         json_schema_extra=WEIGHTS,
-        description="the architecture's settings (for 'transformer' and 'gpt': d_model, n_layer, n_head, d_ff, "
-        "positions, block, norm, dropout, bias; activation 'relu', 'gelu', 'gelu-tanh' or 'relu2' (ReLU squared); "
-        "qk_norm = true RMS-normalises each head's queries and keys; logit_softcap = C bounds the logits to "
-        "C·tanh(logits / C); layer_bias, tie_embeddings, norm_eps)",
+        description="the architecture's settings; for 'transformer' and 'gpt' see \"Transformer layouts\" below "
+        "(d_model, n_layer, n_head, d_ff, positions, block, norm, norm_eps, dropout, bias, layer_bias, "
+        "tie_embeddings, mlp, n_kv_head, head_size, attention_bias, residual, sliding_window, qk_norm, "
+        "embedding_scale, rope_base, rope_scaling, rotary_fraction, logit_softcap); a setting a component does "
+        "not take is refused. Older cards' `activation` reads as `mlp`",
     )
     tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
     context_length: int = Field(
@@ -356,6 +373,11 @@ class ModelCard(_Strict):
         if unknown:
             raise ValueError(f"unknown component role(s) {unknown}; roles are {', '.join(COMPONENT_ROLES)}")
         return components
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _current_names(cls, config: Any) -> Any:
+        return current_setting_names(config) if isinstance(config, dict) else config
 
     @field_validator("config")
     @classmethod

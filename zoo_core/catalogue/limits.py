@@ -78,7 +78,8 @@ def check_config_shape(config: dict[str, Any]) -> None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise ShapeError(key, f"must be a number from 0 up to (not including) 1, not {value!r}")
     d_model, n_head = config.get("d_model"), config.get("n_head")
-    if d_model is not None and n_head is not None and d_model % n_head:
+    # With its own head_size, a head need not be a slice of the width (Qwen3).
+    if d_model is not None and n_head is not None and "head_size" not in config and d_model % n_head:
         raise ShapeError("n_head", f"the width d_model = {d_model} is not divisible by {n_head} heads")
 
 
@@ -108,7 +109,11 @@ def _estimate_sizes(config: dict[str, Any]) -> tuple[int, int]:
         L = int(config.get("n_layer", 0))
         H = int(config.get("n_head", 1))
         F = int(config.get("d_ff") or 4 * C)
-        per_layer = 4 * C * C + 2 * C * F + F + 9 * C  # q, k, v, out; up, down; biases and norms
+        heads = H * int(config.get("head_size") or C // H)  # the queries' width, and the output's input
+        keys = int(config.get("n_kv_head") or H) * (heads // H)
+        up = 2 * F if config.get("mlp") in ("swiglu", "geglu") else F  # a gated up projection is two
+        # q, k, v, out; up, down; biases and norms
+        per_layer = C * (2 * heads + 2 * keys) + C * (up + F) + up + 9 * C
         # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
         learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
         parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm

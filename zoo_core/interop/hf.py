@@ -1,12 +1,15 @@
-"""Hugging Face transformers: export a variant as GPT-2, import a GPT-2-layout folder.
+"""Hugging Face transformers: `zoo export --format hf` and `zoo import hf`.
 
-What maps (see docs/interop.md): a ``transformer`` or ``gpt`` variant with
-pre-norm LayerNorm blocks and a position encoding that adds to the residual
-stream (learned, sinusoidal — its table is written out as GPT-2's learned one —
-or none, a table of zeros), ReLU or GELU. Everything else is refused with the
-reason: post-norm blocks, RMSNorm and RoPE (Llama's layout has those, but its
-vocabulary head has no bias and the zoo's has), ALiBi-like score biases, bigram,
-the puzzle.
+What maps (see docs/interop.md): RoPE variants go to and come from the family
+their settings describe (Llama, Mistral, Qwen2, Qwen3, GPT-NeoX: one `Layout`
+each in hf_layouts). The rest is GPT-2: a ``transformer`` or ``gpt`` variant
+with pre-norm LayerNorm blocks and a position encoding that adds to the
+residual stream (learned, sinusoidal — its table is written out as GPT-2's
+learned one — or none, a table of zeros), ReLU or GELU. Everything else is
+refused with the reason: post-norm blocks, RMSNorm without RoPE, a head bias
+with RoPE (no RoPE family has one), ALiBi-like score biases, bigram, the puzzle.
+A folder may also be named by its Hub repository id, read from the Hugging
+Face cache offline (hf_cache).
 
 The zoo's vocabulary head has a bias; GPT-2's has none. The export carries it
 exactly with one extra attention head's worth of residual channels that always
@@ -41,7 +44,9 @@ from ..plugin_api.components import PositionEncodingBase
 from ..plugin_api.manager import get_plugins
 from ..storage.checkpoints import MAX_HEADER_BYTES, sha256_file
 from ..storage.files import describe_os_error, open_regular, read_limited
+from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
+from .hf_layouts import BUFFERS, LAYOUTS, Heads, Layout, layout_for
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
 from .imports import (
     BUILTIN_CORPUS,
@@ -57,6 +62,23 @@ LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and transformers' for the same function.
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_new"}
 ZOO_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh"}
+# Transformer layout settings (docs/cards.md) the GPT-2 and TransformerLens mappings do not carry.
+UNMAPPED_LAYOUT = (
+    "n_kv_head",
+    "head_size",
+    "attention_bias",
+    "residual",
+    "sliding_window",
+    "embedding_scale",
+    "rope_base",
+    "rope_scaling",
+    "rotary_fraction",
+)
+
+
+def unmapped_layout(config: dict) -> str | None:
+    """The first layout setting ``config`` sets that no exporter maps yet, or None."""
+    return next((key for key in UNMAPPED_LAYOUT if key in config), None)
 
 
 def transformer_layout(card) -> dict:
@@ -64,6 +86,34 @@ def transformer_layout(card) -> dict:
     the transformer builds it (pre-norm blocks, LayerNorm, learned positions):
     what the exporters check and map."""
     return {"block": "pre-norm", "norm": "layernorm", "positions": "learned", **card.config}
+
+
+def family_layout(model) -> dict:
+    """`transformer_layout` with what the built network shows filled in: the
+    head counts, widths and epsilon, and which linear layers carry biases."""
+    network = model.network
+    config = transformer_layout(model.card)
+    attention = network.blocks[0].attention
+    state = network.state_dict()
+    head_size = attention.proj.weight.shape[1] // config["n_head"]
+    has_bias = {name for name in state if name.startswith("blocks.0.") and name.endswith(".bias")}
+    qkv_bias = "blocks.0.attention.qkv.bias" in has_bias
+    eps = network.final_norm.eps
+    return {
+        "residual": "sequential",
+        **config,
+        "d_model": network.token_embedding.weight.shape[1],
+        "n_layer": len(network.blocks),
+        "head_size": head_size,
+        "n_kv_head": (attention.qkv.weight.shape[0] // head_size - config["n_head"]) // 2,
+        "d_ff": network.blocks[0].feed_forward.down.weight.shape[1],
+        "norm_eps": float(torch.finfo(torch.float32).eps if eps is None else eps),
+        "mlp": config.get("mlp", "relu"),
+        "layer_bias": "blocks.0.feed_forward.down.bias" in has_bias,
+        "attention_bias": ("all" if "blocks.0.attention.proj.bias" in has_bias else "qkv") if qkv_bias else "none",
+        "bias": network.lm_head.bias is not None,
+        "tie_embeddings": network.lm_head.weight is network.token_embedding.weight,
+    }
 
 
 def _require_transformers():
@@ -82,18 +132,19 @@ def gpt2_refusal(model) -> str | None:
         return f"'{name}' is a {card.architecture} model; only transformer and gpt variants map onto GPT-2"
     if config["block"] != "pre-norm":
         return f"'{name}' has {config['block']} blocks; GPT-2 normalises before each sublayer, and the post-norm decoders in transformers (XLM, BERT) add an embedding LayerNorm the zoo lacks"
-    if config["norm"] != "layernorm" or config["positions"] == "rope":
+    if config["norm"] != "layernorm":
         return (
-            f"'{name}' uses {config['positions']} positions and {config['norm']}: Llama's layout has RoPE and RMSNorm, "
-            "but no bias on its vocabulary head, which this variant has"
+            f"'{name}' uses {config['norm']} without RoPE; GPT-2's layout has LayerNorm, Llama's has RMSNorm with RoPE"
         )
     encoding = type(network.positions)
     if encoding.rotate is not PositionEncodingBase.rotate or encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' acts inside attention; GPT-2 only adds positions to the input"
-    if config.get("activation", "relu") not in HF_ACTIVATIONS:
-        return f"'{name}': activation '{config['activation']}' has no GPT-2 counterpart"
+    if config.get("mlp", "relu") not in HF_ACTIVATIONS:
+        return f"'{name}': mlp '{config['mlp']}' has no GPT-2 counterpart"
     if config.get("qk_norm"):
         return f"'{name}' normalises each head's queries and keys (qk_norm); GPT-2's attention has no such step"
+    if unmapped_layout(config):
+        return f"'{name}' sets {unmapped_layout(config)}, which the GPT-2 layout has no place for"
     if config.get("logit_softcap") is not None:
         return f"'{name}' soft-caps its logits (logit_softcap); GPT-2's head has no such step"
     return None
@@ -232,29 +283,81 @@ def quiet_transformers() -> None:
     logging.set_verbosity_error()
 
 
-def export_hf(model, out: Path) -> tuple[list[Path], dict]:
-    """Write ``out`` for `AutoModelForCausalLM` and `AutoTokenizer`; check both
-    against the zoo (logits to 1e-4, ids on the whole validation text) before
-    returning."""
-    _require_transformers()
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+def _not_laid_out(model, exc) -> ZooError:
+    return ZooError(
+        f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})"
+    )
+
+
+def gpt2_model(model):
+    """The `GPT2LMHeadModel` computing the variant's logits, or a one-line refusal."""
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     refusal = gpt2_refusal(model)
     if refusal:
         raise ZooError(f"cannot export to Hugging Face: {refusal}")
-    quiet_transformers()
     try:
-        state, fields = gpt2_state(
-            model.network, model.card.context_length, model.card.config.get("activation", "relu")
-        )
+        state, fields = gpt2_state(model.network, model.card.context_length, model.card.config.get("mlp", "relu"))
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
-        raise ZooError(
-            f"cannot export to Hugging Face: '{model.name}' is not laid out like the zoo's transformer (no {exc})"
-        ) from None
+        raise _not_laid_out(model, exc) from None
     hf_model = GPT2LMHeadModel(GPT2Config(**fields))
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     if [m for m in missing if not (fields["tie_word_embeddings"] and m == "lm_head.weight")] or unexpected:
         raise ZooError(f"GPT-2 layout mismatch: missing {missing}, unexpected {unexpected}")
+    return hf_model
+
+
+def family_model(model):
+    """The Llama, Mistral, Qwen2, Qwen3 or GPT-NeoX model (see hf_layouts)
+    computing a RoPE variant's logits, or a one-line refusal."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = family_layout(model)
+    except (KeyError, AttributeError) as exc:
+        raise _not_laid_out(model, exc) from None
+    layout, reason = layout_for(config)
+    if layout is None:
+        raise ZooError(f"cannot export to Hugging Face: '{model.name}': {reason}")
+    fields = {
+        **layout.fields(config),
+        "vocab_size": model.network.lm_head.weight.shape[0],
+        "max_position_embeddings": model.card.context_length,
+        "architectures": [layout.architecture],
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    }
+    hf_model = AutoModelForCausalLM.from_config(AutoConfig.for_model(layout.model_type, **fields))
+    ours = {name: tensor.detach().to(torch.float32) for name, tensor in model.network.state_dict().items()}
+    state = layout.from_zoo(ours, config["n_layer"], _heads(config))
+    # Biases the family always has and the variant has not (NeoX's feed-forward, a bias-free LayerNorm) are zeros.
+    for name, tensor in hf_model.state_dict().items():
+        if name.endswith(".bias") and name not in state:
+            state[name] = torch.zeros_like(tensor)
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    if [m for m in missing if not (config["tie_embeddings"] and m == "lm_head.weight")] or unexpected:
+        raise ZooError(f"{layout.architecture} layout mismatch: missing {missing}, unexpected {unexpected}")
+    return hf_model
+
+
+def _heads(config: dict) -> Heads:
+    head_size = config.get("head_size") or config["d_model"] // config["n_head"]
+    rotary = round(config.get("rotary_fraction", 1.0) * head_size)
+    return Heads(config["n_head"], config.get("n_kv_head") or config["n_head"], head_size, rotary)
+
+
+def export_hf(model, out: Path) -> tuple[list[Path], dict]:
+    """Write ``out`` for `AutoModelForCausalLM` and `AutoTokenizer`; check both
+    against the zoo (logits to 1e-4, ids on the whole validation text) before
+    returning. RoPE variants go out in the family their settings describe
+    (hf_layouts), the rest as GPT-2."""
+    _require_transformers()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_transformers()
+    rope = model.card.architecture in ("transformer", "gpt") and transformer_layout(model.card)["positions"] == "rope"
+    hf_model = family_model(model) if rope else gpt2_model(model)
     hf_model.generation_config = generation_config(model.card.context_length)
     out.mkdir(parents=True, exist_ok=True)
     hf_model.save_pretrained(out)  # config.json, model.safetensors, generation_config.json
@@ -276,7 +379,7 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
         )
     loaded_tokenizer = AutoTokenizer.from_pretrained(out)
     expected = checked_encoding(model, validation)
-    if loaded_tokenizer(validation, verbose=False)["input_ids"] != expected:
+    if loaded_tokenizer(validation, add_special_tokens=False, verbose=False)["input_ids"] != expected:
         raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
 
     write_hub_card(model.card, out)  # last: a README describes only a folder that passed the checks
@@ -326,7 +429,8 @@ def with_hub_card(card, folder: Path, license_given: bool):
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
-def _gpt2_config(folder: Path) -> dict:
+def _folder_config(folder: Path) -> dict:
+    """config.json, of a model type that imports."""
     path = folder / "config.json"
     try:
         config = json.loads(read_limited(path, MAX_CONFIG_BYTES, "config"))
@@ -334,9 +438,13 @@ def _gpt2_config(folder: Path) -> dict:
         raise ZooError(f"{folder}: no config.json; not a transformers model folder") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise ZooError(f"{path}: not JSON") from None
-    if not isinstance(config, dict) or config.get("model_type") != "gpt2":
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise ZooError(f"{path}: model_type {kind!r}; only GPT-2-layout folders import (model_type 'gpt2')")
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind != "gpt2" and kind not in LAYOUTS:
+        raise ZooError(f"{path}: model_type {kind!r}; the layouts that import are gpt2, {', '.join(LAYOUTS)}")
+    return config
+
+
+def _check_gpt2_config(path: Path, config: dict) -> None:
     problems = []
     if not config.get("scale_attn_weights", True) or config.get("scale_attn_by_inverse_layer_idx", False):
         problems.append("attention scores not scaled by 1/sqrt(head size)")
@@ -346,13 +454,13 @@ def _gpt2_config(folder: Path) -> dict:
         problems.append("cross-attention")
     if problems:
         raise ZooError(f"{path}: cannot import: {'; '.join(problems)}")
-    return config
 
 
 def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | None:
     """The folder's tokenizer.json in the zoo's form, when it has one: single
     characters (word level), or byte-level BPE whose first 256 ids are the bytes
-    in order (what `zoo export` writes). None when the folder has no tokenizer."""
+    in order (what `zoo export` writes); otherwise the tokenizer.json itself,
+    which the 'hf' tokenizer runs. None when the folder has no tokenizer."""
     path = folder / "tokenizer.json"
     if not path.exists():
         return None
@@ -361,9 +469,9 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
         vocabulary = model["vocab"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
         raise ZooError(f"{path}: not a tokenizers JSON file") from None
-    by_id = sorted(vocabulary.items(), key=lambda item: item[1])
+    by_id = sorted(vocabulary.items(), key=lambda item: item[1]) if isinstance(vocabulary, dict) else []
     if [i for _, i in by_id] != list(range(len(by_id))) or len(by_id) != vocab_size:
-        raise ZooError(f"{path}: ids are not 0..{vocab_size - 1}; give --tokenizer FILE")
+        return path
     if model.get("type") == "WordLevel" and all(len(token) == 1 for token, _ in by_id):
         target = scratch / "characters.json"
         target.write_text(
@@ -382,7 +490,7 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
                 "".join(f"{base64.b64encode(t).decode('ascii')} {i}\n" for i, t in enumerate(tokens)), encoding="ascii"
             )
             return target
-    raise ZooError(f"{path}: a {model.get('type')} tokenizer with no zoo form; give --tokenizer FILE")
+    return path
 
 
 def _check_weights_file(weights: Path) -> None:
@@ -402,27 +510,36 @@ def _check_weights_file(weights: Path) -> None:
 
 
 def import_hf(
-    folder: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None, replace: bool = False
+    source: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None, replace: bool = False
 ):
-    """Convert a GPT-2-layout folder (config.json + model.safetensors) to a zoo
-    ``gpt`` variant in the user's catalogue (over the user's own variant of that
-    name only with ``replace``). The folder's README.md (a Hub model card), when
-    it has one, gives the license (unless ``license`` is given), tags,
-    description and dataset (`hub_card_fields`)."""
+    """Convert a transformers folder (config.json + model.safetensors; GPT-2 or
+    a family of hf_layouts) to a zoo variant in the user's catalogue (over the
+    user's own variant of that name only with ``replace``). ``source`` is the
+    folder, or a repository id (ORG/NAME) found in the Hugging Face cache
+    offline (hf_cache). The folder's README.md (a Hub model card), when it has
+    one, gives the license (unless ``license`` is given), tags, description and
+    dataset (`hub_card_fields`)."""
+    folder = cached_snapshot(str(source)) if looks_like_repo_id(str(source)) else source
     if not folder.is_dir():
-        raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder)")
+        raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder or ORG/NAME)")
     check_name_is_free(name, replace)
-    config = _gpt2_config(folder)
+    config = _folder_config(folder)
     weights = folder / "model.safetensors"
     if not weights.exists():
         raise ZooError(f"{folder}: no model.safetensors (pickled pytorch_model.bin is not read: it could run code)")
     _check_weights_file(weights)
-    sizes = _gpt2_sizes(folder, config)
-    tensors = _gpt2_tensors(weights, sizes["n_layer"])
-    tied = bool(config.get("tie_word_embeddings", True)) or "lm_head.weight" not in tensors
-    renamed = _renamed_gpt2_tensors(weights, tensors, sizes["n_layer"], tied)
+    if config["model_type"] == "gpt2":
+        architecture, origin, (zoo_config, context_length, renamed) = (
+            "gpt",
+            "GPT-2",
+            _gpt2_import(folder, config, weights),
+        )
+    else:
+        layout = LAYOUTS[config["model_type"]]
+        architecture, origin = "transformer", layout.architecture.removesuffix("ForCausalLM")
+        zoo_config, context_length, renamed = _family_import(folder, layout, weights)
+    tied = zoo_config["tie_embeddings"]
     vocab = renamed["token_embedding.weight"].shape[0]
-    zoo_config = _zoo_gpt_config(folder, config, sizes, tied)
     with tempfile.TemporaryDirectory() as scratch:
         if tokenizer_file is None:
             tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
@@ -432,19 +549,64 @@ def import_hf(
         card = imported_card(
             name,
             zoo_config,
-            sizes["n_positions"],
+            context_length,
             spec,
             parameters,
             weights,
             sha256_file(weights, "weights file"),
-            "transformers GPT-2",
+            f"transformers {origin}",
             Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
             license=license or "unspecified",
+            architecture=architecture,
         )
         card = with_hub_card(card, folder, license_given=license is not None)
         check_card_fits_tensors(weights, card, renamed)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry
+
+
+def _gpt2_import(folder: Path, config: dict, weights: Path) -> tuple[dict, int, dict]:
+    """A GPT-2 folder's zoo ``gpt`` config, context length and tensors."""
+    _check_gpt2_config(folder / "config.json", config)
+    sizes = _gpt2_sizes(folder, config)
+    tensors = _gpt2_tensors(weights, sizes["n_layer"])
+    tied = bool(config.get("tie_word_embeddings", True)) or "lm_head.weight" not in tensors
+    renamed = _renamed_gpt2_tensors(weights, tensors, sizes["n_layer"], tied)
+    return _zoo_gpt_config(folder, config, sizes, tied), sizes["n_positions"], renamed
+
+
+def _family_import(folder: Path, layout: Layout, weights: Path) -> tuple[dict, int, dict]:
+    """A family's zoo ``transformer`` config (read through transformers' own
+    config class, which knows the older field names), context length and tensors."""
+    _require_transformers()
+    from transformers import AutoConfig
+
+    quiet_transformers()
+    try:
+        hf_config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        raise ZooError(
+            f"{folder / 'config.json'}: transformers cannot read it: {' '.join(str(exc).split())[:200]}"
+        ) from None
+    settings = layout.settings(hf_config)
+    n_layer = settings["n_layer"]
+    try:
+        tensors = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
+    tensors = {key: value for key, value in layout.from_file(tensors).items() if not key.endswith(BUFFERS)}
+    unknown = sorted(set(tensors) - layout.known_names(n_layer))
+    if unknown:
+        raise ZooError(
+            f"{weights}: tensor {printable(unknown[0])!r} is not in {layout.architecture}'s {n_layer}-layer layout"
+        )
+    # bfloat16 or float16 weights widen exactly; the zoo computes in float32.
+    tensors = {key: value.float() if value.is_floating_point() else value for key, value in tensors.items()}
+    renamed = layout.to_zoo(tensors, n_layer, _heads(settings))
+    if settings["tie_embeddings"] or "lm_head.weight" not in renamed:
+        settings["tie_embeddings"] = True
+        renamed["lm_head.weight"] = renamed["token_embedding.weight"]
+    return settings, int(hf_config.max_position_embeddings), renamed
 
 
 def _gpt2_sizes(folder: Path, config: dict[str, Any]) -> dict[str, int]:
@@ -516,7 +678,7 @@ def _zoo_gpt_config(folder: Path, config: dict[str, Any], sizes: dict[str, int],
         "positions": "learned",
         "block": "pre-norm",
         "norm": "layernorm",
-        "activation": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "mlp": ZOO_ACTIVATIONS[config.get("activation_function", "gelu_new")],
         "layer_bias": True,
         "tie_embeddings": tied,
         "bias": False,

@@ -8,6 +8,7 @@
   same choice at every step, so the ids are the same.
 - Characters: a word-level vocabulary over single characters, every character
   split off on its own, decoded by joining without spaces.
+- A tokenizer.json the zoo read (the 'hf' tokenizer plugin): itself.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def hf_tokenizer_for(zoo_tokenizer, context_length: int):
     """A `PreTrainedTokenizerFast` giving the zoo tokenizer's ids, or a one-line refusal."""
     from transformers import PreTrainedTokenizerFast
 
-    if hasattr(zoo_tokenizer, "encoding") and hasattr(zoo_tokenizer.encoding, "_mergeable_ranks"):
+    if hasattr(zoo_tokenizer, "backend"):  # zoo_plugins.hf_tokenizer: already a `tokenizers.Tokenizer`
+        backend = zoo_tokenizer.backend
+    elif hasattr(zoo_tokenizer, "encoding") and hasattr(zoo_tokenizer.encoding, "_mergeable_ranks"):
         ranks = zoo_tokenizer.encoding._mergeable_ranks
         pattern = zoo_tokenizer.encoding._pat_str
         backend = bpe_tokenizer(ranks, pattern)
@@ -81,7 +84,7 @@ def hf_tokenizer_for(zoo_tokenizer, context_length: int):
         backend = char_tokenizer(list(zoo_tokenizer.characters))
     else:
         raise ZooError(
-            f"no Hugging Face tokenizer for {type(zoo_tokenizer).__name__}: only byte-level BPE and characters map"
+            f"no Hugging Face tokenizer for {type(zoo_tokenizer).__name__}: only byte-level BPE, characters and tokenizer.json map"
         )
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, model_max_length=context_length, clean_up_tokenization_spaces=False

@@ -3,6 +3,7 @@ user's catalogue, and a check that the name is free."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -22,10 +23,14 @@ from ..loading.api import build_network, catalogue
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import component_sources
 from ..storage.checkpoints import shape_report
+from ..storage.files import describe_os_error, read_limited
 from ..storage.locations import user_registry_path
 from ..storage.user_catalogue import USER_PLUGIN, add_user_variant
 
-BUILTIN_CORPUS = "tinyshakespeare"  # the registered dataset imported models are scored on
+BUILTIN_CORPUS = "tinyshakespeare"
+MAX_JSON_TOKENIZER_BYTES = (
+    64 * 1024 * 1024
+)  # a character list or a tokenizer.json (Qwen2's is 7 MB)  # the registered dataset imported models are scored on
 
 
 def builtin_char_vocabulary() -> Path:
@@ -63,13 +68,29 @@ def tokenizer_for_vocabulary(vocab_size: int, tokenizer_file: Path | None) -> tu
         if vocab_size != 65:
             raise ZooError(
                 f"the checkpoint has {vocab_size} tokens; give its tokenizer with --tokenizer FILE "
-                "(a zoo character vocabulary .json or a tiktoken ranks file)"
+                "(a zoo character vocabulary .json, a tiktoken ranks file or a Hugging Face tokenizer.json)"
             )
         tokenizer_file = builtin_char_vocabulary()
     if not tokenizer_file.is_file():
         raise ZooError(f"{tokenizer_file}: tokenizer file not found")
-    kind = "char" if tokenizer_file.suffix == ".json" else "bpe"
-    return TokenizerSpec(kind=kind, vocab_size=vocab_size, file=str(tokenizer_file)), tokenizer_file
+    return TokenizerSpec(
+        kind=tokenizer_kind(tokenizer_file), vocab_size=vocab_size, file=str(tokenizer_file)
+    ), tokenizer_file
+
+
+def tokenizer_kind(path: Path) -> str:
+    """Which registered tokenizer reads the file: a Hugging Face tokenizer.json
+    (a JSON object with a "model") is 'hf', another .json the zoo's character
+    list ('char'), anything else tiktoken ranks ('bpe')."""
+    if path.suffix != ".json":
+        return "bpe"
+    try:
+        data = json.loads(read_limited(path, MAX_JSON_TOKENIZER_BYTES, "tokenizer file"))
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read tokenizer file: {describe_os_error(exc)}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ZooError(f"{path}: damaged tokenizer file: not JSON") from None
+    return "hf" if isinstance(data, dict) and "model" in data else "char"
 
 
 def check_tokenizer(spec: TokenizerSpec, path: Path) -> None:
@@ -88,6 +109,7 @@ def imported_card(
     origin: str,
     recipe: Recipe,
     license: str = "unspecified",
+    architecture: str = "gpt",
 ) -> ModelCard:
     """The card of an import, validated as any card is: an impossible
     configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line."""
@@ -100,7 +122,7 @@ def imported_card(
         card = ModelCard(
             name=name,
             description=f"Imported from a {origin} checkpoint ({shown}).",
-            architecture="gpt",
+            architecture=architecture,
             config=config,
             tokenizer=tokenizer,
             context_length=context_length,

@@ -141,7 +141,7 @@ def nanogpt_config(model_args: dict[str, Any]) -> tuple[dict[str, Any], int]:
         "positions": "learned",
         "block": "pre-norm",
         "norm": "layernorm",
-        "activation": "gelu",
+        "mlp": "gelu",
         "layer_bias": bias,
         "tie_embeddings": True,
         "bias": False,

@@ -9,8 +9,11 @@ given is the zoo's own, converted as for `zoo export --format hf`.
 What maps: ``transformer`` and ``gpt`` variants with pre-norm blocks, LayerNorm
 or RMSNorm, positions added to the input (learned; sinusoidal, written as the
 learned table of positions 0…context−1; none, a table of zeros) or rotary
-(adjacent pairs, base 10000), ReLU, ReLU², GELU or tanh GELU, QK-norm (an RMSNorm
-of unit weight) and a logit soft-cap. Unlike GPT-2, TransformerLens' unembedding
+(adjacent pairs, any base, partial, Llama 3's scaling), ReLU, ReLU², GELU, tanh
+GELU, SwiGLU or GeGLU, grouped key/value heads, a head size of its own,
+sequential or parallel residuals, a sliding window ("local" attention), QK-norm
+(with or without learned scales) and a logit soft-cap: the layouts of Llama,
+Mistral, Qwen and GPT-NeoX (docs/interop.md). Unlike GPT-2, TransformerLens' unembedding
 has a bias, so the zoo's vocabulary head maps one to one (no extra channels).
 Refused, by name: post-norm blocks, score-biasing position encodings, other
 architectures.
@@ -29,12 +32,20 @@ from safetensors.torch import load_file, save_file
 from ..errors import ZooError
 from ..loading.api import load
 from ..plugin_api.components import PositionEncodingBase
-from .hf import PAD_TOKEN_ID, quiet_transformers, transformer_layout, verification_ids
+from .hf import PAD_TOKEN_ID, family_layout, quiet_transformers, transformer_layout, verification_ids
 from .hf_tokenizers import hf_tokenizer_for
 
 LOGIT_TOLERANCE = 1e-4
 # The zoo's activation names and TransformerLens' for the same function.
-TL_ACTIVATIONS = {"relu": "relu", "relu2": "relu2", "gelu": "gelu", "gelu-tanh": "gelu_new"}
+TL_ACTIVATIONS = {
+    "relu": "relu",
+    "relu2": "relu2",
+    "gelu": "gelu",
+    "gelu-tanh": "gelu_new",
+    "swiglu": "silu",
+    "geglu": "gelu",
+}
+GATED = ("swiglu", "geglu")
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -62,41 +73,65 @@ def transformer_lens_refusal(model) -> str | None:
         return f"'{name}': position encoding '{config['positions']}' biases attention scores; HookedTransformer has no such step"
     if encoding.rotate is not PositionEncodingBase.rotate and config["positions"] != "rope":
         return f"'{name}': position encoding '{config['positions']}' rotates queries and keys in its own way; only the zoo's rope maps"
-    if config.get("activation", "relu") not in TL_ACTIVATIONS:
-        return f"'{name}': activation '{config['activation']}' has no HookedTransformer counterpart"
+    if config.get("mlp", "relu") not in TL_ACTIVATIONS:
+        return f"'{name}': mlp '{config['mlp']}' has no HookedTransformer counterpart"
+    if config.get("embedding_scale") not in (None, 1, 1.0):
+        return f"'{name}' scales its embeddings (embedding_scale); HookedTransformer has no such step"
+    if (config.get("rope_scaling") or {}).get("kind", "llama3") != "llama3":
+        return f"'{name}': rope_scaling '{config['rope_scaling']['kind']}'; HookedTransformer scales RoPE as Llama 3 does only"
+    if config.get("mlp") in GATED and "blocks.0.feed_forward.up.bias" in network.state_dict():
+        return f"'{name}' has a bias on its feed-forward gate; HookedTransformer's gated MLP has none"
     return None
 
 
 def hooked_transformer_config(model) -> dict:
-    """The `HookedTransformerConfig` fields (plain JSON values) of the variant."""
+    """The `HookedTransformerConfig` fields (plain JSON values) of the variant.
+    Grouped key/value heads are counted as TransformerLens counts them:
+    ``n_heads`` query heads, ``n_key_value_heads`` shared."""
     card, network = model.card, model.network
-    config = transformer_layout(card)
-    d_model = network.token_embedding.weight.shape[1]
-    attention = network.blocks[0].attention
+    config = family_layout(model)
     rms = config["norm"] == "rmsnorm"
-    eps = network.final_norm.eps
-    if eps is None:  # torch's RMSNorm default: the dtype's machine epsilon
-        eps = torch.finfo(torch.float32).eps
+    mlp = config["mlp"]
     fields = dict(
         model_name=card.name,
-        d_model=d_model,
-        d_head=attention.head_size,
-        n_heads=attention.n_head,
-        n_layers=len(network.blocks),
+        d_model=config["d_model"],
+        d_head=config["head_size"],
+        n_heads=config["n_head"],
+        n_layers=config["n_layer"],
         n_ctx=card.context_length,
         d_vocab=network.lm_head.weight.shape[0],
-        d_mlp=network.blocks[0].feed_forward.up.weight.shape[0],
-        act_fn=TL_ACTIVATIONS[config.get("activation", "relu")],
+        d_mlp=config["d_ff"],
+        act_fn=TL_ACTIVATIONS[mlp],
         normalization_type="RMS" if rms else "LN",
-        eps=float(eps),
+        eps=config["norm_eps"],
         positional_embedding_type="rotary" if config["positions"] == "rope" else "standard",
         default_prepend_bos=False,  # the zoo's models have no beginning-of-text token
         tokenizer_prepends_bos=False,
         init_weights=False,  # every weight is loaded; no random initialisation to spend time on
         device="cpu",
     )
+    if config["n_kv_head"] != config["n_head"]:
+        fields["n_key_value_heads"] = config["n_kv_head"]
+    if mlp in GATED:
+        fields["gated_mlp"] = True
+    if config["residual"] != "sequential":  # parallel-shared-norm: ln2 is given ln1's weights
+        fields["parallel_attn_mlp"] = True
     if config["positions"] == "rope":
-        fields.update(rotary_dim=attention.head_size, rotary_adjacent_pairs=True, rotary_base=10000)
+        rotary = round(config.get("rotary_fraction", 1.0) * config["head_size"])
+        fields.update(rotary_dim=rotary, rotary_adjacent_pairs=True, rotary_base=config.get("rope_base", 10000.0))
+        scaling = config.get("rope_scaling")
+        if scaling:
+            fields.update(
+                use_NTK_by_parts_rope=True,
+                NTK_by_parts_factor=scaling["factor"],
+                NTK_by_parts_low_freq_factor=scaling["low_freq_factor"],
+                NTK_by_parts_high_freq_factor=scaling["high_freq_factor"],
+                NTK_original_ctx_len=scaling["original_context_length"],
+            )
+    if config.get("sliding_window"):
+        fields.update(
+            use_local_attn=True, attn_types=["local"] * config["n_layer"], window_size=config["sliding_window"]
+        )
     if config.get("qk_norm"):
         fields["use_qk_norm"] = True
     if network.logit_softcap is not None:
@@ -117,31 +152,39 @@ def hooked_transformer_state(network, fields: dict) -> dict:
         return out
 
     def per_head_in(weight):  # Linear (H*D, C) -> (H, C, D)
-        return weight.view(n_heads, d_head, d_model).transpose(1, 2).contiguous()
+        return weight.view(-1, d_head, d_model).transpose(1, 2).contiguous()
 
     state = {"embed.W_E": zoo["token_embedding.weight"]}
     if fields["positional_embedding_type"] == "standard":
         with torch.no_grad():
             table = network.positions.embed(torch.zeros(1, fields["n_ctx"], d_model), torch.arange(fields["n_ctx"]))[0]
         state["pos_embed.W_pos"] = table.to(torch.float32)
+    n_kv = fields.get("n_key_value_heads", n_heads)
+    shared = "_" if "n_key_value_heads" in fields else ""  # TransformerLens keeps grouped K and V unexpanded
+    split = [n_heads * d_head, n_kv * d_head, n_kv * d_head]
     for i in range(fields["n_layers"]):
         ours, theirs = f"blocks.{i}", f"blocks.{i}"
         state.update(norm(f"{theirs}.ln1", f"{ours}.norm1"))
-        state.update(norm(f"{theirs}.ln2", f"{ours}.norm2"))
-        qkv = zoo[f"{ours}.attention.qkv.weight"].split(d_model)  # queries, keys, values, heads side by side
-        qkv_bias = zoo.get(f"{ours}.attention.qkv.bias", torch.zeros(3 * d_model)).split(d_model)
+        state.update(norm(f"{theirs}.ln2", f"{ours}.norm2" if f"{ours}.norm2.weight" in zoo else f"{ours}.norm1"))
+        qkv = zoo[f"{ours}.attention.qkv.weight"].split(split)  # queries, keys, values, heads side by side
+        qkv_bias = zoo.get(f"{ours}.attention.qkv.bias", torch.zeros(sum(split))).split(split)
         for part, weight, bias in zip("QKV", qkv, qkv_bias):
-            state[f"{theirs}.attn.W_{part}"] = per_head_in(weight)
-            state[f"{theirs}.attn.b_{part}"] = bias.view(n_heads, d_head)
+            prefix = "" if part == "Q" else shared
+            state[f"{theirs}.attn.{prefix}W_{part}"] = per_head_in(weight)
+            state[f"{theirs}.attn.{prefix}b_{part}"] = bias.view(-1, d_head)
         proj = zoo[f"{ours}.attention.proj.weight"]  # (C, H*D)
         state[f"{theirs}.attn.W_O"] = proj.T.reshape(n_heads, d_head, d_model).contiguous()
         state[f"{theirs}.attn.b_O"] = zoo.get(f"{ours}.attention.proj.bias", torch.zeros(d_model))
-        if fields.get("use_qk_norm"):  # the zoo's QK-norm has no learned scale
+        if fields.get("use_qk_norm"):  # learned scales (qk_norm "rmsnorm"), or none: ones
             for which in ("q_norm", "k_norm"):
-                state[f"{theirs}.attn.{which}.w"] = torch.ones(d_head)
-        up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C)
+                state[f"{theirs}.attn.{which}.w"] = zoo.get(f"{ours}.attention.{which}.weight", torch.ones(d_head))
+        up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C), or (2 d_ff, C): gate, then up
+        d_mlp = fields["d_mlp"]
+        if fields.get("gated_mlp"):
+            state[f"{theirs}.mlp.W_gate"] = up[:d_mlp].T.contiguous()
+            up = up[d_mlp:]
         state[f"{theirs}.mlp.W_in"] = up.T.contiguous()
-        state[f"{theirs}.mlp.b_in"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(up.shape[0]))
+        state[f"{theirs}.mlp.b_in"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(d_mlp))
         state[f"{theirs}.mlp.W_out"] = zoo[f"{ours}.feed_forward.down.weight"].T.contiguous()
         state[f"{theirs}.mlp.b_out"] = zoo.get(f"{ours}.feed_forward.down.bias", torch.zeros(d_model))
     state.update(norm("ln_final", "final_norm"))

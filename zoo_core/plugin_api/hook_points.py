@@ -9,10 +9,9 @@ A hook function is ``fn(activation, name) -> Tensor | None``: None keeps the
 activation (a reader), a tensor replaces it (an intervention). Hooks are set for
 the length of a ``with hooks(network, {...}):`` block and always removed after.
 
-With no hook set a point is an identity that costs one attribute check.
-While any hook is set anywhere (`HookPoint.active`), the transformer's decoding
-fast paths, which write the arithmetic out without its modules, step aside so
-that hooks see every token.
+With no hook set a point is an identity that costs one attribute check, so
+every path through a network (training, cached decoding, the server's row
+batches) passes its points and a hook sees every token.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class HookPoint(nn.Module):
     """
 
     # Hook functions set on any HookPoint in this process, as a count: one look
-    # at it tells the decoding fast paths whether they may run.
+    # tells whether every hook set has been removed again.
     active = 0
     _lock = threading.Lock()
 

@@ -63,8 +63,10 @@ def register_blocks(register):
     an ``nn.Module`` satisfying ``zoo_core.plugin_api.protocols.Block``:
     ``block(x, positions, encoding, need_weights=False, cache=None) -> (x, weights | None)``,
     where ``weights`` has shape (batch, heads, queries, keys). The transformer
-    passes ``cache`` (the layer's ``zoo_plugins.blocks.attention.KVCache`` while
-    sampling, else None) as a keyword: accept it and hand it to the attention.
+    passes ``cache`` (the layer's cache while decoding, else None): accept it and
+    hand it, with ``positions``, to the attention (the protocol's contract).
+    A layout setting a card sets (``mlp``, ``n_kv_head``, ...; docs/cards.md) is
+    passed by keyword only when set, and only to a factory that names it.
     """
 
 

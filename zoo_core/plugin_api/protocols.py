@@ -89,8 +89,17 @@ class Block(Protocol):
     ) -> tuple["Tensor", "Tensor | None"]:
         """(B, T, C) -> (B, T, C), and the attention weights (B, H, T, T) when asked.
 
-        ``cache`` (a layer's KVCache) is passed only while sampling with a KV
-        cache; a block without the parameter is simply sampled uncached."""
+        The contract that gives a block cached decoding, row batching and hook
+        points with its one forward (docs/plugins.md, "The KV-cache contract"):
+        tokens mix only in the attention, which receives ``positions``,
+        ``encoding`` and ``cache`` exactly as the block did; everything else
+        works position by position. ``positions`` are (T,), or (B, T) for rows
+        at positions of their own (a serving step). ``cache`` (one layer's: a
+        ``KVCache`` or a row batch's slots) is passed only while decoding with
+        a cache; its ``append(k, v, positions)`` stores the new keys and values
+        and returns every key and value to attend over with their positions,
+        each query seeing those not after its own. A block without the
+        parameter is simply sampled uncached."""
 
 
 # What a language model's context is (its optional ``context_kind`` attribute).

@@ -8,7 +8,7 @@ sample` feeds it; after that:
 
 - rows of a model that can batch them (``network.make_row_batch``, the zoo's
   transformers) take their next tokens together, each row with its own keys
-  and values and its own length (zoo_plugins.models.row_batch);
+  and values and its own length (``RowBatch`` in zoo_plugins.models.transformer);
 - rows of other cached models take theirs one by one through the model's cache;
 - rows whose context window is full (and rows of models without a cache, like
   the bigram) are recomputed over their last window, as `zoo sample` does,

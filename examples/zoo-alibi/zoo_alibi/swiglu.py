@@ -31,7 +31,7 @@ class SwiGLU(nn.Module):
 class SwiGLUPreNormBlock(nn.Module):
     """x + Attention(Norm(x)), then x + SwiGLU(Norm(x))."""
 
-    def __init__(self, d_model: int, n_head: int, d_ff: int | None = None, dropout: float = 0.0, norm: str = "layernorm", **_: object):
+    def __init__(self, d_model: int, n_head: int, d_ff: int | None = None, dropout: float = 0.0, norm: str = "layernorm"):
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
         self.attention = CausalSelfAttention(d_model, n_head, dropout)

@@ -23,8 +23,16 @@ def export_arguments(commands) -> None:
 
 def import_arguments(commands) -> None:
     p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
-    p.add_argument("source", choices=["nanogpt", "hf"], help="nanogpt: a train.py ckpt.pt; hf: a GPT-2-layout folder")
-    p.add_argument("path", type=Path, help="the checkpoint file (nanogpt) or model folder (hf)")
+    p.add_argument(
+        "source",
+        choices=["nanogpt", "hf"],
+        help="nanogpt: a train.py ckpt.pt; hf: a GPT-2, Llama, Mistral, Qwen2, Qwen3 or GPT-NeoX folder",
+    )
+    p.add_argument(
+        "path",
+        type=Path,
+        help="the checkpoint file (nanogpt), or the model folder or ORG/NAME in the Hugging Face cache, offline (hf)",
+    )
     p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
     p.add_argument(
         "--replace",
@@ -36,7 +44,7 @@ def import_arguments(commands) -> None:
         "--tokenizer",
         type=Path,
         default=None,
-        help="its tokenizer: a zoo character vocabulary .json or tiktoken ranks file "
+        help="its tokenizer: a zoo character vocabulary .json, tiktoken ranks file or tokenizer.json "
         "(default: 65 tokens use the zoo's shakespeare characters; hf reads the folder's tokenizer)",
     )
     p.add_argument(
