@@ -16,6 +16,7 @@ from zoo_core.catalogue.cards import ModelCard
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import sample_tokens
 from zoo_core.loading.sizing import measure_on_meta
+from zoo_core.plugin_api import hooks
 from zoo_core.plugin_api.manager import Components, get_plugins
 from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_plugins.blocks.blocks import FeedForward, PreNormBlock, make_norm
@@ -169,8 +170,6 @@ def test_learned_qk_norm_scales_each_head_channel():
 def test_embedding_scale_multiplies_the_token_embeddings():
     scaled, plain = _model(embedding_scale=4.0), _model()
     seen = {}
-    from zoo_core.plugin_api import hooks
-
     with hooks(scaled, {"embed": lambda a, n: seen.setdefault("scaled", a)}):
         scaled(_ids())
     with hooks(plain, {"embed": lambda a, n: seen.setdefault("plain", a)}):
