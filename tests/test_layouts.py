@@ -16,6 +16,7 @@ from zoo_core.catalogue.cards import ModelCard
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import sample_tokens
 from zoo_core.loading.sizing import measure_on_meta
+from zoo_core.plugin_api import hooks
 from zoo_core.plugin_api.manager import Components, get_plugins
 from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_plugins.blocks.blocks import FeedForward, PreNormBlock, make_norm
@@ -48,13 +49,18 @@ def test_as_many_key_value_heads_as_query_heads_is_multi_head_attention_bit_for_
 
 @torch.no_grad()
 def test_grouped_query_attention_shares_each_key_value_head():
-    """One key/value head for 4 query heads attends as 4 heads whose keys and values are copies."""
+    """2 key/value heads for 4 query heads attend as 4 heads whose keys and values are
+    copies: query heads 0 and 1 read key/value head 0, heads 2 and 3 head 1."""
     torch.manual_seed(0)
-    grouped = CausalSelfAttention(16, 4, n_kv_head=1).eval()
-    assert grouped.qkv.weight.shape == ((4 + 2) * 4, 16)
+    grouped = CausalSelfAttention(16, 4, n_kv_head=2).eval()
+    assert grouped.qkv.weight.shape == ((4 + 2 * 2) * 4, 16)
     plain = CausalSelfAttention(16, 4).eval()
-    q, k, v = grouped.qkv.weight.split((16, 4, 4))
-    plain.qkv.weight.copy_(torch.cat([q, k.repeat(4, 1), v.repeat(4, 1)]))
+    q, k, v = grouped.qkv.weight.split((16, 8, 8))
+
+    def shared(rows):  # (2 heads * 4, 16) -> (4 heads * 4, 16), each head twice in a row
+        return rows.view(2, 4, 16).repeat_interleave(2, dim=0).reshape(16, 16)
+
+    plain.qkv.weight.copy_(torch.cat([q, shared(k), shared(v)]))
     plain.proj.load_state_dict(grouped.proj.state_dict())
     x, positions = torch.randn(2, 5, 16), torch.arange(5)
     encoding = RotaryPositions(16, 4, WINDOW)
@@ -110,9 +116,15 @@ def test_llama3_rope_frequencies_are_transformers():
 
     scaling = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context_length": 64}
     config = LlamaConfig(
-        hidden_size=256, num_attention_heads=4, rope_theta=500000.0, max_position_embeddings=2048,
-        rope_scaling={"rope_type": "llama3", **{k: v for k, v in scaling.items() if k != "original_context_length"},
-                      "original_max_position_embeddings": 64},
+        hidden_size=256,
+        num_attention_heads=4,
+        rope_theta=500000.0,
+        max_position_embeddings=2048,
+        rope_scaling={
+            "rope_type": "llama3",
+            **{k: v for k, v in scaling.items() if k != "original_context_length"},
+            "original_max_position_embeddings": 64,
+        },
     )
     theirs, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
     ours = RotaryPositions(256, 4, 2048, base=500000.0, scaling={"kind": "llama3", **scaling}).frequencies
@@ -129,7 +141,9 @@ def test_a_rotary_fraction_rotates_only_the_first_channels():
     rotated, _ = encoding.rotate(q, q, torch.arange(5), torch.arange(5))
     assert torch.equal(rotated[..., 4:], q[..., 4:]) and not torch.equal(rotated[..., :4], q[..., :4])
     full = RotaryPositions(8, 2, WINDOW)  # the rotated part is a head of 4 rotated in full
-    torch.testing.assert_close(rotated[..., :4], full.rotate(q[..., :4], q[..., :4], torch.arange(5), torch.arange(5))[0])
+    torch.testing.assert_close(
+        rotated[..., :4], full.rotate(q[..., :4], q[..., :4], torch.arange(5), torch.arange(5))[0]
+    )
 
 
 def test_attention_bias_on_the_query_key_value_projection_only():
@@ -156,8 +170,6 @@ def test_learned_qk_norm_scales_each_head_channel():
 def test_embedding_scale_multiplies_the_token_embeddings():
     scaled, plain = _model(embedding_scale=4.0), _model()
     seen = {}
-    from zoo_core.plugin_api import hooks
-
     with hooks(scaled, {"embed": lambda a, n: seen.setdefault("scaled", a)}):
         scaled(_ids())
     with hooks(plain, {"embed": lambda a, n: seen.setdefault("plain", a)}):
@@ -175,8 +187,19 @@ def test_head_size_apart_from_the_width():
 
 def test_parameters_are_counted_for_a_smollm2_shaped_layout():
     config = dict(
-        vocab_size=50, context_length=16, d_model=24, n_layer=2, n_head=6, n_kv_head=2, d_ff=40, mlp="swiglu",
-        norm="rmsnorm", positions="rope", layer_bias=False, bias=False, tie_embeddings=True,
+        vocab_size=50,
+        context_length=16,
+        d_model=24,
+        n_layer=2,
+        n_head=6,
+        n_kv_head=2,
+        d_ff=40,
+        mlp="swiglu",
+        norm="rmsnorm",
+        positions="rope",
+        layer_bias=False,
+        bias=False,
+        tie_embeddings=True,
     )
     counted, _ = measure_on_meta(lambda: build_transformer(dict(config), get_plugins().components))
     C, D, F_, L = 24, 4, 40, 2
@@ -192,7 +215,9 @@ class _ContractBlock(torch.nn.Module):
     its own residual arrangement and feed-forward, the zoo's attention handed
     positions, encoding and cache as received, everything else position by position."""
 
-    def __init__(self, d_model: int, n_head: int, d_ff: int | None = None, dropout: float = 0.0, norm: str = "layernorm", **_):
+    def __init__(
+        self, d_model: int, n_head: int, d_ff: int | None = None, dropout: float = 0.0, norm: str = "layernorm", **_
+    ):
         super().__init__()
         self.norm = make_norm(norm, d_model)
         self.attention = CausalSelfAttention(d_model, n_head, dropout, n_kv_head=1)
@@ -213,7 +238,10 @@ def contract_block():
 
 def test_a_setting_the_model_does_not_know_is_refused():
     with pytest.raises(ZooError, match="architecture 'transformer': unknown config key\\(s\\) n_kv_heads$"):
-        build_transformer({"vocab_size": 8, "context_length": 4, "d_model": 8, "n_layer": 1, "n_head": 2, "n_kv_heads": 1}, get_plugins().components)
+        build_transformer(
+            {"vocab_size": 8, "context_length": 4, "d_model": 8, "n_layer": 1, "n_head": 2, "n_kv_heads": 1},
+            get_plugins().components,
+        )
 
 
 def test_a_setting_the_block_does_not_name_is_refused(contract_block):
@@ -223,7 +251,9 @@ def test_a_setting_the_block_does_not_name_is_refused(contract_block):
         _model(block="post-norm", residual="parallel")
 
 
-@pytest.mark.parametrize("setting", [{"rope_base": 500000.0}, {"rotary_fraction": 0.5}, {"rope_scaling": {"kind": "linear", "factor": 2.0}}])
+@pytest.mark.parametrize(
+    "setting", [{"rope_base": 500000.0}, {"rotary_fraction": 0.5}, {"rope_scaling": {"kind": "linear", "factor": 2.0}}]
+)
 def test_a_rope_setting_without_rope_is_refused(setting):
     with pytest.raises(ZooError, match=f"^positions 'learned' does not take the setting\\(s\\) {next(iter(setting))}$"):
         _model(**setting)
@@ -252,11 +282,15 @@ def test_an_older_card_says_activation_and_reads_as_mlp():
 @torch.inference_mode()
 def test_a_block_of_the_contract_samples_through_the_cache_and_the_row_batch(contract_block):
     torch.manual_seed(0)
-    model = TransformerLanguageModel(VOCAB, WINDOW, 16, 2, 4, components=contract_block, block="contract", positions="rope").eval()
+    model = TransformerLanguageModel(
+        VOCAB, WINDOW, 16, 2, 4, components=contract_block, block="contract", positions="rope"
+    ).eval()
     assert model.supports_kv_cache
     prompt = torch.tensor([[3, 1, 4]])
     cached = sample_tokens(model, prompt, 8, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(cached, sample_tokens(model, prompt, 8, generator=torch.Generator().manual_seed(5), use_cache=False))
+    assert torch.equal(
+        cached, sample_tokens(model, prompt, 8, generator=torch.Generator().manual_seed(5), use_cache=False)
+    )
     # greedy rows of different lengths through one row batch: each its own uncached forward's tokens
     prompts = [[3, 1, 4], [1, 5], [9, 2, 6, 5, 3]]
     batch = model.make_row_batch(len(prompts))

@@ -90,7 +90,7 @@ class RowBatch:
         self.lengths: list[int] = []  # tokens cached per row
         self.layers: list[_RowSlots] = []
         # set by each step: the rows' slots (B, 1), the longest row and its key positions
-        self.slots = self.key_positions = torch.empty(0)
+        self.slots = self.key_positions = self._every_slot = self._every_position = torch.empty(0, device="meta")
         self.longest = 0
 
     @staticmethod
@@ -144,10 +144,14 @@ class RowBatch:
     def next_positions(self, T: int, device) -> torch.Tensor:
         """Where each row's new tokens go, (B, T); sets what the layers' slots read."""
         B = len(self.rows)
-        self.slots = torch.arange(B, device=device).view(B, 1)
+        if self._every_slot.device != device:  # made once: a step should allocate no more than it must
+            self._every_slot = torch.arange(self.max_rows, device=device).view(-1, 1)
+            self._every_position = torch.arange(self.model.context_length, device=device)
+        self.slots = self._every_slot[:B]
         self.longest = max(self.lengths) + T
-        self.key_positions = torch.arange(self.longest, device=device)
-        return torch.tensor(self.lengths, device=device).view(B, 1) + torch.arange(T, device=device)
+        self.key_positions = self._every_position[: self.longest]
+        starts = torch.tensor(self.lengths, device=device).view(B, 1)
+        return starts if T == 1 else starts + torch.arange(T, device=device)
 
     def advance(self, T: int) -> None:
         self.lengths = [length + T for length in self.lengths]
