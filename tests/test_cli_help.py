@@ -237,7 +237,7 @@ def test_completion_offers_the_names_each_argument_and_option_takes(zoo, tmp_pat
         "zoo export x --format ": ["hf", "onnx", "transformer-lens"],
         "zoo list --tag depth": ["depth-study"],
         "zoo list --architecture ": ["bigram", "gpt", "puzzle", "transformer"],
-        "zoo list --tokenizer ": ["bpe", "char", "puzzle-words"],
+        "zoo list --tokenizer ": ["bpe", "char", "hf", "puzzle-words"],
         "zoo train-tokenizer --kind b": ["bpe"],
         "zoo list --remote ": ["team"],
         "zoo remote remove ": ["--help", "-h", "team"],

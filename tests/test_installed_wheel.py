@@ -263,6 +263,7 @@ def test_the_installed_zoo_works_from_anywhere(installed):
     assert "ModelCard" in json.loads(installed.zoo("card-schema").stdout)["title"]
     assert "positions 0.1.0 (built-in)" in installed.zoo("plugins").stdout
     assert "complete" in installed.zoo("completion", "bash").stdout
+    assert installed.zoo("help", "train").stdout == installed.zoo("train", "--help").stdout
     assert "ROMEO" in installed.zoo("attention", SMALL, "--prompt", "ROMEO").stdout
     inspected = json.loads(installed.zoo("inspect", SMALL, "--prompt", "ROMEO: I will", "--logit-lens", "--ablate", "0.0",
                                          "--windows", "8", "--json").stdout)
@@ -392,6 +393,11 @@ def test_a_lora_adapter_trains_loads_and_logs_to_tensorboard_and_mlflow(installe
     assert "my-lora" in merged.stdout
     installed.zoo("--registry", str(out / "registry.toml"), "sample", "my-lora", "--prompt", "The ",
                   "--max-new-tokens", "10", "--seed", "1")
+    # zoo merge keeps the folded adapter as a standalone variant of the user's catalogue
+    installed.zoo("--registry", str(out / "registry.toml"), "merge", "my-lora", "--name", "my-lora-merged")
+    standalone = json.loads(installed.zoo("load", "my-lora-merged", "--json").stdout)
+    assert standalone["verified"][0] == "sha256"
+    installed.zoo("remove", "my-lora-merged")
 
     [run_folder] = (out / "tensorboard").iterdir()
     events = EventAccumulator(str(run_folder)).Reload()
