@@ -195,8 +195,9 @@ def test_gradient_accumulation_equals_the_whole_batch(corpus):
     in a different order (one sum of 768, or four sums of 192 then three additions), so
     each element differs by at most 2 * gamma_n * sum_t |term_t| (both are within
     gamma_n of the exact sum). The SGD update multiplies that by the learning rate, and
-    each run rounds its new weight once more (u * |w| each). The first batch loss is a
-    mean of n positive terms: within 2 * gamma_n of each other, relatively.
+    each run rounds lr * g and its new weight once more (u * lr * |g| and u * |w| each).
+    The first batch loss is a mean of n positive terms: within 2 * gamma_n of each
+    other, relatively.
 
     The comparison stops at one SGD step on purpose: AdamW divides each gradient by its
     own size (sqrt(v) + 1e-8), so an element whose gradient is near zero turns a
@@ -221,7 +222,9 @@ def test_gradient_accumulation_equals_the_whole_batch(corpus):
         gradient_bound = 2 * gamma(n) * absolute[name]
         other = dict(split.named_parameters())[name]
         assert (other.grad - parameter.grad).abs().le(gradient_bound).all(), name
-        weight_bound = settings["learning_rate"] * gradient_bound + UNIT_ROUNDOFF * (parameter.abs() + other.abs())
+        rate = settings["learning_rate"]
+        rounding = UNIT_ROUNDOFF * (parameter.abs() + other.abs() + rate * (parameter.grad.abs() + other.grad.abs()))
+        weight_bound = rate * gradient_bound + rounding
         assert (other.detach() - parameter.detach()).abs().le(weight_bound).all(), name
         assert not torch.equal(parameter.detach(), initial[name]), name  # the step did move it
     (first_whole,), (first_split,) = whole_result.history, split_result.history
