@@ -7,7 +7,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 PROMPT ?= ROMEO:
 
-.PHONY: demo test test-fast lint clean-venv
+.PHONY: demo test test-fast flake-hunt lint clean-venv
 
 # What the main job needs (`make demo`: list, load, sample): torch, pinned in
 # constraints.txt, and the zoo's core, nothing more. Its own stamp file, so that
@@ -48,6 +48,23 @@ test: $(BIN)/.installed
 # The quick loop while developing: the tests not marked slow.
 test-fast: $(BIN)/.installed
 	$(PYTEST) --durations=15
+
+# The flake hunt (docs/determinism.md): every test, every marker, RUNS times, each in a
+# random order with a new seed (pytest-randomly, off in the other targets), on the
+# workers of make test, beside a busy process that takes a core from them. It stops at
+# the first failure and prints the seed and the command that replays that order.
+# A failure is fixed at its cause, never retried into passing.
+RUNS ?= 5
+flake-hunt: $(BIN)/.installed
+	@$(BIN)/python -c 'while True: pass' & busy=$$!; trap 'kill $$busy' EXIT; \
+	for run in $$(seq $(RUNS)); do \
+		seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+		replay="$(PYTEST) -p randomly --randomly-seed=$$seed -m 'slow or not slow'"; \
+		echo "flake-hunt: run $$run of $(RUNS), seed $$seed"; \
+		start=$$(date +%s); \
+		eval "$$replay -x -q" || { echo "flake-hunt: FAILED on run $$run, seed $$seed; replay: $$replay"; exit 1; }; \
+		echo "flake-hunt: run $$run passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
 # What CI checks besides the tests: pyflakes and import order, formatting, types and
 # the layers (ruff, mypy and import-linter, configured in pyproject.toml), on the core

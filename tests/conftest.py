@@ -59,6 +59,12 @@ def pytest_collection_modifyitems(config, items):
     module keeps its own order; tests never depend on the order of modules."""
     slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module.__name__ not in slow_modules)
+    # A test marked last_in_module checks what the rest of its module did, so it goes after
+    # them in whatever order they run (make flake-hunt shuffles them; docs/determinism.md).
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.module.__name__, index)
+    items.sort(key=lambda item: (first[item.module.__name__], item.get_closest_marker("last_in_module") is not None))
 
 
 class Result:

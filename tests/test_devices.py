@@ -6,6 +6,9 @@ The tests marked `cuda` need a CUDA GPU and skip, saying so, without one
 
 from __future__ import annotations
 
+import platform
+import tomllib
+
 import pytest
 import torch
 
@@ -104,6 +107,10 @@ def test_a_trained_card_records_where_it_was_trained(zoo, tmp_path, monkeypatch)
     assert result.code == 0, result.err
     text = (tmp_path / "out" / "registry.toml").read_text()
     assert '[transformer-1b-learned-ctx8.trained_with]\ndevice = "cpu"\ndtype = "bfloat16"\nworld_size = 1' in text
+    # And what decides float32's last bits besides (docs/determinism.md): this process ran it.
+    recorded = tomllib.loads(text)["transformer-1b-learned-ctx8"]["trained_with"]
+    assert (recorded["torch_version"], recorded["threads"]) == (torch.__version__, torch.get_num_threads())
+    assert (recorded["cpu_capability"], recorded["machine"]) == (torch.backends.cpu.get_cpu_capability(), platform.machine())
 
 
 @pytest.mark.cuda

@@ -136,6 +136,8 @@ def test_seeds_in_parallel_processes_give_the_sequential_results(study, tmp_path
             assert run.pop("update_seconds") > 0
         return report
 
+    # Equal to the bit: each worker process takes this process's thread count
+    # (studies._seed_job), on the same machine and torch (docs/determinism.md).
     assert without_timings(parallel) == without_timings(out)
     for name in ("transformer-1b-learned-ctx8-seed43-step30", "bigram-seed42-step10"):
         assert (parallel / "checkpoints" / f"{name}.safetensors").read_bytes() == (out / "checkpoints" / f"{name}.safetensors").read_bytes()

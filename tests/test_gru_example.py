@@ -125,15 +125,45 @@ def test_a_gru_card_too_big_to_build_is_refused_by_its_exact_count(gru, tmp_path
     assert exact == 30_009_500_585
 
 
-@pytest.mark.slow  # a six-minute training run on one CPU thread
+@pytest.mark.slow  # 1,500 training steps: about 70 s on one quiet CPU thread, minutes under load
 def test_zoo_train_makes_the_shipped_weights(gru, tmp_path):
-    done = run_zoo("train", NAME, "--out", str(tmp_path), "--quiet", path=(gru,))
+    """The card's recipe, retrained, gives the shipped weights: bit for bit where the
+    arithmetic is the shipped run's, and the card's losses anywhere (docs/determinism.md).
+
+    What bitwise equality needs, pinned here or compared with the card's `trained_with`:
+    the recipe's seed (on the card: zoo train seeds the network and the batches from it),
+    the CPU in float32 (--device, --dtype), the card's thread count (OMP_NUM_THREADS, read
+    by torch at start; it sets how each sum is split), and then what a test cannot choose:
+    torch's version, the CPU instruction set its kernels dispatch to, the architecture.
+    torch.use_deterministic_algorithms is not needed: it changes only CUDA kernels and a
+    few CPU scatters a GRU does not use."""
+    shipped = tomllib.loads((EXAMPLE / "zoo_gru" / "variants" / "registry.toml").read_text())[NAME]
+    pinned = shipped["trained_with"]
+    # The limit only stops a hung run: 70 s quiet, and 869 s was measured beside a full suite
+    # and other work on two shared cores (the default 300 s failed there by load alone).
+    done = run_zoo("train", NAME, "--out", str(tmp_path), "--quiet", "--device", pinned["device"],
+                   "--dtype", pinned["dtype"], path=(gru,), timeout=1800, OMP_NUM_THREADS=str(pinned["threads"]))
     assert done.code == 0, done.err
-    # The weights, tensor for tensor (the file's header also holds the run's measured time).
+    made = tomllib.loads((tmp_path / "registry.toml").read_text())[NAME]
+    assert made["recipe"] == shipped["recipe"] and made["trained_with"]["threads"] == pinned["threads"]
+
+    # Everywhere: the same losses to the card's four decimals. Both cards round to 1e-4
+    # (up to 1e-4 apart between them for values a hair apart); the retraining's own drift
+    # is far below that (another CPU's weights were within 1.5e-5 of these, same losses);
+    # 1e-6 more for the two decimals' binary representations (1.749 - 1.7489 > 1e-4).
+    for loss in ("train_loss", "validation_loss"):
+        assert made["metrics"][loss] == pytest.approx(shipped["metrics"][loss], abs=1e-4 + 1e-6), loss
+
+    differs = [
+        f"{key} {here!r}, not {pinned.get(key)!r}" for key, here in made["trained_with"].items() if pinned.get(key) != here
+    ]
+    if differs:
+        pytest.skip("bitwise equality not checked, only the losses: this run differs from the shipped one in "
+                    + "; ".join(differs))
     import torch
     from safetensors.torch import load_file
 
-    made = load_file(str(tmp_path / f"{NAME}.safetensors"))
-    shipped = load_file(str(EXAMPLE / "zoo_gru" / "variants" / f"{NAME}.safetensors"))
-    assert made.keys() == shipped.keys() and all(torch.equal(made[n], shipped[n]) for n in made)
-
+    # The weights, tensor for tensor (the file's header also holds the run's measured time).
+    weights = load_file(str(tmp_path / f"{NAME}.safetensors"))
+    expected = load_file(str(EXAMPLE / "zoo_gru" / "variants" / f"{NAME}.safetensors"))
+    assert weights.keys() == expected.keys() and all(torch.equal(weights[n], expected[n]) for n in weights)

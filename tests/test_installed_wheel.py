@@ -631,13 +631,13 @@ def test_a_plugin_authors_path_from_the_docs_alone(installed, tmp_path):
     assert not {path.name for path in (site / "variants").iterdir()} & {f"{n}.html" for n in loop_plugin.VARIANTS}
 
 
-# Keep this test last: it checks what the tests above ran.
 def test_the_puzzles_roles_verify_from_the_installed_wheel(installed):
     """zoo_plugins.puzzle.roles with zoo_core.inspection.roles, as installed."""
     roles = installed.zoo("inspect", "puzzle-disobeys", "--verify-roles").stdout
     assert "every role holds" in roles and "layer1.previous_word_head.result" in roles
 
 
+@pytest.mark.last_in_module  # it checks what the tests above ran
 def test_every_command_zoo_help_lists_was_run(installed, request):
     selected = {item.name for item in request.session.items if item.module is request.module}
     everything = {name for name in globals() if name.startswith("test_")}

@@ -53,7 +53,8 @@ def _study_run(corpus, arms: list[str], steps: int, out: Path) -> list[dict]:
 
 def test_a_study_and_the_standard_trainer_train_the_same_weights(corpus, tmp_path):
     # The same seed, the same batches (a study draws its windows as BatchSampler
-    # does), the same recipe: one step, so the same weights to the bit.
+    # does), the same recipe: one step, so the same weights to the bit. Both run in this
+    # process, on its threads: the same sums in the same order (docs/determinism.md).
     steps = 5
     network, result = _standard_run(corpus, steps)
     [run] = _study_run(corpus, [NAME], steps, tmp_path)

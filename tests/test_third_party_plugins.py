@@ -40,8 +40,9 @@ class Run:
         return json.loads(self.out)
 
 
-def run_zoo(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None, **env: str) -> Run:
-    """`zoo ARGS` in a fresh process that sees only the packages on ``path``."""
+def run_zoo(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None, timeout: float = 300, **env: str) -> Run:
+    """`zoo ARGS` in a fresh process that sees only the packages on ``path``; ``timeout``
+    (seconds) only stops a hung process, so it allows for a machine shared with others."""
     environment = {
         key: value for key, value in os.environ.items()
         if key not in {"PYTHONPATH", "ZOO_REGISTRY", "ZOO_BUILTIN_REGISTRY", "ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD"}
@@ -50,7 +51,7 @@ def run_zoo(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None, **
     if path:
         environment["PYTHONPATH"] = os.pathsep.join(map(str, path))
     environment.update(env)
-    done = subprocess.run([str(ZOO), *args], capture_output=True, text=True, env=environment, timeout=300, cwd=cwd)
+    done = subprocess.run([str(ZOO), *args], capture_output=True, text=True, env=environment, timeout=timeout, cwd=cwd)
     return Run(done.returncode, done.stdout, done.stderr)
 
 

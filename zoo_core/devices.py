@@ -15,6 +15,7 @@ only then moved.
 from __future__ import annotations
 
 import contextlib
+import platform
 
 import torch
 
@@ -69,6 +70,19 @@ def describe_device(device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     return device.type
+
+
+def float_arithmetic() -> dict:
+    """What decides the last bits of float32 results on this machine, beside the device and
+    dtype (docs/determinism.md): torch's version (its kernels), its intra-op CPU threads (how
+    each sum is split), the CPU instruction set its kernels dispatch to, and the architecture.
+    Weights are bit for bit reproducible only where all four match."""
+    return {
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
+    }
 
 
 def dtype_name(dtype) -> str:
@@ -163,4 +177,9 @@ class Placement:
 
     def describe(self) -> dict:
         """What a trained card records about where it was trained."""
-        return {"device": describe_device(self.device), "dtype": dtype_name(self.dtype), "world_size": self.world_size}
+        return {
+            "device": describe_device(self.device),
+            "dtype": dtype_name(self.dtype),
+            "world_size": self.world_size,
+            **float_arithmetic(),
+        }

@@ -249,12 +249,25 @@ class Metrics(_Strict):
 
 class TrainedWith(_Strict):
     """Where a trained variant's weights were made (`zoo train` fills it in):
-    the same recipe on another device, dtype or number of processes gives
-    close but not bit-identical weights (docs/scaling.md)."""
+    the same recipe on another device, dtype, number of processes, torch, thread
+    count or CPU gives close but not bit-identical weights (docs/determinism.md)."""
 
     device: str = Field(description="'cpu', 'mps' or 'cuda (GPU model)'")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="autocast dtype of the forward pass")
     world_size: int = Field(1, gt=0, description="data-parallel processes sharing each batch")
+    # What else decides the weights' last bits (docs/determinism.md): a retraining that
+    # matches all of these reproduces them bit for bit, any other one within a tolerance.
+    # None on cards trained before the zoo recorded them.
+    torch_version: str | None = Field(None, description="torch's version (its kernels)")
+    threads: int | None = Field(None, gt=0, description="torch's intra-op CPU threads (how each sum was split)")
+    cpu_capability: str | None = Field(
+        None,
+        description="the CPU instruction set torch's kernels used (torch.backends.cpu.get_cpu_capability(): "
+        "'AVX2', 'AVX512', 'DEFAULT', ...)",
+    )
+    machine: str | None = Field(
+        None, description="the processor architecture (platform.machine(): 'x86_64', 'arm64', ...)"
+    )
 
 
 class CheckpointRef(_Strict):
@@ -348,7 +361,9 @@ class ModelCard(_Strict):
         "holds only the adapter, which loading applies to the base's verified weights",
         json_schema_extra=WEIGHTS,
     )
-    trained_with: TrainedWith | None = Field(None, description="device, dtype and number of processes `zoo train` used")
+    trained_with: TrainedWith | None = Field(
+        None, description="device, dtype, number of processes, torch, threads and CPU `zoo train` used"
+    )
     lineage: str = Field(description="the document this variant reproduces")
     license: str = Field(description="the weights' license; required: a card never gets one by default")
     tags: list[str] = Field(default_factory=list, description="free labels, e.g. 'seed-000'")
