@@ -394,7 +394,7 @@ def test_a_lora_adapter_trains_loads_and_logs_to_tensorboard_and_mlflow(installe
     installed.zoo("--registry", str(out / "registry.toml"), "sample", "my-lora", "--prompt", "The ",
                   "--max-new-tokens", "10", "--seed", "1")
     # zoo merge keeps the folded adapter as a standalone variant of the user's catalogue
-    installed.zoo("--registry", str(out / "registry.toml"), "merge", "my-lora", "--name", "my-lora-merged")
+    installed.zoo("merge", "my-lora", "--name", "my-lora-merged", "--registry", str(out / "registry.toml"))
     standalone = json.loads(installed.zoo("load", "my-lora-merged", "--json").stdout)
     assert standalone["verified"][0] == "sha256"
     installed.zoo("remove", "my-lora-merged")
