@@ -66,7 +66,12 @@ def test_streamed_chunks_join_to_the_same_text(server):
         events = _events(response)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(event) for event in events[:-1]]
-    assert len(chunks) > 5  # it streamed, it did not send one block
+    # How many chunks carry the 30 tokens is not promised: whatever arrived since the
+    # client last read is joined (zoo_core.web.completions, _items), so a client slowed by
+    # a loaded machine gets fewer, longer chunks. Asking for more than five failed the
+    # flake hunt (seed 3858816402); that rows stream while they run is shown by the
+    # held-open 100,000-token streams of test_concurrency_limit_disconnect_and_a_free_event_loop.
+    assert chunks
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert "".join(chunk["choices"][0]["text"] for chunk in chunks) == whole
 
