@@ -267,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         _restore_environment(changed)
+        # A command's --registry is its own: main called in-process (tests, notebooks)
+        # must not leave it in the catalogue the Python API reads afterwards.
+        set_command_line_registries(None)
 
 
 def console_main() -> None:
