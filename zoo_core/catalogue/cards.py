@@ -230,6 +230,14 @@ class Metrics(_Strict):
         description="bits per UTF-8 byte of the whole validation text: compares across tokenizers (zoo_core.evaluation.bits)",
     )
     validation_bits_per_character: float | None = Field(None, description="the same, in bits per character")
+    # Measured by `zoo import gguf` on a fixed English paragraph (zoo_core.interop.gguf_import's
+    # REFERENCE_PARAGRAPH): an imported model has no validation split of its own.
+    paragraph_perplexity: float | None = Field(
+        None, description="perplexity per token on the zoo's fixed English paragraph, measured at import"
+    )
+    paragraph_bits_per_byte: float | None = Field(
+        None, description="the same paragraph's bits per UTF-8 byte: compares across tokenizers"
+    )
     training_seconds: float | None = Field(
         None, description="time spent in updates (evaluation excluded)", json_schema_extra=WEIGHTS
     )

@@ -61,7 +61,17 @@ def _written_whole(out: Path, write):
 
 
 def cmd_import(args) -> int:
-    if args.source == "nanogpt":
+    if args.name is None and args.source != "gguf":
+        raise ZooError(f"zoo import {args.source} needs the new variant's name: --name NAME")
+    if args.source == "gguf":
+        if args.tokenizer is not None:
+            raise ZooError("zoo import gguf reads the tokenizer inside the file; --tokenizer is for nanogpt and hf")
+        try:
+            from ..interop.gguf_import import import_gguf  # the gguf extra, only for this command
+        except ImportError:
+            raise ZooError("zoo import gguf needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'") from None
+        card, registry = import_gguf(args.path, args.name, args.license, args.replace)
+    elif args.source == "nanogpt":
         card, registry = import_nanogpt(
             args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace
         )

@@ -25,15 +25,22 @@ def import_arguments(commands) -> None:
     p = commands.add_parser("import", help="add a checkpoint trained elsewhere to the user catalogue ($ZOO_HOME)")
     p.add_argument(
         "source",
-        choices=["nanogpt", "hf"],
-        help="nanogpt: a train.py ckpt.pt; hf: a GPT-2, Llama, Mistral, Qwen2, Qwen3 or GPT-NeoX folder",
+        choices=["nanogpt", "hf", "gguf"],
+        help="nanogpt: a train.py ckpt.pt; hf: a GPT-2, Llama, Mistral, Qwen2, Qwen3 or GPT-NeoX folder; "
+        "gguf: a llama.cpp .gguf file of a llama or qwen2 model",
     )
     p.add_argument(
         "path",
         type=Path,
-        help="the checkpoint file (nanogpt), or the model folder or ORG/NAME in the Hugging Face cache, offline (hf)",
+        help="the checkpoint file (nanogpt), the model folder or ORG/NAME in the Hugging Face cache, offline (hf), "
+        "or the .gguf file (gguf)",
     )
-    p.add_argument("--name", required=True, help="the new variant's name (lower case, digits, '-', '.')")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="the new variant's name (lower case, digits, '-', '.'); required but for gguf, whose default "
+        "is the file's general.name",
+    )
     p.add_argument(
         "--replace",
         action="store_true",
@@ -51,6 +58,6 @@ def import_arguments(commands) -> None:
         "--license",
         default=None,
         help="the imported weights' license, recorded in the card (default: an hf folder's README.md "
-        "model card's, else unspecified; the zoo never assumes one)",
+        "model card's, a GGUF file's general.license, else unspecified; the zoo never assumes one)",
     )
     p.set_defaults(run="interop:cmd_import")
