@@ -97,6 +97,55 @@ def private_home(tmp_path_factory, monkeypatch):
     return base / "home"
 
 
+SMOLLM2_NAME = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_home(tmp_path_factory):
+    """A ZOO_HOME folder holding SMOLLM2_NAME: SmolLM2-135M-Instruct imported by
+    `zoo import gguf` from its GGUF file (tests/references.py) once per test run.
+    Under pytest-xdist every worker shares the one import: it lives in the run's
+    folder, the first worker makes it under a file lock and the others wait for
+    it. The import goes into a staging folder renamed into place whole, so an
+    interrupted import is never mistaken for a finished one.
+
+    Read it, never write it (other tests share it): ``monkeypatch.setenv("ZOO_HOME",
+    str(smollm2_home))``, or keep your own home and add its catalogue with
+    ``monkeypatch.setenv("ZOO_REGISTRY", str(smollm2_home / "registry.toml"))``."""
+    import os
+
+    from filelock import FileLock
+
+    from .gguf_support import install_tokenizer_stand_in
+    from .references import SMOLLM2, reference
+
+    install_tokenizer_stand_in()
+
+    source = reference(SMOLLM2)
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, which holds every worker's own
+    home = base / "smollm2-home"
+    with FileLock(str(base / "smollm2-home.lock")):
+        if not home.exists():
+            staging = base / "smollm2-home.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE", "ZOO_REGISTRY")}
+            os.environ.update(ZOO_HOME=str(staging), ZOO_CACHE=str(base / "smollm2-cache"))
+            os.environ.pop("ZOO_REGISTRY", None)
+            try:
+                # The command docs/interop.md gives (tests/test_smollm2_gguf.py holds them to it).
+                assert cli.main(["import", "gguf", str(source), "--name", SMOLLM2_NAME]) == 0
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+            staging.rename(home)
+    return home
+
+
 @pytest.fixture
 def private_catalogue(tmp_path, monkeypatch):
     """A copy of registry.toml and checkpoints/ in tmp_path, made the built-in catalogue

@@ -31,7 +31,7 @@ from ..storage.files import describe_os_error, open_regular
 MAX_TENSORS = 65_536
 MAX_METADATA = 65_536
 MAX_STRING_BYTES = 16 * 1024 * 1024  # a chat template is kilobytes, a token a few bytes
-MAX_ARRAY_ITEMS = 16 * 1024 * 1024
+MAX_ARRAY_ITEMS = 1024 * 1024  # 4x the largest vocabulary; the reader makes Python objects per item
 MAX_TENSOR_NAME_BYTES = 256  # ggml's own limit is 64
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ALIGNMENT = 1024 * 1024
