@@ -22,7 +22,6 @@ EXTRAS = {
     "starlette", "uvicorn", "jinja2", "markdown", "prometheus_client",  # web
     "tensorboard", "torch.utils.tensorboard", "mlflow",  # run logs (TensorBoard's writer is torch's, on the extra)
     "matplotlib",  # plots
-    "gguf",  # llama.cpp's GGUF reader and writer
 }
 
 # Every area, by file pattern (relative to the checkout; the first that matches
@@ -40,8 +39,6 @@ HOISTED = {
     "zoo_core/cli/completers.py": {"zoo_core.loading.lookup", "zoo_core.plugin_api.manager", "zoo_core.sharing.remotes", "argcomplete"},
     # `zoo list --remote` reaches the network; `zoo load` times torch's import apart.
     "zoo_core/cli/catalogue.py": {"zoo_core.sharing", "torch", "zoo_core.loading.api"},
-    # `zoo import gguf` alone needs the gguf extra, which zoo_core.interop.gguf_import imports at its top.
-    "zoo_core/cli/interop.py": {"zoo_core.interop.gguf_import"},
     "zoo_core/cli/tables.py": {"rich"},  # tables, only for commands that print one
     "zoo_core/cli/text.py": {"rich"},
     # A Variant validates its pydantic card on first use, a registry file on a card-cache miss.

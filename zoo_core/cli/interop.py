@@ -15,6 +15,11 @@ from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
 from ..storage.files import give_usual_modes, make_folder
 
+try:  # the gguf extra; without it, `zoo import gguf` alone refuses, saying how to install it
+    from ..interop import gguf_import
+except ImportError:
+    gguf_import = None  # type: ignore[assignment]
+
 _EXPORTERS = {"hf": export_hf, "transformer-lens": export_transformer_lens, "onnx": export_onnx}
 
 
@@ -66,11 +71,9 @@ def cmd_import(args) -> int:
     if args.source == "gguf":
         if args.tokenizer is not None:
             raise ZooError("zoo import gguf reads the tokenizer inside the file; --tokenizer is for nanogpt and hf")
-        try:
-            from ..interop.gguf_import import import_gguf  # the gguf extra, only for this command
-        except ImportError:
-            raise ZooError("zoo import gguf needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'") from None
-        card, registry = import_gguf(args.path, args.name, args.license, args.replace)
+        if gguf_import is None:
+            raise ZooError("zoo import gguf needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'")
+        card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace)
     elif args.source == "nanogpt":
         card, registry = import_nanogpt(
             args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace
