@@ -32,14 +32,10 @@ import numpy as np
 import torch
 
 from ..catalogue.cards import ChatSpec, ModelCard, Recipe
-from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
-from ..loading.api import build_network
 from ..plugin_api.manager import get_plugins
 from ..storage.checkpoints import sha256_file
-from ..storage.locations import user_registry_path
-from ..storage.user_catalogue import USER_PLUGIN
 from .gguf_files import GGUFHeader, check_gguf_header
 from .gguf_tokenizer import tokenizer_from_gguf
 from .hf_layouts import LLAMA, QWEN2, Heads, Layout, reorder_heads
@@ -115,8 +111,9 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
             architecture="transformer",
         )
         card = card.model_copy(update={"chat": _chat(source, metadata), "tags": [*card.tags, _main_type(header)]})
-        check_card_fits_tensors(source, card, renamed)
-        card = _with_paragraph_metrics(card, renamed, tokenizer_path, metadata)
+        network = check_card_fits_tensors(source, card, renamed)
+        network.load_state_dict(renamed)
+        card = _with_paragraph_metrics(card, network, tokenizer_path, metadata)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry
 
@@ -301,13 +298,11 @@ def _main_type(header: GGUFHeader) -> str:
 
 
 def _with_paragraph_metrics(
-    card: ModelCard, tensors: dict[str, torch.Tensor], tokenizer_path: Path, metadata: Mapping[str, Any]
+    card: ModelCard, network: torch.nn.Module, tokenizer_path: Path, metadata: Mapping[str, Any]
 ) -> ModelCard:
     """The card with the perplexity and bits per byte of `REFERENCE_PARAGRAPH`
     measured: each of its tokens predicted from the ones before, after the
     beginning-of-sequence token when the file names one (else from the first)."""
-    network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
-    network.load_state_dict(tensors)
     tokenizer = get_plugins().components["tokenizers"].create(card.tokenizer.kind, card.tokenizer, tokenizer_path)
     ids = tokenizer.encode(REFERENCE_PARAGRAPH)
     bos = metadata.get(gguf.Keys.Tokenizer.BOS_ID)

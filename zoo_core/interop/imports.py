@@ -168,11 +168,12 @@ def check_tensors_are_dense(source: Path, tensors: dict[str, Any]) -> None:
         )
 
 
-def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, Any]) -> None:
+def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, Any]) -> torch.nn.Module:
     """The configuration describes exactly these tensors: the layer count, width and
     window first (a 4,672-parameter file that claims a billion layers is refused
     before anything is built), then the network the card builds (within the size
-    limits), name by name and shape by shape, and its parameter count."""
+    limits), name by name and shape by shape, and its parameter count. Returns
+    that network (its weights freshly initialised), for an import that runs it."""
     config = card.config
     layers = {int(block.group(1)) for n in tensors if (block := re.match(r"blocks\.(\d+)\.", n))}
     embedding = tensors.get("token_embedding.weight")
@@ -192,6 +193,7 @@ def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, An
     built = sum(p.numel() for p in network.parameters())
     if built != card.parameters:
         raise ZooError(f"{source}: the configuration builds {built:,} parameters, the file holds {card.parameters:,}")
+    return network
 
 
 def imported_components(card: ModelCard) -> dict[str, ComponentSource]:
