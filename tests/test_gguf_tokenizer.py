@@ -8,8 +8,11 @@ vocabulary; ``.inp`` holds the inputs, each followed by a line ``__ggml_vocab_te
 
 from __future__ import annotations
 
+import json
 import mmap
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +203,62 @@ def test_a_token_twice_is_refused(metadata):
     tokens[7] = tokens[3]
     with pytest.raises(ZooError, match=r"^GGUF vocabulary has '\$' twice \(ids 3 and 7\)$"):
         tokenizer_from_gguf({**metadata("gpt-2"), "tokenizer.ggml.tokens": tokens})
+
+
+# Chat-like text with the special tokens of each vocabulary (and of none).
+CHAT_TEXTS = [
+    "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWie viel ist 12 × 34?<|im_end|>\n<|im_start|>assistant\n",
+    "<|user|>\nHi there<|end|>\n<|assistant|>\n ok  <|end|>",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "<|endoftext|>Hello<|endoftext|> world",
+    "<s>[INST] x [/INST]</s>",
+    "a[PAD32011]b[PAD151646]c",
+    "<reponame>zoo<file_sep>a.py\n",
+]
+
+# llama.cpp also makes control tokens of those whose text names an end of generation,
+# whatever their type; qwen2's vocabulary has "</s>" as an ordinary token, which the
+# zoo, as transformers, cuts up.
+LLAMA_CPP_ONLY = {("qwen2", "<s>[INST] x [/INST]</s>")}
+
+NODE_TOKENIZE = """
+import {getLlama} from "%s";
+const [texts, ...models] = process.argv.slice(2);
+const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+const result = [];
+for (const path of models) {
+  const model = await llama.loadModel({modelPath: path, vocabOnly: true});
+  result.push(JSON.parse(texts).map((text) => Array.from(model.tokenize(text, true))));
+}
+console.log(JSON.stringify(result));
+process.exit(0);
+"""
+
+
+@pytest.mark.slow
+def test_chat_text_as_llama_cpp_reads_it(tmp_path):
+    """llama.cpp itself (node-llama-cpp's build), parsing special tokens as chat needs: the
+    same ids for each vocabulary, Phi-3's whitespace after its special tokens dropped,
+    SentencePiece's space after each special token."""
+    package = reference("node-llama-cpp/node_modules/node-llama-cpp/dist/index.js")
+    paths = [reference(f"llama.cpp-vocab/ggml-vocab-{name}.gguf") for name in VOCABS]
+    paths.append(reference("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    script = tmp_path / "tokenize.mjs"
+    script.write_text(NODE_TOKENIZE % package.as_uri(), encoding="utf-8")
+    node = shutil.which("node")
+    assert node, "node-llama-cpp's references need node"
+    run = subprocess.run(
+        [node, str(script), json.dumps(CHAT_TEXTS), *map(str, paths)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    llama_cpp = json.loads(run.stdout.splitlines()[-1])
+    differing = set()
+    for path, expected in zip(paths, llama_cpp):
+        tokenizer = tokenizer_from_gguf(gguf_metadata(path))
+        for text, ids in zip(CHAT_TEXTS, expected):
+            if encode(tokenizer, text) != ids:
+                differing.add((path.stem.removeprefix("ggml-vocab-"), text))
+    assert differing == LLAMA_CPP_ONLY
 
 
 @pytest.mark.slow

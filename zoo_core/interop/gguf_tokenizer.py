@@ -19,7 +19,11 @@ reference for what they mean; the facts this module relies on:
   every token is listed, best-scored token first: the same choice at each step.
 - Token types 3 (control) and 2 (unknown) are special: matched whole in the text
   before anything else (as llama.cpp does when it parses special tokens, which
-  chat needs); type 4 (user-defined) are matched whole too, but are text.
+  chat needs); type 4 (user-defined) are matched whole too, but are text. For
+  Phi-3 (known by ``general.name``) the whitespace after them is dropped. llama.cpp
+  also makes a control token of any whose text names an end of generation
+  (``</s>``, ``<|im_end|>``, ...) whatever its type; the zoo, as transformers,
+  goes by the type alone.
 - ``add_bos_token`` / ``add_eos_token`` override the defaults above; they go into
   the post-processor, which runs only when special tokens are asked for.
 
@@ -99,10 +103,16 @@ def tokenizer_from_gguf(metadata: Mapping[str, Any]) -> Tokenizer:
         add_bos = True
     else:
         raise ZooError(f"GGUF tokenizer model {printable(repr(kind))} is not supported; the zoo reads {SUPPORTED}")
-    tokenizer.add_special_tokens(
-        [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t in (CONTROL, UNKNOWN)]
-    )
-    tokenizer.add_tokens([AddedToken(tokens[i], normalized=False) for i, t in enumerate(types) if t == USER_DEFINED])
+    # llama.cpp drops the whitespace after Phi-3's added tokens but three, knowing the model by its name.
+    name = str(metadata.get("general.name", "")).lower()
+    phi3 = "phi-3" in name or "phi3" in name
+
+    def added(index: int, special: bool) -> AddedToken:
+        rstrip = phi3 and tokens[index] not in ("<unk>", "<s>", "<|endoftext|>")
+        return AddedToken(tokens[index], special=special, normalized=False, rstrip=rstrip)
+
+    tokenizer.add_special_tokens([added(i, True) for i, t in enumerate(types) if t in (CONTROL, UNKNOWN)])
+    tokenizer.add_tokens([added(i, False) for i, t in enumerate(types) if t == USER_DEFINED])
     _special_ids(tokenizer, metadata, tokens, add_bos)
     return tokenizer
 
