@@ -116,10 +116,7 @@ def smollm2_home(tmp_path_factory):
 
     from filelock import FileLock
 
-    from .gguf_support import install_tokenizer_stand_in
     from .references import SMOLLM2, reference
-
-    install_tokenizer_stand_in()
 
     source = reference(SMOLLM2)
     base = tmp_path_factory.getbasetemp()

@@ -14,8 +14,6 @@ values the file stores: the reference the import is checked against.
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import gguf
@@ -159,31 +157,3 @@ def dequantised_model(model, held: dict[str, np.ndarray]):
 def _names(config):
     arch = next(a for a, text in gguf.MODEL_ARCH_NAMES.items() if text == config.model_type)
     return gguf.get_tensor_name_map(arch, config.num_hidden_layers)
-
-
-def install_tokenizer_stand_in() -> None:
-    """Until zoo_core.interop.gguf_tokenizer (another branch) lands: a test-only
-    byte-level BPE reading of the file's gpt2 vocabulary, under that module's name."""
-    try:
-        import zoo_core.interop.gguf_tokenizer  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        return
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    def tokenizer_from_gguf(metadata):
-        tokens = metadata["tokenizer.ggml.tokens"]
-        merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
-        tokenizer = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tokenizer.decoder = decoders.ByteLevel()
-        types_ = metadata.get("tokenizer.ggml.token_type", [])
-        tokenizer.add_special_tokens(
-            [AddedToken(t, special=True) for t, k in zip(tokens, types_) if k == gguf.TokenType.CONTROL]
-        )
-        return tokenizer
-
-    module = types.ModuleType("zoo_core.interop.gguf_tokenizer")
-    module.tokenizer_from_gguf = tokenizer_from_gguf  # type: ignore[attr-defined]
-    sys.modules[module.__name__] = module

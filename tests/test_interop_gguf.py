@@ -24,12 +24,9 @@ from .gguf_support import (  # noqa: E402
     EVERY_TYPE,
     Q,
     dequantised_model,
-    install_tokenizer_stand_in,
     tiny_tokenizer,
     write_gguf,
 )
-
-install_tokenizer_stand_in()
 
 VOCAB = 299  # odd: no block or tile size divides it
 TOLERANCE = 1e-4

@@ -30,11 +30,11 @@ from typing import Any, Mapping
 import gguf
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from ..catalogue.cards import ChatSpec, ModelCard, Recipe
 from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
-from ..plugin_api.manager import get_plugins
 from ..storage.checkpoints import sha256_file
 from .gguf_files import GGUFHeader, check_gguf_header
 from .gguf_tokenizer import tokenizer_from_gguf
@@ -93,7 +93,8 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
     vocab = renamed["token_embedding.weight"].shape[0]
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer_file = Path(scratch) / "tokenizer.json"
-        tokenizer_file.write_text(_tokenizer_json(source, metadata), encoding="utf-8")
+        tokenizer = _tokenizer(source, metadata)
+        tokenizer_file.write_text(tokenizer.to_str(), encoding="utf-8")
         spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
         check_tokenizer(spec, tokenizer_path)
         tied = settings["tie_embeddings"]
@@ -113,7 +114,7 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
         card = card.model_copy(update={"chat": _chat(source, metadata), "tags": [*card.tags, _main_type(header)]})
         network = check_card_fits_tensors(source, card, renamed)
         network.load_state_dict(renamed)
-        card = _with_paragraph_metrics(card, network, tokenizer_path, metadata)
+        card = _with_paragraph_metrics(card, network, tokenizer)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry
 
@@ -250,9 +251,9 @@ def _hf_tensors(
     return tensors
 
 
-def _tokenizer_json(source: Path, metadata: Mapping[str, Any]) -> str:
+def _tokenizer(source: Path, metadata: Mapping[str, Any]) -> Tokenizer:
     try:
-        return tokenizer_from_gguf(metadata).to_str()
+        return tokenizer_from_gguf(metadata)
     except ZooError as exc:
         raise ZooError(f"{source}: {exc}") from None
 
@@ -297,24 +298,21 @@ def _main_type(header: GGUFHeader) -> str:
     return f"gguf-{values.most_common(1)[0][0].lower()}" if values else "gguf"
 
 
-def _with_paragraph_metrics(
-    card: ModelCard, network: torch.nn.Module, tokenizer_path: Path, metadata: Mapping[str, Any]
-) -> ModelCard:
-    """The card with the perplexity and bits per byte of `REFERENCE_PARAGRAPH`
-    measured: each of its tokens predicted from the ones before, after the
-    beginning-of-sequence token when the file names one (else from the first)."""
-    tokenizer = get_plugins().components["tokenizers"].create(card.tokenizer.kind, card.tokenizer, tokenizer_path)
-    ids = tokenizer.encode(REFERENCE_PARAGRAPH)
-    bos = metadata.get(gguf.Keys.Tokenizer.BOS_ID)
-    scored = REFERENCE_PARAGRAPH
-    if isinstance(bos, int) and not isinstance(bos, bool) and 0 <= bos < card.tokenizer.vocab_size:
-        ids = [bos, *ids]
-    else:
-        scored = scored[len(tokenizer.decode(ids[:1])) :]
-    nats = summed_nll(network, ids, 1, card.context_length)
+def _with_paragraph_metrics(card: ModelCard, network: torch.nn.Module, tokenizer: Tokenizer) -> ModelCard:
+    """The card with the perplexity and bits per byte of `REFERENCE_PARAGRAPH`,
+    read as llama.cpp reads a text: after the special tokens the file says to
+    put first (`tokenizer.ggml.add_bos_token`), each token predicted from
+    those before it; without such a token, the first is only history."""
+    text = tokenizer.encode(REFERENCE_PARAGRAPH, add_special_tokens=False).ids
+    framed = tokenizer.encode(REFERENCE_PARAGRAPH).ids
+    first = framed.index(text[0]) if text[0] in framed else 0
+    ids, scored = framed[:first] + text, REFERENCE_PARAGRAPH  # an end-of-sequence token after it is not scored
+    if first == 0:
+        first, scored = 1, REFERENCE_PARAGRAPH[len(tokenizer.decode(text[:1])) :]
+    nats = summed_nll(network, ids, first, card.context_length)
     metrics = card.metrics.model_copy(
         update={
-            "paragraph_perplexity": round(math.exp(nats / (len(ids) - 1)), 3),
+            "paragraph_perplexity": round(math.exp(nats / (len(ids) - first)), 3),
             "paragraph_bits_per_byte": round(nats / math.log(2) / len(scored.encode("utf-8")), 4),
         }
     )
