@@ -80,6 +80,19 @@ def metadata():
     return read
 
 
+@pytest.fixture(scope="module")
+def built(metadata):
+    """Each vocabulary's tokenizer, built once for the module."""
+    cache: dict[str, Tokenizer] = {}
+
+    def build(name: str) -> Tokenizer:
+        if name not in cache:
+            cache[name] = tokenizer_from_gguf(metadata(name))
+        return cache[name]
+
+    return build
+
+
 def llama_cpp_cases(name: str) -> list[tuple[str, list[int]]]:
     inputs = reference(f"llama.cpp-vocab/ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
     outputs = reference(f"llama.cpp-vocab/ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8")
@@ -99,11 +112,11 @@ def test_metadata_reads_as_gguf_reader_does():
 
 
 @pytest.mark.parametrize("name", VOCABS)
-def test_llama_cpp_vocabulary_cases(name, metadata, tmp_path):
+def test_llama_cpp_vocabulary_cases(name, metadata, built, tmp_path):
     """Every case of llama.cpp's test, through the tokenizer.json the import saves, read
     back by the zoo's 'hf' tokenizer kind; decoding gives the text back."""
     saved = tmp_path / "tokenizer.json"
-    saved.write_text(tokenizer_from_gguf(metadata(name)).to_str(), encoding="utf-8")
+    saved.write_text(built(name).to_str(), encoding="utf-8")
     tokenizer = HFTokenizer(read_tokenizer_json(saved), len(metadata(name)["tokenizer.ggml.tokens"]))
     cases = llama_cpp_cases(name)
     assert len(cases) == 46
@@ -116,15 +129,15 @@ def encode(tokenizer: Tokenizer, text: str, special: bool = False) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=special).ids
 
 
-def test_special_tokens_are_whole_in_chat_text(metadata):
+def test_special_tokens_are_whole_in_chat_text(built):
     """Control tokens match whole (chat templates write them as text) and decode back;
     llama.cpp's SentencePiece space goes before the text after each of them."""
-    qwen2 = tokenizer_from_gguf(metadata("qwen2"))
+    qwen2 = built("qwen2")
     chat = "<|im_start|>user\nHello<|im_end|>\n"
     ids = encode(qwen2, chat)
     assert ids == [151644, *encode(qwen2, "user\nHello"), 151645, *encode(qwen2, "\n")]
     assert qwen2.decode(ids, skip_special_tokens=False) == chat
-    phi3 = tokenizer_from_gguf(metadata("phi-3"))
+    phi3 = built("phi-3")
     assert encode(phi3, "<|user|>Hi<|end|>") == [32010, *encode(phi3, "Hi"), 32007]
     assert encode(phi3, "Hi") == [6324]  # "▁Hi"
     # Unknown-typed tokens are special too in llama.cpp, user-defined ones are text matched whole.
@@ -143,14 +156,14 @@ def test_special_tokens_are_whole_in_chat_text(metadata):
         ("gpt-2", {"tokenizer.ggml.add_bos_token": True}, 50256),
     ],
 )
-def test_bos_as_llama_cpp_adds_it(metadata, name, changes, first):
-    tokenizer = tokenizer_from_gguf({**metadata(name), **changes})
+def test_bos_as_llama_cpp_adds_it(metadata, built, name, changes, first):
+    tokenizer = tokenizer_from_gguf({**metadata(name), **changes}) if changes else built(name)
     plain = encode(tokenizer, "Hello world")
     assert encode(tokenizer, "Hello world", special=True) == ([first] if first is not None else []) + plain
 
 
-def test_special_ids_from_the_file(metadata):
-    qwen2 = tokenizer_from_gguf(metadata("qwen2"))
+def test_special_ids_from_the_file(metadata, built):
+    qwen2 = built("qwen2")
     assert qwen2.padding["pad_id"] == 151643 and qwen2.padding["pad_token"] == "<|endoftext|>"
     phi3 = tokenizer_from_gguf({**metadata("phi-3"), "tokenizer.ggml.add_eos_token": True})
     assert encode(phi3, "Hi", special=True) == [1, 6324, 32000]
