@@ -72,7 +72,8 @@ LLAMA3_STYLE = """{{- bos_token }}
     {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
 {%- endif %}
 """
-QWEN2_STYLE = """{% for message in messages %}
+QWEN2_STYLE = """{% if tools is not none %}<tools>{{ tools | tojson }}</tools>{% endif %}
+{% for message in messages %}
     {% if loop.first and message['role'] != 'system' %}
 <|im_start|>system
 You are a helpful assistant.<|im_end|>

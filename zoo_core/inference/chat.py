@@ -8,8 +8,9 @@ transformers' ``apply_chat_template`` renders it (transformers 5.x,
 cannot change the objects it is given, blocks trimmed (``trim_blocks``,
 ``lstrip_blocks``), the ``loopcontrols`` extension, a ``tojson`` that keeps
 non-ASCII text and does not escape HTML, ``raise_exception(message)`` and
-``strftime_now(format)``; the variables ``messages``, ``add_generation_prompt``
-and the special tokens (``bos_token``, ``eos_token``). Messages are plain JSON
+``strftime_now(format)``; the variables ``messages``, ``add_generation_prompt``,
+``tools`` and ``documents`` (None: the zoo passes no tools) and the special
+tokens (``bos_token``, ``eos_token``). Messages are plain JSON
 data, and keys whose value is None are dropped, as transformers drops them.
 
 A reply ends at the end-of-sequence token or at one of the card's ``stop``
@@ -58,8 +59,10 @@ def render_chat(spec: ChatSpec, messages: Sequence[Mapping[str, Any]], add_gener
     conversation = [{key: value for key, value in dict(m).items() if value is not None} for m in messages]
     special = {name: value for name, value in (("bos_token", spec.bos_token), ("eos_token", spec.eos_token)) if value}
     try:
+        # tools and documents are None, not undefined, as transformers passes them without any:
+        # a template's `tools is not none` must read the same.
         return _compiled(spec.template).render(
-            messages=conversation, add_generation_prompt=add_generation_prompt, **special
+            messages=conversation, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **special
         )
     except TemplateError as exc:  # raise_exception() in the template, or a template Jinja cannot run
         raise ZooError(f"the chat template refused the conversation: {exc}") from None
