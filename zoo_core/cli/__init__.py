@@ -46,6 +46,7 @@ COMMANDS = {
     "show": "catalogue",
     "load": "catalogue",
     "sample": "sampling",
+    "chat": "chat",
     "eval": "evaluation",
     "train": "training",
     "merge": "training",

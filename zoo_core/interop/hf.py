@@ -46,6 +46,7 @@ from ..storage.checkpoints import MAX_HEADER_BYTES, sha256_file
 from ..storage.files import describe_os_error, open_regular, read_limited
 from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
+from .hf_chat import folder_chat
 from .hf_layouts import BUFFERS, LAYOUTS, Heads, Layout, layout_for
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
 from .imports import (
@@ -560,6 +561,7 @@ def import_hf(
             architecture=architecture,
         )
         card = with_hub_card(card, folder, license_given=license is not None)
+        card = card.model_copy(update={"chat": folder_chat(folder)})
         check_card_fits_tensors(weights, card, renamed)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry

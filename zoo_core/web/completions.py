@@ -97,7 +97,7 @@ class Refused(Exception):
         return JSONResponse(body, status_code=self.status)
 
 
-def _describe(error: ValidationError) -> str:
+def describe_error(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "body"
     if first["type"] == "extra_forbidden":
@@ -145,7 +145,7 @@ class Completions:
         try:
             request = CompletionRequest.model_validate(raw)
         except ValidationError as exc:
-            raise Refused(400, _describe(exc)) from None
+            raise Refused(400, describe_error(exc)) from None
         given = request.prompt
         one = isinstance(given, str) or (given and isinstance(given[0], int))
         prompts: list = [given] if one else list(given)
@@ -161,17 +161,22 @@ class Completions:
                     f"the prompt has {len(prompt)} characters; the limit max_prompt_chars={self.limits.max_prompt_chars}",
                     limit="max_prompt_chars",
                 )
-        if request.max_tokens > self.limits.max_tokens:
-            raise Refused(
-                400,
-                f"max_tokens={request.max_tokens} exceeds the limit max_tokens={self.limits.max_tokens}",
-                limit="max_tokens",
-            )
         if request.max_tokens == 0 and not request.echo:
             raise Refused(400, "field 'max_tokens': 0 returns nothing unless 'echo' is true (to score the prompt)")
         if request.best_of not in (None, request.n):
             raise Refused(400, "field 'best_of': only best_of equal to n is supported (every choice is returned)")
-        rows = len(prompts) * request.n
+        self.check_request(request.model, request.max_tokens, len(prompts) * request.n, snapshot)
+        return request, prompts
+
+    def check_request(self, model: str, max_tokens: int, rows: int, snapshot: Snapshot) -> None:
+        """What every generation request must satisfy: tokens and samples within the
+        limits, and a model of ``snapshot``'s with weights."""
+        if max_tokens > self.limits.max_tokens:
+            raise Refused(
+                400,
+                f"max_tokens={max_tokens} exceeds the limit max_tokens={self.limits.max_tokens}",
+                limit="max_tokens",
+            )
         capacity = self.limits.max_concurrent_generations + self.limits.max_queued_generations
         if rows > capacity:
             raise Refused(
@@ -179,11 +184,10 @@ class Completions:
                 f"field 'n': {rows} samples in one request; the server runs and queues at most {capacity}",
                 limit="max_queued_generations",
             )
-        if request.model not in snapshot.variants:
-            raise Refused(404, f"unknown model '{request.model}'; GET /v1/models lists them", kind="not_found_error")
-        if request.model not in snapshot.servable:
-            raise Refused(404, f"model '{request.model}' has no published weights", kind="not_found_error")
-        return request, prompts
+        if model not in snapshot.variants:
+            raise Refused(404, f"unknown model '{model}'; GET /v1/models lists them", kind="not_found_error")
+        if model not in snapshot.servable:
+            raise Refused(404, f"model '{model}' has no published weights", kind="not_found_error")
 
     def submit(self, model, rows: list[Row]) -> None:
         """Hand rows to the model's batch (made on first use); under the guard, so a batch is never retired between."""
@@ -221,14 +225,17 @@ class Completions:
                 raise Refused(429, exc.message, limit=exc.limit) from None
         except Refused as refused:
             return refused.response()
-        run = _Run(self, model, params, prompts, encoded)
+        return await self.run(request, Run(self, model, params, prompts, encoded))
+
+    async def run(self, request: Request, run: Run) -> Response:
+        """Draw ``run``'s rows (their admission claimed) and answer: a stream of events, or one reply."""
         try:
             await asyncio.to_thread(run.score_prompts)  # only where echo asks for the prompt's log-probabilities
             run.start()
         except BaseException:
             run.close()
             raise
-        if params.stream:
+        if run.params.stream:
             return StreamingResponse(
                 run.events(),
                 media_type="text/event-stream",
@@ -258,7 +265,7 @@ class Completions:
             for i, (prompt, answer) in enumerate(zip(prompts, answers))
         ]
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        return JSONResponse({**_head(params.model), "choices": choices, "usage": usage})
+        return JSONResponse({**response_head(params.model), "choices": choices, "usage": usage})
 
 
 def _token_ids(model, prompt: str | list[int]) -> list[int]:
@@ -273,16 +280,16 @@ def _token_ids(model, prompt: str | list[int]) -> list[int]:
     return list(prompt)
 
 
-def _head(model: str) -> dict:
+def response_head(model: str, prefix: str = "cmpl-", kind: str = "text_completion") -> dict:
     return {
-        "id": f"cmpl-{uuid.uuid4().hex[:24]}",
-        "object": "text_completion",
+        "id": f"{prefix}{uuid.uuid4().hex[:24]}",
+        "object": kind,
         "created": int(time.time()),
         "model": model,
     }
 
 
-class _Choice:
+class Choice:
     """One choice's text and log-probabilities as they come in; a token's
     log-probabilities are handed out once its text is (a held-back token that a
     stop string swallows never is)."""
@@ -320,8 +327,12 @@ class _Choice:
         }
 
 
-class _Run:
-    """One request's rows: submitted to the batch, their tokens gathered into choices."""
+class Run:
+    """One request's rows: submitted to the batch, their tokens gathered into choices.
+
+    What the answer looks like is ``_answer``, ``_chunk`` and ``_openings``: a
+    chat completion (zoo_core.web.chat_completions) draws the same way and
+    answers in its own shape."""
 
     def __init__(self, service: Completions, model, params: CompletionRequest, prompts: list[str], encoded):
         self.service, self.model, self.params = service, model, params
@@ -330,13 +341,13 @@ class _Run:
         seeds = sample_seeds(params.seed, self.rows_held)
         echo = params.echo
         self.choices = [
-            _Choice(i, prompts[i // params.n], seeds[i], model.tokenizer, len(prompts[i // params.n]) if echo else 0)
+            Choice(i, prompts[i // params.n], seeds[i], model.tokenizer, len(prompts[i // params.n]) if echo else 0)
             for i in range(self.rows_held)
         ]
         self.prompt_scores: list[dict | None] = [None] * len(prompts)
         self.cancel = threading.Event()
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.head = _head(params.model)
+        self.head = response_head(params.model)
         self._closed = False
         self._started, self._first = time.perf_counter(), True
         if service.metrics is not None:
@@ -385,7 +396,7 @@ class _Run:
                 self.service.metrics.first_token(self.params.model, time.perf_counter() - self._started)
             while not self.queue.empty():
                 arrived.append(self.queue.get_nowait())
-            joined: dict[_Choice, tuple[str, list[Drawn], bool]] = {}
+            joined: dict[Choice, tuple[str, list[Drawn], bool]] = {}
             for choice, item in arrived:
                 if isinstance(item, ZooError):
                     raise item
@@ -400,7 +411,7 @@ class _Run:
             for choice, (text, released, finished) in joined.items():
                 yield choice, text, released, finished
 
-    def _echo(self, choice: _Choice) -> tuple[str, dict | None]:
+    def _echo(self, choice: Choice) -> tuple[str, dict | None]:
         """The echoed prompt and its log-probabilities (its first token has none)."""
         return choice.prompt, self.prompt_scores[choice.index // self.params.n]
 
@@ -433,44 +444,54 @@ class _Run:
             return Refused(400, str(exc)).response()
         finally:
             watcher.cancel()
-        out = []
-        for choice in self.choices:
-            assert choice.finished is not None
-            text, logprobs = choice.finished.text, None
-            if self.params.logprobs is not None:
-                logprobs = choice.logprobs(drawn[choice.index])
-            if self.params.echo:
-                prompt, scores = self._echo(choice)
-                text = prompt + text
-                if logprobs is not None and scores is not None:
-                    logprobs = {key: scores[key] + logprobs[key] for key in logprobs}
-            out.append(
-                {
-                    "text": text,
-                    "index": choice.index,
-                    "logprobs": logprobs,
-                    "finish_reason": choice.finished.finish_reason,
-                }
-            )
+        out = [self._answer(choice, drawn[choice.index]) for choice in self.choices]
         return JSONResponse({**self.head, "choices": out, "usage": self._usage()})
 
-    def _chunk(self, choice: _Choice, text: str, logprobs: dict | None, finish: str | None) -> str:
+    def _answer(self, choice: Choice, drawn: list[Drawn]) -> dict:
+        """A finished choice as the reply without a stream shows it."""
+        assert choice.finished is not None
+        text, logprobs = choice.finished.text, None
+        if self.params.logprobs is not None:
+            logprobs = self._logprobs(choice, drawn)
+        if self.params.echo:
+            prompt, scores = self._echo(choice)
+            text = prompt + text
+            if logprobs is not None and scores is not None:
+                logprobs = {key: scores[key] + logprobs[key] for key in logprobs}
+        return {
+            "text": text,
+            "index": choice.index,
+            "logprobs": logprobs,
+            "finish_reason": choice.finished.finish_reason,
+        }
+
+    def _logprobs(self, choice: Choice, drawn: list[Drawn]) -> dict:
+        """The log-probabilities of a choice's tokens, in this endpoint's shape."""
+        return choice.logprobs(drawn)
+
+    def _chunk(self, choice: Choice, text: str, logprobs: dict | None, finish: str | None) -> str:
+        """One event: new text of a choice, its tokens' log-probabilities when asked for, and why it finished."""
         body = {
             **self.head,
             "choices": [{"text": text, "index": choice.index, "logprobs": logprobs, "finish_reason": finish}],
         }
         return f"data: {json.dumps(body)}\n\n"
 
+    def _openings(self):
+        """The events before the first token: the echoed prompts."""
+        if self.params.echo:
+            for choice in self.choices:
+                prompt, scores = self._echo(choice)
+                yield self._chunk(choice, prompt, scores, None)
+
     async def events(self):
         wants_logprobs = self.params.logprobs is not None
         try:
-            if self.params.echo:
-                for choice in self.choices:
-                    prompt, scores = self._echo(choice)
-                    yield self._chunk(choice, prompt, scores, None)
+            for opening in self._openings():
+                yield opening
             async for choice, text, released, finished in self._items():
                 if text or released or finished:
-                    logprobs = choice.logprobs(released) if wants_logprobs else None
+                    logprobs = self._logprobs(choice, released) if wants_logprobs else None
                     reason = choice.finished.finish_reason if finished and choice.finished else None
                     yield self._chunk(choice, text, logprobs, reason)
             if self.params.stream_options and self.params.stream_options.include_usage:

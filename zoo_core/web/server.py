@@ -1,9 +1,9 @@
 """`zoo serve`: the gallery, a sampling page and an OpenAI-style completions API.
 
 - ``GET /`` the gallery (built by `zoo gallery`), ``GET /sample`` the sampling page
-- ``GET /v1/models``, ``GET /v1/models/ID``, ``POST /v1/completions``
-  (``"stream": true`` answers with server-sent events: ``data: {chunk}``
-  lines, then ``data: [DONE]``)
+- ``GET /v1/models``, ``GET /v1/models/ID``, ``POST /v1/completions``,
+  ``POST /v1/chat/completions`` (``"stream": true`` answers with server-sent
+  events: ``data: {chunk}`` lines, then ``data: [DONE]``)
 - ``GET /metrics``: Prometheus' text format (zoo_core.web.metrics)
 - ``GET /catalogue/index.json`` and ``GET /catalogue/archives/NAME.zoo``: the
   read-only catalogue other machines pull from (`zoo pull`, see zoo_core.sharing);
@@ -47,6 +47,7 @@ from ..errors import ZooError
 from ..sharing.index import build_index
 from ..storage.files import describe_os_error
 from .access_log import AccessLog, configure
+from .chat_completions import ChatCompletions
 from .completions import Completions
 from .connections import ConnectionLimits, descriptor_shortage, protocol_for
 from .exhaustion_log import log_exhaustion_once_per
@@ -122,6 +123,7 @@ def create_app(
 
     live = LiveCatalogue(cache, on_change=catalogue_changed)
     answering = Completions(cache, limits, live, metrics)
+    chatting = ChatCompletions(answering)
     templates = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape())
 
     async def current() -> Snapshot:
@@ -154,6 +156,13 @@ def create_app(
         except LimitExceeded as exc:
             return _error(exc.status, exc.message, limit=exc.limit)
         return await answering.respond(request, body)
+
+    async def chat_completions(request: Request) -> Response:
+        try:
+            body = await _read_body(request, limits.max_body_bytes)
+        except LimitExceeded as exc:
+            return _error(exc.status, exc.message, limit=exc.limit)
+        return await chatting.respond(request, body)
 
     async def sample_page(request: Request) -> Response:
         names = sorted((await current()).servable)
@@ -194,6 +203,7 @@ def create_app(
         Route("/v1/models", models),
         Route("/v1/models/{name}", model),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         *_catalogue_routes(live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
@@ -311,8 +321,8 @@ def serve(
     )
     log_exhaustion_once_per()  # after uvicorn.Config, which sets up uvicorn's loggers
     print(
-        f"zoo serve: http://{host}:{port}/  (sampling page /sample, API /v1/completions, "
-        "catalogue /catalogue/index.json)",
+        f"zoo serve: http://{host}:{port}/  (sampling page /sample, "
+        "API /v1/completions and /v1/chat/completions, catalogue /catalogue/index.json)",
         flush=True,
     )
     notice = bind_notice(host, security)
