@@ -3,9 +3,8 @@ template renders as transformers renders it, and the chat commands of
 docs/serving.md and the README run as written and answer that Paris is the
 capital of France.
 
-The model comes from its GGUF file through transformers' own GGUF loader,
-saved as a Hugging Face folder and imported with `zoo import hf` (until the
-shared `smollm2_home` fixture of `zoo import gguf` is there to use instead).
+The model is the one `zoo import gguf` made of its GGUF file (the shared
+`smollm2_home`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import shlex
 import subprocess
 
 import pytest
-import torch
 
 from .conftest import ROOT
 from .references import reference
@@ -38,29 +36,12 @@ QUESTION = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    """transformers' tokenizer for the GGUF file, and a zoo home with the model imported."""
+def smollm2(smollm2_home):
+    """transformers' tokenizer for the GGUF file, and an environment whose catalogue
+    holds the model `zoo import gguf` made of it (the shared, read-only home)."""
     gguf_file = reference("SmolLM2-135M-Instruct.Q4_1.gguf")
-    folder, home = tmp_path_factory.mktemp("smollm2-hf"), tmp_path_factory.mktemp("smollm2-home")
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(
-        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
-    )
-    # Dequantised, but still marked as a GGUF quantisation, which save_pretrained refuses:
-    # the same weights in a model built from the configuration without that mark.
-    config = loaded.config.to_dict()
-    config.pop("quantization_config", None)
-    model = transformers.AutoModelForCausalLM.from_config(type(loaded.config)(**config))
-    model.load_state_dict(loaded.state_dict())
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    del model, loaded
-    environment = {**os.environ, "ZOO_HOME": str(home), "OMP_NUM_THREADS": "2"}
-    done = subprocess.run(
-        [*ZOO, "import", "hf", str(folder), "--name", NAME], capture_output=True, text=True, env=environment
-    )
-    assert done.returncode == 0, done.stderr
-    return tokenizer, environment
+    return tokenizer, {**os.environ, "ZOO_HOME": str(smollm2_home), "OMP_NUM_THREADS": "2"}
 
 
 def test_smollm2s_template_renders_as_transformers_renders_it(smollm2, monkeypatch):
