@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ZooError
+from ..interop.gguf_export import export_gguf
 from ..interop.hf import export_hf, import_hf
 from ..interop.nanogpt import import_nanogpt
 from ..interop.onnx import export_onnx
@@ -15,13 +16,21 @@ from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
 from ..storage.files import give_usual_modes, make_folder
 
-_EXPORTERS = {"hf": export_hf, "transformer-lens": export_transformer_lens, "onnx": export_onnx}
+_EXPORTERS = {
+    "hf": export_hf,
+    "transformer-lens": export_transformer_lens,
+    "onnx": export_onnx,
+    "gguf": export_gguf,
+}
 
 
 def cmd_export(args) -> int:
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
+    if args.gguf_type is not None and args.format != "gguf":
+        raise ZooError(f"--gguf-type is for --format gguf, not {args.format}")
     export = _EXPORTERS[args.format]
-    written, checks = _written_whole(args.out, lambda folder: export(model, folder))
+    options = {"tensor_type": args.gguf_type or "f16"} if args.format == "gguf" else {}
+    written, checks = _written_whole(args.out, lambda folder: export(model, folder, **options))
     print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
     print(
         f"  checked: logits on the first {checks['logit_tokens']} validation tokens within "
