@@ -244,9 +244,9 @@ def _tokenizer(gguf, writer, model, vocab_size: int) -> None:
 
 def _pre_tokenizer(pre: dict | None, name: str) -> str:
     """llama.cpp's name for a tokenizer.json's pre-tokenizer: GPT-2's byte-level
-    split ("gpt2"), or single digits split off first ("smollm", SmolLM's)."""
+    split ("gpt-2"), or single digits split off first ("smollm", SmolLM's)."""
     if pre is not None and all(pre.get(key) == value for key, value in BYTE_LEVEL.items()):
-        return "gpt2"
+        return "gpt-2"
     steps = pre.get("pretokenizers", []) if pre is not None and pre.get("type") == "Sequence" else []
     if (
         tuple(step.get("type") for step in steps) == DIGITS_THEN_BYTE_LEVEL
