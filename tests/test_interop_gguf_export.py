@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -59,6 +61,14 @@ SMALL = dict(
     eos_token_id=None,
     pad_token_id=None,
 )
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 CHAT = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 PROMPT = "ROMEO: What light"
 NEW_TOKENS = 8
@@ -247,19 +257,40 @@ def test_what_gguf_cannot_describe_is_refused_in_one_line(zoo, tmp_path, args, m
     assert not (tmp_path / "out").exists()
 
 
-def test_a_sliding_window_is_refused_naming_it(zoo, tmp_path):
-    done = zoo("import", "hf", str(_mistral_folder(tmp_path)), "--name", "windowed")
+@pytest.mark.parametrize(
+    "config_class, fields, message",
+    [
+        ("MistralConfig", dict(sliding_window=5), "sets sliding_window; llama.cpp's llama architecture has no key"),
+        ("LlamaConfig", dict(rope_parameters=LLAMA3_ROPE), "sets rope_scaling; the GGUF export writes plain RoPE only"),
+        ("LlamaConfig", dict(attention_bias=True), "sets attention_bias or layer_bias; llama.cpp's llama graph"),
+        ("Qwen3Config", dict(head_dim=16), "is in Qwen3ForCausalLM's layout; the GGUF export writes llama, qwen2"),
+    ],
+)
+def test_an_imported_layout_gguf_is_not_written_for_is_refused_naming_it(zoo, tmp_path, config_class, fields, message):
+    config = getattr(transformers, config_class)(vocab_size=65, **{**SMALL, **fields})
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "folder")
+    done = zoo("import", "hf", str(tmp_path / "folder"), "--name", "imported")
     assert done.code == 0, done.err
-    done = zoo("export", "windowed", "--format", "gguf", "--out", str(tmp_path / "out"))
-    assert done.code != 0 and "sets sliding_window; llama.cpp's llama architecture has no key" in done.err
+    done = zoo("export", "imported", "--format", "gguf", "--out", str(tmp_path / "out"))
+    assert done.code != 0 and message in done.err and len(done.err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
-def _mistral_folder(tmp_path):
-    config = transformers.MistralConfig(vocab_size=65, sliding_window=5, **SMALL)
-    folder = tmp_path / "mistral"
-    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    return folder
+def test_the_docs_commands_run(zoo, tmp_path, monkeypatch):
+    """docs/interop.md's GGUF section: its snippet, then its commands, in order."""
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "docs" / "interop.md").read_text(encoding="utf-8")
+    section = text.split("\n## GGUF export: llama.cpp\n", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    (block,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    exec(snippet, {})
+    for line in block.splitlines():
+        command = shlex.split(line)
+        assert command[0] == "zoo"
+        done = zoo(*command[1:])
+        assert done.code == 0, (command, done.err)
+    fields, _ = _read(tmp_path / "tiny-llama-gguf" / "tiny-llama.gguf")
+    assert fields["general.architecture"] == "llama" and fields["general.file_type"] == gguf.LlamaFileType.MOSTLY_Q8_0
 
 
 # --- llama.cpp itself ----------------------------------------------------------------
