@@ -218,8 +218,9 @@ def test_a_llama_exports_its_tensors_and_keys_as_llama_cpp_names_them(zoo, folde
 
 def test_a_qwen2_keeps_its_row_order_biases_tied_head_tokenizer_and_chat_template(zoo, folders, tmp_path):
     name = _imported(zoo, folders, "qwen2")
-    with user_registry_path().open("a", encoding="utf-8") as registry:  # the card's chat field, as the GGUF import writes it
-        registry.write(f"\n[{name}.chat]\ntemplate = {json.dumps(CHAT)}\neos_token = \"<|im_end|>\"\n")
+    # The card's chat field, as the GGUF import writes it.
+    with user_registry_path().open("a", encoding="utf-8") as registry:
+        registry.write(f'\n[{name}.chat]\ntemplate = {json.dumps(CHAT)}\neos_token = "<|im_end|>"\n')
     fields, tensors = _read(_exported(zoo, name, "f32", tmp_path / "out"))
     folder, reference_model = folders["qwen2"]
     assert fields["general.architecture"] == "qwen2"

@@ -33,9 +33,14 @@ import numpy as np
 import torch
 
 from ..errors import ZooError
-from .hf import _heads, family_layout, quiet_transformers, verification_ids
-from .hf_layouts import LLAMA, QWEN2, Layout, layout_for, reorder_heads
+from .hf import _heads, _require_transformers, family_layout, quiet_transformers, verification_ids
+from .hf_layouts import LLAMA, Layout, layout_for, reorder_heads
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+
+try:  # the gguf extra: without it, export_gguf says how to install it
+    import gguf
+except ImportError:
+    gguf = None  # type: ignore[assignment]
 
 # --gguf-type: what the matrices are written as.
 GGUF_TYPES = ("f32", "f16", "q8_0")
@@ -48,14 +53,6 @@ DIGITS_THEN_BYTE_LEVEL = ("Digits", "ByteLevel")
 # How far the logits of the file (read by transformers' GGUF loader) may be from
 # the zoo's: F32 is the same arithmetic; F16 and Q8_0 round every weight.
 LOGIT_TOLERANCE = {"f32": 1e-4, "f16": 5e-2, "q8_0": 2.5e-1}
-
-
-def _require_gguf():
-    try:
-        import gguf
-    except ImportError:
-        raise ZooError("GGUF export needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'") from None
-    return gguf
 
 
 def gguf_refusal(model) -> tuple[Layout | None, str]:
@@ -88,7 +85,8 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     """Write ``out/NAME.gguf``; check it against the zoo (transformers' GGUF
     loader reads it back, its logits within LOGIT_TOLERANCE of the zoo's) before
     returning."""
-    gguf = _require_gguf()
+    if gguf is None:
+        raise ZooError("GGUF export needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'")
     if tensor_type not in GGUF_TYPES:
         raise ZooError(f"--gguf-type {tensor_type!r}; choose one of {', '.join(GGUF_TYPES)}")
     layout, reason = gguf_refusal(model)
@@ -98,19 +96,19 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     member, pairs = ARCHITECTURES[layout.model_type]
     architecture = gguf.MODEL_ARCH[member]
     path = out / f"{model.name}.gguf"
-    writer = _writer(gguf, path, gguf.MODEL_ARCH_NAMES[architecture])
+    writer = _writer(path, gguf.MODEL_ARCH_NAMES[architecture])
     writer.add_name(model.name)
     if model.card.license and model.card.license != "unspecified":
         writer.add_license(model.card.license)
     vocab_size = model.network.lm_head.weight.shape[0]
     _hyper_parameters(writer, config, model.card.context_length, vocab_size)
-    _tokenizer(gguf, writer, model, vocab_size)
+    _tokenizer(writer, model, vocab_size)
     file_type = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0"}[tensor_type]
     writer.add_file_type(gguf.LlamaFileType[file_type])
     if tensor_type == "q8_0":
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    for name, array in _tensors(gguf, model, layout, config, architecture, pairs).items():
-        data, kind = _typed(gguf, array, tensor_type)
+    for name, array in _tensors(model, layout, config, architecture, pairs).items():
+        data, kind = _typed(array, tensor_type)
         writer.add_tensor(name, data, raw_dtype=kind)
     out.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file()
@@ -121,7 +119,7 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     return [path], checks
 
 
-def _writer(gguf, path: Path, architecture: str):
+def _writer(path: Path, architecture: str):
     """The package's writer, but for an empty array: GGUF has them, and llama.cpp
     needs the merges key even when a vocabulary has no merges, but the writer
     reads an array's element type off its first element and refuses an empty one."""
@@ -154,7 +152,7 @@ def _hyper_parameters(writer, config: dict, context_length: int, vocab_size: int
         writer.add_value_length(head_size)
 
 
-def _tensors(gguf, model, layout: Layout, config: dict, architecture, pairs: bool) -> dict[str, np.ndarray]:
+def _tensors(model, layout: Layout, config: dict, architecture, pairs: bool) -> dict[str, np.ndarray]:
     """The variant's tensors under llama.cpp's names, in its row orders."""
     heads = _heads(config)
     ours = {name: tensor.detach().to(torch.float32) for name, tensor in model.network.state_dict().items()}
@@ -174,7 +172,7 @@ def _tensors(gguf, model, layout: Layout, config: dict, architecture, pairs: boo
     return written
 
 
-def _typed(gguf, array: np.ndarray, tensor_type: str):
+def _typed(array: np.ndarray, tensor_type: str):
     """The array as written (F32, F16 or Q8_0 blocks) and its GGML type."""
     kinds = gguf.GGMLQuantizationType
     if array.ndim == 1 or tensor_type == "f32":
@@ -188,7 +186,7 @@ def _typed(gguf, array: np.ndarray, tensor_type: str):
 # --- tokenizer -------------------------------------------------------------------
 
 
-def _tokenizer(gguf, writer, model, vocab_size: int) -> None:
+def _tokenizer(writer, model, vocab_size: int) -> None:
     """llama.cpp's byte-level BPE with the zoo tokenizer's ids, and the card's chat template."""
     backend = hf_tokenizer_for(model.tokenizer, model.card.context_length).backend_tokenizer
     described = json.loads(backend.to_str())
@@ -267,14 +265,11 @@ def _pre_tokenizer(pre: dict | None, name: str) -> str:
 def _check_logits(model, path: Path, tensor_type: str) -> dict:
     """The file read back by transformers' GGUF loader (its own dequantising, its
     own undoing of the Q/K permutation), its logits against the zoo's."""
-    from transformers import AutoModelForCausalLM
-
+    transformers = _require_transformers()
     quiet_transformers()
+    transformers.utils.logging.disable_progress_bar()
     ids, _ = verification_ids(model)
-    try:
-        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
-    except ImportError:
-        raise ZooError("checking a GGUF export needs transformers: pip install 'zoo-lm[interop]'") from None
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
     with torch.no_grad():
         theirs = loaded(torch.tensor([ids])).logits
         ours, _ = model.network(torch.tensor([ids]))
