@@ -32,6 +32,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 gguf = pytest.importorskip("gguf", reason="the gguf extra is not installed: pip install -e '.[gguf]'")
 transformers = pytest.importorskip(
@@ -264,6 +265,7 @@ def test_what_gguf_cannot_describe_is_refused_in_one_line(zoo, tmp_path, args, m
         ("MistralConfig", dict(sliding_window=5), "sets sliding_window; llama.cpp's llama architecture has no key"),
         ("LlamaConfig", dict(rope_parameters=LLAMA3_ROPE), "sets rope_scaling; the GGUF export writes plain RoPE only"),
         ("LlamaConfig", dict(attention_bias=True), "sets attention_bias or layer_bias; llama.cpp's llama graph"),
+        ("LlamaConfig", dict(hidden_act="gelu"), "has mlp 'geglu'; llama.cpp's llama and qwen2 gate with SiLU"),
         ("Qwen3Config", dict(head_dim=16), "is in Qwen3ForCausalLM's layout; the GGUF export writes llama, qwen2"),
     ],
 )
@@ -398,7 +400,11 @@ def smollm2_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("smollm2")
     transformers.utils.logging.set_verbosity_error()
     model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
-    model.save_pretrained(folder)
+    # save_pretrained refuses a model loaded from GGUF; its config and (untied) tensors are what a folder holds.
+    del model.config.quantization_config  # the weights saved are dequantised float32
+    model.config.save_pretrained(folder)
+    tensors = {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(folder)
     return folder
 
