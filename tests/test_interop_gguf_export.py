@@ -264,7 +264,11 @@ def test_what_gguf_cannot_describe_is_refused_in_one_line(zoo, tmp_path, args, m
     [
         ("MistralConfig", dict(sliding_window=5), "sets sliding_window; llama.cpp's llama architecture has no key"),
         ("LlamaConfig", dict(rope_parameters=LLAMA3_ROPE), "sets rope_scaling; the GGUF export writes plain RoPE only"),
-        ("LlamaConfig", dict(attention_bias=True), "sets attention_bias or layer_bias; llama.cpp's llama graph"),
+        (
+            "LlamaConfig",
+            dict(attention_bias=True),
+            "sets attention_bias or layer_bias; GGUF export writes llama without biases",
+        ),
         ("LlamaConfig", dict(hidden_act="gelu"), "has mlp 'geglu'; llama.cpp's llama and qwen2 gate with SiLU"),
         ("Qwen3Config", dict(head_dim=16), "is in Qwen3ForCausalLM's layout; the GGUF export writes llama, qwen2"),
     ],

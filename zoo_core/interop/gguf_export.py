@@ -58,7 +58,7 @@ LOGIT_TOLERANCE = {"f32": 1e-4}
 RELATIVE_TOLERANCE = {"f16": 0.02, "q8_0": 0.1}
 
 
-def gguf_refusal(model) -> tuple[Layout | None, str]:
+def gguf_layout(model) -> tuple[Layout | None, str]:
     """The family layout the variant is written in, or None and the setting llama.cpp cannot take."""
     card = model.card
     name = card.name
@@ -82,7 +82,7 @@ def gguf_refusal(model) -> tuple[Layout | None, str]:
     if config.get("rope_scaling"):
         return None, f"'{name}' sets rope_scaling; the GGUF export writes plain RoPE only"
     if layout is LLAMA and (config["attention_bias"] != "none" or config["layer_bias"]):
-        return None, f"'{name}' sets attention_bias or layer_bias; llama.cpp's llama graph adds no biases"
+        return None, f"'{name}' sets attention_bias or layer_bias; GGUF export writes llama without biases"
     return layout, ""
 
 
@@ -94,7 +94,7 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
         raise ZooError("GGUF export needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'")
     if tensor_type not in GGUF_TYPES:
         raise ZooError(f"--gguf-type {tensor_type!r}; choose one of {', '.join(GGUF_TYPES)}")
-    layout, reason = gguf_refusal(model)
+    layout, reason = gguf_layout(model)
     if layout is None:
         raise ZooError(f"cannot export to GGUF: {reason}")
     config = family_layout(model)
