@@ -41,6 +41,8 @@ transformers = pytest.importorskip(
 
 import zoo_core  # noqa: E402
 from zoo_core.corpus.datasets import read_text_file  # noqa: E402
+from zoo_core.errors import ZooError  # noqa: E402
+from zoo_core.interop import gguf_export  # noqa: E402
 from zoo_core.storage.locations import user_registry_path  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
@@ -241,6 +243,30 @@ def test_a_qwen2_keeps_its_row_order_biases_tied_head_tokenizer_and_chat_templat
     assert fields["tokenizer.ggml.pre"] == "gpt-2"  # llama.cpp's name for GPT-2's split
     assert fields["tokenizer.chat_template"] == CHAT
     assert fields["tokenizer.ggml.eos_token_id"] == tokens.index("<|im_end|>")
+
+
+def test_pre_tokenizers_get_llama_cpps_names_and_others_are_refused():
+    """GPT-2's byte-level split, alone or after single digits (SmolLM's, as
+    tokenizers' Digits or as the GGUF import's isolated \\p{N} split)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    cases = [
+        (byte_level, "gpt-2"),
+        (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level]), "smollm"),
+        (pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"), byte_level]), "smollm"),
+        (pre_tokenizers.Metaspace(), None),
+        (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False), byte_level]), None),
+    ]
+    for pre, expected in cases:
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre
+        described = json.loads(tokenizer.to_str())["pre_tokenizer"]
+        if expected is not None:
+            assert gguf_export._pre_tokenizer(described, "x") == expected
+        else:
+            with pytest.raises(ZooError, match="has no llama.cpp name here"):
+                gguf_export._pre_tokenizer(described, "x")
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,6 @@ GGUF_TYPES = ("f32", "f16", "q8_0")
 ARCHITECTURES: dict[str, tuple[str, bool]] = {"llama": ("LLAMA", True), "qwen2": ("QWEN2", False)}
 # The pre-tokenizers of a tokenizer.json that llama.cpp has a name for.
 BYTE_LEVEL = {"type": "ByteLevel", "use_regex": True}
-DIGITS_THEN_BYTE_LEVEL = ("Digits", "ByteLevel")
 # How far the logits of the file (read by transformers' GGUF loader) may be from
 # the zoo's: F32 is the same arithmetic (absolute); F16 and Q8_0 round every
 # weight, so theirs is a fraction of the largest logit (measured: 0.2% for F16
@@ -247,20 +246,33 @@ def _tokenizer(writer, model, vocab_size: int) -> None:
 
 def _pre_tokenizer(pre: dict | None, name: str) -> str:
     """llama.cpp's name for a tokenizer.json's pre-tokenizer: GPT-2's byte-level
-    split ("gpt-2"), or single digits split off first ("smollm", SmolLM's)."""
-    if pre is not None and all(pre.get(key) == value for key, value in BYTE_LEVEL.items()):
-        return "gpt-2"
-    steps = pre.get("pretokenizers", []) if pre is not None and pre.get("type") == "Sequence" else []
-    if (
-        tuple(step.get("type") for step in steps) == DIGITS_THEN_BYTE_LEVEL
-        and steps[0].get("individual_digits")
-        and all(steps[1].get(key) == value for key, value in BYTE_LEVEL.items())
-    ):
-        return "smollm"
+    split ("gpt-2"), or each digit split off first ("smollm", SmolLM's)."""
+    if pre is None:
+        steps = []
+    elif pre.get("type") == "Sequence":
+        steps = pre.get("pretokenizers") or []
+    else:
+        steps = [pre]
+    if steps and all(steps[-1].get(key) == value for key, value in BYTE_LEVEL.items()):
+        if len(steps) == 1:
+            return "gpt-2"
+        if len(steps) == 2 and _single_digits(steps[0]):
+            return "smollm"
     shown = json.dumps(pre)[:80] if pre is not None else "none"
     raise ZooError(
         f"cannot export to GGUF: '{name}': pre-tokenizer {shown} has no llama.cpp name here "
-        "(GPT-2's byte-level split and SmolLM's digits-then-byte-level go)"
+        "(GPT-2's byte-level split, alone or after single digits, goes)"
+    )
+
+
+def _single_digits(step: dict) -> bool:
+    """Each digit on its own: tokenizers' Digits, or an isolated split on \\p{N} (as the GGUF import writes it)."""
+    if step.get("type") == "Digits":
+        return bool(step.get("individual_digits"))
+    return (
+        step.get("type") == "Split"
+        and step.get("pattern") == {"Regex": r"\p{N}"}
+        and step.get("behavior") == "Isolated"
     )
 
 
