@@ -248,7 +248,7 @@ def _pre_tokenizer(pre: dict | None, name: str) -> str:
     """llama.cpp's name for a tokenizer.json's pre-tokenizer: GPT-2's byte-level
     split ("gpt-2"), or each digit split off first ("smollm", SmolLM's)."""
     if pre is None:
-        steps = []
+        steps: list[dict] = []
     elif pre.get("type") == "Sequence":
         steps = pre.get("pretokenizers") or []
     else:
