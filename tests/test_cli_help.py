@@ -234,7 +234,7 @@ def test_completion_offers_the_names_each_argument_and_option_takes(zoo, tmp_pat
         "zoo train x --trainer ": ["hand-built", "lora", "trained"],
         "zoo train x --log-to ": ["csv", "mlflow", "tensorboard"],
         "zoo experiment --log-to t": ["tensorboard"],
-        "zoo export x --format ": ["hf", "onnx", "transformer-lens"],
+        "zoo export x --format ": ["gguf", "hf", "onnx", "transformer-lens"],
         "zoo list --tag depth": ["depth-study"],
         "zoo list --architecture ": ["bigram", "gpt", "puzzle", "transformer"],
         "zoo list --tokenizer ": ["bpe", "char", "hf", "puzzle-words"],

@@ -15,18 +15,28 @@ from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
 from ..storage.files import give_usual_modes, make_folder
 
-try:  # the gguf extra; without it, `zoo import gguf` alone refuses, saying how to install it
-    from ..interop import gguf_import
+try:  # the gguf extra; without it, the GGUF import and export alone refuse, saying how to install it
+    from ..interop import gguf_export, gguf_import
 except ImportError:
-    gguf_import = None  # type: ignore[assignment]
+    gguf_export = gguf_import = None  # type: ignore[assignment]
+NO_GGUF = "GGUF files need llama.cpp's gguf package: pip install 'zoo-lm[gguf]'"
 
-_EXPORTERS = {"hf": export_hf, "transformer-lens": export_transformer_lens, "onnx": export_onnx}
+_EXPORTERS = {
+    "hf": export_hf,
+    "transformer-lens": export_transformer_lens,
+    "onnx": export_onnx,
+}
 
 
 def cmd_export(args) -> int:
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
-    export = _EXPORTERS[args.format]
-    written, checks = _written_whole(args.out, lambda folder: export(model, folder))
+    if args.gguf_type is not None and args.format != "gguf":
+        raise ZooError(f"--gguf-type is for --format gguf, not {args.format}")
+    if args.format == "gguf" and gguf_export is None:
+        raise ZooError(NO_GGUF)
+    export = gguf_export.export_gguf if args.format == "gguf" else _EXPORTERS[args.format]
+    options = {"tensor_type": args.gguf_type or "f16"} if args.format == "gguf" else {}
+    written, checks = _written_whole(args.out, lambda folder: export(model, folder, **options))
     print(f"{model.name} -> {args.out} ({args.format}): {', '.join(sorted(p.name for p in written))}")
     print(
         f"  checked: logits on the first {checks['logit_tokens']} validation tokens within "
@@ -72,7 +82,7 @@ def cmd_import(args) -> int:
         if args.tokenizer is not None:
             raise ZooError("zoo import gguf reads the tokenizer inside the file; --tokenizer is for nanogpt and hf")
         if gguf_import is None:
-            raise ZooError("zoo import gguf needs llama.cpp's gguf package: pip install 'zoo-lm[gguf]'")
+            raise ZooError(NO_GGUF)
         card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace)
     elif args.source == "nanogpt":
         card, registry = import_nanogpt(

@@ -118,10 +118,12 @@ def family_layout(model) -> dict:
 
 
 def _require_transformers():
+    """The transformers module, or one line saying how to install it."""
     try:
-        import transformers  # noqa: F401
+        import transformers
     except ImportError:
         raise ZooError("Hugging Face export and import need transformers: pip install 'zoo-lm[interop]'") from None
+    return transformers
 
 
 def gpt2_refusal(model) -> str | None:

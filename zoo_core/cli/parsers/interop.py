@@ -7,15 +7,23 @@ from pathlib import Path
 
 def export_arguments(commands) -> None:
     p = commands.add_parser(
-        "export", help="write a variant for Hugging Face transformers, ONNX Runtime or TransformerLens"
+        "export", help="write a variant for Hugging Face transformers, ONNX Runtime, TransformerLens or llama.cpp"
     )
     p.add_argument("name", help="the variant to export")
     p.add_argument(
         "--format",
-        choices=["hf", "onnx", "transformer-lens"],
+        choices=["hf", "onnx", "transformer-lens", "gguf"],
         required=True,
         help="hf: a folder AutoModelForCausalLM/AutoTokenizer load; onnx: model.onnx for onnxruntime; "
-        "transformer-lens: config.json + model.safetensors for TransformerLens' HookedTransformer",
+        "transformer-lens: config.json + model.safetensors for TransformerLens' HookedTransformer; "
+        "gguf: NAME.gguf for llama.cpp (Llama and Qwen2 layouts)",
+    )
+    p.add_argument(
+        "--gguf-type",
+        choices=["f32", "f16", "q8_0"],
+        default=None,
+        help="gguf only: what the matrices are stored as (default f16; norms stay f32, "
+        "and q8_0 keeps f16 for a matrix whose rows are not whole 32-value blocks)",
     )
     p.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
     p.set_defaults(run="interop:cmd_export")

@@ -1,0 +1,295 @@
+"""GGUF: `zoo export --format gguf`, a file llama.cpp (and Ollama, LM Studio) runs.
+
+Written with llama.cpp's own Python writer (the `gguf` package), in the
+architectures whose graphs llama.cpp builds for the zoo's layouts:
+
+- ``llama`` (Llama, SmolLM2, Mistral without a window): llama.cpp rotates
+  adjacent query/key features (its "normal" RoPE), so the converter from
+  transformers reorders each head's query and key rows from rotate_half's order
+  into pairs (convert_hf_to_gguf's ``permute``). That order is the zoo's own:
+  the rows go out as the zoo holds them.
+- ``qwen2`` (query/key/value biases): llama.cpp rotates it in rotate_half's
+  ("neox") order, so its rows go out in transformers' order, unpermuted.
+
+The tensors are transformers' (`hf_layouts`), renamed by the package's own
+name map. Vectors (norm scales, biases) stay F32 as llama.cpp's converter keeps
+them; in Q8_0 a matrix whose rows are not whole 32-value blocks goes out F16, as
+the converter does. A tied vocabulary head is written once (no ``output.weight``:
+llama.cpp then reads the embedding).
+
+The tokenizer goes in as llama.cpp's byte-level BPE ("gpt2" model), with the
+same ids: an 'hf' tokenizer.json's vocabulary, merges and special tokens; the
+zoo's characters as single-character tokens with no merges, each spelled in
+GPT-2's byte alphabet, so llama.cpp reads the same text as the same ids.
+What llama.cpp has no key or graph for is refused, naming the setting.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+from ..errors import ZooError
+from .hf import _heads, _require_transformers, family_layout, quiet_transformers, verification_ids
+from .hf_layouts import LLAMA, Layout, layout_for, reorder_heads
+from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+
+# --gguf-type: what the matrices are written as.
+GGUF_TYPES = ("f32", "f16", "q8_0")
+# The zoo's family layout -> llama.cpp's architecture (gguf.MODEL_ARCH), and whether
+# llama.cpp rotates adjacent pairs (the zoo's order) or rotate_half's (transformers').
+ARCHITECTURES: dict[str, tuple[str, bool]] = {"llama": ("LLAMA", True), "qwen2": ("QWEN2", False)}
+# The pre-tokenizers of a tokenizer.json that llama.cpp has a name for.
+BYTE_LEVEL = {"type": "ByteLevel", "use_regex": True}
+# How far the logits of the file (read by transformers' GGUF loader) may be from
+# the zoo's: F32 is the same arithmetic (absolute); F16 and Q8_0 round every
+# weight, so theirs is a fraction of the largest logit (measured: 0.2% for F16
+# and 2.7% for Q8_0 on SmolLM2-135M); a misplaced tensor or row order is far outside.
+LOGIT_TOLERANCE = {"f32": 1e-4}
+RELATIVE_TOLERANCE = {"f16": 0.02, "q8_0": 0.1}
+
+
+def gguf_layout(model) -> tuple[Layout | None, str]:
+    """The family layout the variant is written in, or None and the setting llama.cpp cannot take."""
+    card = model.card
+    name = card.name
+    if card.architecture not in ("transformer", "gpt"):
+        return None, f"'{name}' is a {card.architecture} model; GGUF export writes transformer and gpt variants"
+    config = family_layout(model)
+    if config["positions"] != "rope":
+        return None, (
+            f"'{name}' has positions '{config['positions']}'; the GGUF export writes RoPE families "
+            f"({', '.join(ARCHITECTURES)})"
+        )
+    layout, reason = layout_for(config)
+    if layout is None:
+        return None, f"'{name}': {reason}"
+    if config.get("sliding_window"):
+        return None, f"'{name}' sets sliding_window; llama.cpp's llama architecture has no key for a window"
+    if layout.model_type not in ARCHITECTURES:
+        return None, f"'{name}' is in {layout.architecture}'s layout; the GGUF export writes {', '.join(ARCHITECTURES)}"
+    if config["mlp"] != "swiglu":
+        return None, f"'{name}' has mlp '{config['mlp']}'; llama.cpp's llama and qwen2 gate with SiLU (swiglu)"
+    if config.get("rope_scaling"):
+        return None, f"'{name}' sets rope_scaling; the GGUF export writes plain RoPE only"
+    if layout is LLAMA and (config["attention_bias"] != "none" or config["layer_bias"]):
+        return None, f"'{name}' sets attention_bias or layer_bias; GGUF export writes llama without biases"
+    return layout, ""
+
+
+def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path], dict]:
+    """Write ``out/NAME.gguf``; check it against the zoo (transformers' GGUF
+    loader reads it back, its logits within the type's tolerance of the zoo's) before
+    returning."""
+    if tensor_type not in GGUF_TYPES:
+        raise ZooError(f"--gguf-type {tensor_type!r}; choose one of {', '.join(GGUF_TYPES)}")
+    layout, reason = gguf_layout(model)
+    if layout is None:
+        raise ZooError(f"cannot export to GGUF: {reason}")
+    config = family_layout(model)
+    member, pairs = ARCHITECTURES[layout.model_type]
+    architecture = gguf.MODEL_ARCH[member]
+    path = out / f"{model.name}.gguf"
+    writer = _writer(path, gguf.MODEL_ARCH_NAMES[architecture])
+    writer.add_name(model.name)
+    if model.card.license and model.card.license != "unspecified":
+        writer.add_license(model.card.license)
+    vocab_size = model.network.lm_head.weight.shape[0]
+    _hyper_parameters(writer, config, model.card.context_length, vocab_size)
+    _tokenizer(writer, model, vocab_size)
+    file_type = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0"}[tensor_type]
+    writer.add_file_type(gguf.LlamaFileType[file_type])
+    if tensor_type == "q8_0":
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for name, array in _tensors(model, layout, config, architecture, pairs).items():
+        data, kind = _typed(array, tensor_type)
+        writer.add_tensor(name, data, raw_dtype=kind)
+    out.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    checks = _check_logits(model, path, tensor_type)
+    return [path], checks
+
+
+def _writer(path: Path, architecture: str):
+    """The package's writer, but for an empty array: GGUF has them, and llama.cpp
+    needs the merges key even when a vocabulary has no merges, but the writer
+    reads an array's element type off its first element and refuses an empty one."""
+
+    class Writer(gguf.GGUFWriter):
+        def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+            if vtype == gguf.GGUFValueType.ARRAY and sub_type is not None and len(val) == 0:
+                prefix = self._pack("I", vtype) if add_vtype else b""
+                return prefix + self._pack("I", sub_type) + self._pack("Q", 0)
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+    return Writer(path, architecture)
+
+
+def _hyper_parameters(writer, config: dict, context_length: int, vocab_size: int) -> None:
+    """The architecture's keys (``llama.embedding_length`` and so on)."""
+    head_size = config["head_size"]
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(config["d_model"])
+    writer.add_block_count(config["n_layer"])
+    writer.add_feed_forward_length(config["d_ff"])
+    writer.add_head_count(config["n_head"])
+    writer.add_head_count_kv(config["n_kv_head"])
+    writer.add_rope_freq_base(float(config.get("rope_base", 10000.0)))
+    writer.add_layer_norm_rms_eps(config["norm_eps"])
+    writer.add_rope_dimension_count(head_size)
+    writer.add_vocab_size(vocab_size)
+    if head_size * config["n_head"] != config["d_model"]:  # a head size of its own
+        writer.add_key_length(head_size)
+        writer.add_value_length(head_size)
+
+
+def _tensors(model, layout: Layout, config: dict, architecture, pairs: bool) -> dict[str, np.ndarray]:
+    """The variant's tensors under llama.cpp's names, in its row orders."""
+    heads = _heads(config)
+    ours = {name: tensor.detach().to(torch.float32) for name, tensor in model.network.state_dict().items()}
+    if config["tie_embeddings"]:
+        del ours["lm_head.weight"]  # llama.cpp reads the embedding when output.weight is absent
+    theirs = layout.from_zoo(ours, config["n_layer"], heads)
+    names = gguf.get_tensor_name_map(architecture, config["n_layer"])
+    written = {}
+    for hf_name, tensor in theirs.items():
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ZooError(f"GGUF has no name for {hf_name} in llama.cpp's {gguf.MODEL_ARCH_NAMES[architecture]}")
+        if pairs and name.endswith(("attn_q.weight", "attn_k.weight")):
+            count = heads.n_head if name.endswith("attn_q.weight") else heads.n_kv_head
+            tensor = reorder_heads(tensor, count, heads, to_pairs=True)
+        written[name] = tensor.contiguous().numpy()
+    return written
+
+
+def _typed(array: np.ndarray, tensor_type: str):
+    """The array as written (F32, F16 or Q8_0 blocks) and its GGML type."""
+    kinds = gguf.GGMLQuantizationType
+    if array.ndim == 1 or tensor_type == "f32":
+        return array.astype(np.float32), kinds.F32
+    block = gguf.GGML_QUANT_SIZES[kinds.Q8_0][0]
+    if tensor_type == "q8_0" and array.shape[-1] % block == 0:
+        return gguf.quants.quantize(array, kinds.Q8_0), kinds.Q8_0
+    return array.astype(np.float16), kinds.F16
+
+
+# --- tokenizer -------------------------------------------------------------------
+
+
+def _tokenizer(writer, model, vocab_size: int) -> None:
+    """llama.cpp's byte-level BPE with the zoo tokenizer's ids, and the card's chat template."""
+    backend = hf_tokenizer_for(model.tokenizer, model.card.context_length).backend_tokenizer
+    described = json.loads(backend.to_str())
+    kind = described["model"]["type"]
+    token_type = gguf.TokenType
+    if kind == "WordLevel" and hasattr(model.tokenizer, "characters"):
+        alphabet = bytes_to_unicode()
+        tokens = ["".join(alphabet[b] for b in c.encode("utf-8")) for c in model.tokenizer.characters]
+        merges: list[str] = []
+        types = [token_type.NORMAL] * len(tokens)
+        pre = "default"  # characters: no split needs to be right, every merge-free word is its characters
+    elif kind == "BPE" and hasattr(model.tokenizer, "backend"):
+        pre = _pre_tokenizer(described.get("pre_tokenizer"), model.name)
+        vocabulary = described["model"]["vocab"]
+        tokens = [""] * len(vocabulary)
+        for token, i in vocabulary.items():
+            tokens[i] = token
+        types = [token_type.NORMAL] * len(tokens)
+        for added in described.get("added_tokens", []):
+            i = added["id"]
+            if i >= len(tokens):
+                tokens += [""] * (i + 1 - len(tokens))
+                types += [token_type.UNUSED] * (i + 1 - len(types))
+            tokens[i] = added["content"]
+            types[i] = token_type.CONTROL if added["special"] else token_type.USER_DEFINED
+        merges = [" ".join(pair) if isinstance(pair, list) else pair for pair in described["model"]["merges"]]
+    else:
+        raise ZooError(
+            f"cannot export to GGUF: '{model.name}': its {model.card.tokenizer.kind} tokenizer has no "
+            "llama.cpp form here (characters and byte-level BPE tokenizer.json go)"
+        )
+    if len(tokens) > vocab_size:
+        raise ZooError(f"cannot export to GGUF: '{model.name}': {len(tokens)} tokens for a {vocab_size}-row head")
+    # A vocabulary padded past the tokenizer's: ids no text encodes to, as llama.cpp's converter names them.
+    for i in range(len(tokens), vocab_size):
+        tokens.append(f"[PAD{i}]")
+        types.append(token_type.UNUSED)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    # An empty list is still written: llama.cpp refuses a BPE vocabulary without the key.
+    writer.add_key_value(gguf.Keys.Tokenizer.MERGES, merges, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)
+    writer.add_add_bos_token(False)  # the zoo encodes raw text; a chat template adds what it wants
+    chat = model.card.chat
+    if chat is not None:
+        writer.add_chat_template(chat.template)
+        ids = {token: i for i, token in enumerate(tokens)}
+        for text, add in ((chat.bos_token, writer.add_bos_token_id), (chat.eos_token, writer.add_eos_token_id)):
+            if text is not None and text in ids:
+                add(ids[text])
+
+
+def _pre_tokenizer(pre: dict | None, name: str) -> str:
+    """llama.cpp's name for a tokenizer.json's pre-tokenizer: GPT-2's byte-level
+    split ("gpt-2"), or each digit split off first ("smollm", SmolLM's)."""
+    if pre is None:
+        steps: list[dict] = []
+    elif pre.get("type") == "Sequence":
+        steps = pre.get("pretokenizers") or []
+    else:
+        steps = [pre]
+    if steps and all(steps[-1].get(key) == value for key, value in BYTE_LEVEL.items()):
+        if len(steps) == 1:
+            return "gpt-2"
+        if len(steps) == 2 and _single_digits(steps[0]):
+            return "smollm"
+    shown = json.dumps(pre)[:80] if pre is not None else "none"
+    raise ZooError(
+        f"cannot export to GGUF: '{name}': pre-tokenizer {shown} has no llama.cpp name here "
+        "(GPT-2's byte-level split, alone or after single digits, goes)"
+    )
+
+
+def _single_digits(step: dict) -> bool:
+    """Each digit on its own: tokenizers' Digits, or an isolated split on \\p{N} (as the GGUF import writes it)."""
+    if step.get("type") == "Digits":
+        return bool(step.get("individual_digits"))
+    return (
+        step.get("type") == "Split"
+        and step.get("pattern") == {"Regex": r"\p{N}"}
+        and step.get("behavior") == "Isolated"
+    )
+
+
+# --- the check -----------------------------------------------------------------
+
+
+def _check_logits(model, path: Path, tensor_type: str) -> dict:
+    """The file read back by transformers' GGUF loader (its own dequantising, its
+    own undoing of the Q/K permutation), its logits against the zoo's."""
+    transformers = _require_transformers()
+    quiet_transformers()
+    transformers.utils.logging.disable_progress_bar()
+    ids, _ = verification_ids(model)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
+    with torch.no_grad():
+        theirs = loaded(torch.tensor([ids])).logits
+        ours, _ = model.network(torch.tensor([ids]))
+    difference = float((theirs - ours).abs().max())
+    largest = float(ours.abs().max())
+    tolerance = LOGIT_TOLERANCE.get(tensor_type) or RELATIVE_TOLERANCE[tensor_type] * largest
+    if difference > tolerance:
+        raise ZooError(
+            f"the GGUF file's logits differ from the zoo's by {difference:.2e} (> {tolerance:.2e} for "
+            f"{tensor_type}, the largest logit {largest:.2f}); nothing usable was written"
+        )
+    return {"max_logit_difference": difference, "logit_tokens": len(ids)}
