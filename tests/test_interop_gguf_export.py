@@ -32,7 +32,6 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
 
 gguf = pytest.importorskip("gguf", reason="the gguf extra is not installed: pip install -e '.[gguf]'")
 transformers = pytest.importorskip(
@@ -421,29 +420,13 @@ def test_llama_cpp_continues_the_exports_with_the_zoos_greedy_tokens(zoo, folder
         assert answer == {"greedy": tokens, "tokens": ids}, job["model"]
 
 
-@pytest.fixture(scope="module")
-def smollm2_folder(tmp_path_factory):
-    """SmolLM2-135M-Instruct as a transformers folder, converted from the reference
-    GGUF by transformers' own GGUF loader (`zoo import gguf` and the shared
-    ``smollm2_home`` fixture are another engineer's, landing separately)."""
-    path = reference("SmolLM2-135M-Instruct.Q4_1.gguf")
-    folder = tmp_path_factory.mktemp("smollm2")
-    transformers.utils.logging.set_verbosity_error()
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
-    # save_pretrained refuses a model loaded from GGUF; its config and (untied) tensors are what a folder holds.
-    del model.config.quantization_config  # the weights saved are dequantised float32
-    model.config.save_pretrained(folder)
-    tensors = {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.slow
 @pytest.mark.smollm2
-def test_smollm2_exported_from_the_zoo_runs_in_llama_cpp_with_the_zoos_greedy_tokens(zoo, smollm2_folder, tmp_path):
-    done = zoo("import", "hf", str(smollm2_folder), "--name", "smollm2-135m-instruct")
-    assert done.code == 0, done.err
+def test_smollm2_exported_from_the_zoo_runs_in_llama_cpp_with_the_zoos_greedy_tokens(
+    zoo, smollm2_home, monkeypatch, tmp_path
+):
+    # `zoo import gguf`'s SmolLM2 (the shared, read-only home), exported back to GGUF
+    monkeypatch.setenv("ZOO_REGISTRY", str(smollm2_home / "registry.toml"))
     path = _exported(zoo, "smollm2-135m-instruct", "q8_0", tmp_path / "out")
     job, ids, tokens = _job("smollm2-135m-instruct", path, "The capital of France is")
     (answer,) = llama_cpp_greedy([job])
