@@ -192,6 +192,16 @@ def test_the_families_study_writes_its_table(zoo, tmp_path):
     assert (tmp_path / "out" / "results.csv").read_text() == table.read_text()
     assert "95% t intervals over seeds" in result.out
 
+    # The GPT arm run on alone (docs/families.md, at equal CPU time) repeats the
+    # study's GPT arm exactly for the updates they share, so the two pair by seed.
+    result = zoo("experiment", "families-gpt-at-equal-cpu", "--steps", "3", "--seeds", "1", "2", "--eval-every", "1",
+                 "--data", str(data), "--out", str(tmp_path / "on"), "--table", str(tmp_path / "on.csv"), "--quiet")
+    assert result.code == 0, result.err
+    study = {(run["arm"], run["seed"]): run for run in json.loads((tmp_path / "out" / "results.json").read_text())["runs"]}
+    for run in json.loads((tmp_path / "on" / "results.json").read_text())["runs"]:
+        assert run["history"][1] == study[("gpt-char-mini", run["seed"])]["history"][-1]  # both at step 2
+    assert (tmp_path / "on.csv").read_text().splitlines()[1].startswith("gpt-char-mini,816193,2,3,")
+
 
 def test_t_quantiles_match_the_tables():
     assert t_975(2) == 4.303  # three paired seeds
