@@ -84,6 +84,36 @@ def test_seed_004_cards_beat_the_uniform_baseline_and_nanogpt():
     assert cards["gpt-char"].recipe.steps == 5000 and cards["gpt-char"].config["dropout"] == 0.2
 
 
+FAMILY_MEMBERS = {  # docs/families.md: gpt-char-mini's size and recipe in each family's layout
+    "llama-char-mini": {"n_kv_head": 2, "mlp": "swiglu", "norm": "rmsnorm", "positions": "rope", "tie_embeddings": False},
+    "neox-char-mini": {"residual": "parallel", "rotary_fraction": 0.25, "norm": "layernorm", "mlp": "gelu"},
+    "mistral-char-mini": {"n_kv_head": 2, "mlp": "swiglu", "norm": "rmsnorm", "sliding_window": 16},
+}
+
+
+@pytest.mark.parametrize("name", FAMILY_MEMBERS)
+def test_the_family_members_are_gpt_char_mini_in_other_layouts(name):
+    cards = {card.name: card for card in zoo_core.list_variants("*char-mini")}
+    mini, card = cards["gpt-char-mini"], cards[name]
+    assert name in SHIPPED and card.metrics.validation_bits_per_byte
+    assert {key: card.config[key] for key in FAMILY_MEMBERS[name]} == FAMILY_MEMBERS[name]
+    assert card.parameters == pytest.approx(mini.parameters, rel=0.02)
+    assert (card.context_length, card.tokenizer) == (mini.context_length, mini.tokenizer)
+    ignored = {"notes", "data_sha256"}
+    assert card.recipe.model_dump(exclude=ignored) == mini.recipe.model_dump(exclude=ignored)
+    assert card.metrics.validation_loss < 1.88  # nanoGPT's figure for gpt-char-mini's recipe
+    if name == "mistral-char-mini":
+        assert card.config["sliding_window"] < card.context_length  # the window is what differs from Llama
+
+
+@pytest.mark.parametrize("name", FAMILY_MEMBERS)
+def test_a_family_member_trains_from_its_card(zoo, tmp_path, name):
+    """`zoo train NAME` (docs/families.md) runs the card's recipe; two steps here."""
+    done = zoo("train", name, "--steps", "2", "--set", "eval_windows=8", "--out", str(tmp_path), "--quiet")
+    assert done.code == 0, done.err
+    assert (tmp_path / f"{name}.safetensors").is_file() and f"{name}: train " in done.out
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_variant_loads_verified(name):
     model = zoo_core.load(name)

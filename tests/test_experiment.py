@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 
 import zoo_core
 from zoo_core.training.studies import _share_initial_values
+from zoo_core.training.study_table import t_975
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,6 +109,7 @@ def test_a_short_study_still_draws_a_curve(zoo, tmp_path):
     (["depth-1-2", "--arms", "bigram"], "not both"),
     (["--arms", "bigram", "puzzle-disobeys"], "hand-built"),
     (["--arms", "bigram@x"], "context after '@' must be a positive number"),
+    (["--arms", "bigram", "--table", "t.csv"], "--table needs the validation text scored"),
 ])
 def test_bad_studies_are_one_line(zoo, args, message):
     result = zoo("experiment", *args, "--steps", "1")
@@ -133,7 +136,7 @@ def test_seeds_in_parallel_processes_give_the_sequential_results(study, tmp_path
     def without_timings(path):
         report = json.loads((path / "results.json").read_text())
         for run in report["runs"]:
-            assert run.pop("update_seconds") > 0
+            assert run.pop("update_seconds") > 0 and run.pop("cpu_seconds") > 0
         return report
 
     # Equal to the bit: each worker process takes this process's thread count
@@ -161,3 +164,46 @@ def test_a_study_has_one_progress_display_named_after_it(zoo, tmp_path):
     assert all("ETA …" not in line for line in steps[1:]), steps  # an estimate from the second line on
     assert [line for line in lines if ": seed " in line] == ["experiment custom: seed 1 (1 of 2)",
                                                              "experiment custom: seed 2 (2 of 2)"]
+
+
+def test_the_families_study_writes_its_table(zoo, tmp_path):
+    """A tiny run of the families study's command (docs/families.md): the four layouts,
+    paired seeds, each scored over the whole validation text, one CSV row per layout."""
+    data = tmp_path / "small.txt"
+    data.write_text((ROOT / "data" / "tinyshakespeare.txt").read_text()[:20_000])
+    table = tmp_path / "results" / "families.csv"
+    result = zoo("experiment", "families", "--steps", "2", "--seeds", "1", "2", "--data", str(data),
+                 "--out", str(tmp_path / "out"), "--table", str(table), "--quiet")
+    assert result.code == 0, result.err
+    with table.open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert list(rows[0]) == ["variant", "parameters", "seeds", "steps", "tokens", "bits_per_byte", "bits_per_byte_ci95",
+                             "bits_per_byte_delta", "bits_per_byte_delta_ci95", "bits_per_character",
+                             "train_cpu_seconds", "tokens_per_cpu_second", "train_seconds", "tokens_per_second"]
+    assert [row["variant"] for row in rows] == ["gpt-char-mini", "llama-char-mini", "neox-char-mini", "mistral-char-mini"]
+    assert [int(row["parameters"]) for row in rows] == [816_193, 804_224, 809_984, 804_224]
+    for row in rows:
+        assert (row["seeds"], row["steps"], row["tokens"]) == ("2", "2", str(2 * 768))
+        assert 1 < float(row["bits_per_byte"]) < 8 and float(row["bits_per_byte_ci95"]) >= 0
+        assert row["bits_per_character"] == row["bits_per_byte"]  # Shakespeare is ASCII
+        assert float(row["train_cpu_seconds"]) > 0 and float(row["tokens_per_second"]) > 0
+    assert rows[0]["bits_per_byte_delta"] == "0.0000" and rows[0]["bits_per_byte_delta_ci95"] == ""
+    assert all(float(row["bits_per_byte_delta_ci95"]) >= 0 for row in rows[1:])
+    assert (tmp_path / "out" / "results.csv").read_text() == table.read_text()
+    assert "95% t intervals over seeds" in result.out
+
+    # The GPT arm run on alone (docs/families.md, at equal CPU time) repeats the
+    # study's GPT arm exactly for the updates they share, so the two pair by seed.
+    result = zoo("experiment", "families-gpt-at-equal-cpu", "--steps", "3", "--seeds", "1", "2", "--eval-every", "1",
+                 "--data", str(data), "--out", str(tmp_path / "on"), "--table", str(tmp_path / "on.csv"), "--quiet")
+    assert result.code == 0, result.err
+    study = {(run["arm"], run["seed"]): run for run in json.loads((tmp_path / "out" / "results.json").read_text())["runs"]}
+    for run in json.loads((tmp_path / "on" / "results.json").read_text())["runs"]:
+        assert run["history"][1] == study[("gpt-char-mini", run["seed"])]["history"][-1]  # both at step 2
+    assert (tmp_path / "on.csv").read_text().splitlines()[1].startswith("gpt-char-mini,816193,2,3,")
+
+
+def test_t_quantiles_match_the_tables():
+    assert t_975(2) == 4.303  # three paired seeds
+    for freedom, quantile in ((11, 2.201), (20, 2.086), (30, 2.042), (120, 1.980)):
+        assert t_975(freedom) == pytest.approx(quantile, abs=0.0005)

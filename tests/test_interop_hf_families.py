@@ -423,3 +423,40 @@ def test_a_tensor_outside_the_layout_is_refused(folders, zoo, tmp_path):
     save_file({**tensors, "model.layers.0.self_attn.rotary_scale": torch.ones(1)}, copy / "model.safetensors")
     done = zoo("import", "hf", str(copy), "--name", "refused")
     assert done.code == 1 and "'model.layers.0.self_attn.rotary_scale' is not in LlamaForCausalLM's 2-layer layout" in done.err
+
+
+def _sharded_copy(folders, tmp_path):
+    """The Llama case saved as real models ship: several shards and their index."""
+    original, reference = folders["llama-gqa-untied"]
+    folder = tmp_path / "sharded"
+    reference.save_pretrained(folder, max_shard_size="40KB")
+    shutil.copyfile(original / "tokenizer.json", folder / "tokenizer.json")
+    return folder, reference
+
+
+def test_a_model_saved_in_shards_imports_with_transformers_logits(folders, zoo, tmp_path):
+    folder, reference = _sharded_copy(folders, tmp_path)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert not (folder / "model.safetensors").exists() and len(set(index["weight_map"].values())) >= 3
+    done = zoo("import", "hf", str(folder), "--name", "sharded")
+    assert done.code == 0, done.err
+    model = zoo_core.load("sharded")
+    assert model.card.parameters == sum(p.numel() for p in reference.parameters())
+    rows = [model.tokenizer.encode(p) for p in PROMPTS]
+    assert _largest_difference(reference, model.network, rows) <= TOLERANCE
+
+
+@pytest.mark.parametrize("damage, refusal", [
+    (lambda index: index["weight_map"].update({"lm_head.weight": "../model.safetensors"}), "is not a file beside the index"),
+    (lambda index: index["weight_map"].update({"model.norm.weight": min(index["weight_map"].values())}), "does not put there"),
+    (lambda index: index["weight_map"].update({"model.extra.weight": min(index["weight_map"].values())}), "which its shard does not hold"),
+    (lambda index: index.pop("weight_map"), "not a shard index"),
+])
+def test_a_damaged_shard_index_is_refused_in_one_line(folders, zoo, tmp_path, damage, refusal):
+    folder, _ = _sharded_copy(folders, tmp_path)
+    path = folder / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    damage(index)
+    path.write_text(json.dumps(index))
+    done = zoo("import", "hf", str(folder), "--name", "refused")
+    assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err

@@ -27,6 +27,7 @@ if not Path(CHROMIUM).is_file():
 LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PATTERN = "*1b-learned*"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,29 @@ def test_gallery_from_disk(browser, site, artifacts):
     page.goto((site / "studies" / "positions.html").as_uri())
     assert watched.image_count() >= 1 and watched.broken_images() == []
     page.screenshot(path=str(artifacts / "gallery-study.png"))
+    assert watched.errors == []
+
+
+def test_the_families_results_table_sorts_by_a_click(browser, site, artifacts):
+    """results/families.csv (`zoo experiment families --table results/families.csv`) on the
+    index: a click on a heading sorts by its numbers, a second click reverses."""
+    import csv
+
+    with (ROOT / "results" / "families.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    watched = _Watched(browser)
+    page = watched.page
+    page.goto((site / "index.html").as_uri())
+    shown = "rows => rows.map(r => r.cells[0].textContent)"
+    assert page.eval_on_selector_all("#results-families tbody tr", shown) == [row["variant"] for row in rows]
+    page.click("#results-families th:text-is('bits_per_byte')")
+    by_bits = [row["variant"] for row in sorted(rows, key=lambda row: float(row["bits_per_byte"]))]
+    assert page.eval_on_selector_all("#results-families tbody tr", shown) == by_bits
+    page.click("#results-families th:text-is('bits_per_byte')")
+    assert page.eval_on_selector_all("#results-families tbody tr", shown) == by_bits[::-1]
+    page.click("#results-families th:text-is('variant')")
+    assert page.eval_on_selector_all("#results-families tbody tr", shown) == sorted(row["variant"] for row in rows)
+    page.screenshot(path=str(artifacts / "gallery-results.png"), full_page=True)
     assert watched.errors == []
 
 

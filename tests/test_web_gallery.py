@@ -179,3 +179,30 @@ def test_a_hostile_history_on_disk_costs_only_its_chart(site, tmp_path, capsys, 
     assert "variant 'transformer-1b-learned-post-ctx8'" in warnings[1] and "not a training history" in warnings[1]
     assert _parse(tmp_path / "site" / "index.html").rows == VARIANTS
     assert not list((tmp_path / "site" / "img").glob("*-loss.svg"))
+
+
+def test_the_index_compares_in_bits_per_byte_and_shows_each_results_csv(site, tmp_path, capsys):
+    """Each CSV of --results (a study's table) is a table of its own columns, numbers
+    sortable as numbers, variants linked; a CSV that is not a table costs one line."""
+    from zoo_core.web.gallery import write_gallery
+
+    _, cache, _ = site
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "study.csv").write_text("variant,parameters,bits_per_byte,note\n"
+                                       "transformer-1b-learned-ctx8,79456,2.5184,a\nelsewhere,1000,,b\n")
+    (results / "broken.csv").write_text("a,b\n1\n")
+    report = write_gallery(tmp_path / "site", pattern=PATTERN, cache=cache, quiet=True, results=results)
+    assert report["results"] == 1
+    assert "broken.csv: not a table of 2 columns; it is left out" in capsys.readouterr().err
+    index = (tmp_path / "site" / "index.html").read_text()
+    table = index[index.index('<table id="results-study"'):]
+    table = table[: table.index("</table>")]
+    headers = re.findall(r'<th class="sortable( num)?" data-type="(\w+)">([^<]+)</th>', table)
+    assert headers == [("", "text", "variant"), (" num", "number", "parameters"), (" num", "number", "bits_per_byte"),
+                       ("", "text", "note")]
+    assert '<a href="variants/transformer-1b-learned-ctx8.html">transformer-1b-learned-ctx8</a>' in table
+    assert '<td data-value="elsewhere">elsewhere</td>' in table  # not in this gallery: no link
+    # The variants table compares in bits per byte too, from each card's metrics.
+    assert 'data-type="number">bits/byte</th>' in index
+    assert '<td class="num" data-value="2.5184">2.5184</td>' in index

@@ -18,6 +18,7 @@ from ..training.job import TrainingJob
 from ..training.run import check_data_parallel_run, early_stop, run_log_folder, train_variant
 from ..training.run_log import read_run_header, whereabouts
 from ..training.studies import StudyConfig, curve_eval_every, load_study, run_study
+from ..training.study_table import arm_rows, write_table
 
 CHECKPOINTS = Path("checkpoints")  # train-tokenizer writes here, in the working folder
 
@@ -206,6 +207,10 @@ def cmd_experiment(args) -> int:
     study = load_study(args.study) if args.study else StudyConfig(name="custom", arms=args.arms)
     if args.cross_evaluate:
         study.cross_evaluate = True
+    if args.score_text:
+        study.score_text = True
+    if args.table and not study.score_text:
+        raise ZooError(f"--table needs the validation text scored: study '{study.name}' does not; add --score-text")
     for key in ("steps", "seeds", "milestones", "eval_every", "eval_targets", "prompt"):
         if getattr(args, key) is not None:
             setattr(study, key, getattr(args, key))
@@ -230,7 +235,29 @@ def cmd_experiment(args) -> int:
     for arm in dict.fromkeys(run["arm"] for run in report["runs"]):
         finals = [run["history"][-1]["validation"] for run in report["runs"] if run["arm"] == arm]
         print(f"  {arm}: validation {sum(finals) / len(finals):.4f} (seeds {min(finals):.4f}–{max(finals):.4f})")
+    if study.score_text:
+        _write_study_table(report, [out / "results.csv", *([args.table] if args.table else [])])
     return 0
+
+
+def _write_study_table(report: dict, paths: list[Path]) -> None:
+    rows = arm_rows(report)
+    for path in paths:
+        write_table(rows, path)
+    print(f"bits per byte over the whole validation text, 95% t intervals over seeds -> {', '.join(map(str, paths))}")
+    for row in rows:
+        delta = (
+            ""
+            if row["bits_per_byte_delta_ci95"] is None
+            else (
+                f", {row['bits_per_byte_delta']:+.4f} ± {row['bits_per_byte_delta_ci95']:.4f} against {rows[0]['variant']}"
+            )
+        )
+        spread = "" if row["bits_per_byte_ci95"] is None else f" ± {row['bits_per_byte_ci95']:.4f}"
+        print(
+            f"  {row['variant']}: {row['bits_per_byte']:.4f}{spread}{delta}; "
+            f"{row['train_cpu_seconds']:.1f} CPU s ({row['tokens_per_cpu_second']:,.0f} tokens per CPU second)"
+        )
 
 
 def cmd_train_tokenizer(args) -> int:

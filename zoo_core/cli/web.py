@@ -9,9 +9,10 @@ from ..web.server import Limits, serve
 
 
 def cmd_gallery(args) -> int:
-    report = write_gallery(args.out, pattern=args.variants, cache=args.cache, quiet=args.quiet)
+    report = write_gallery(args.out, pattern=args.variants, cache=args.cache, quiet=args.quiet, results=args.results)
     print(
-        f"{report['variants']} variants, {report['studies']} studies -> {args.out / 'index.html'} "
+        f"{report['variants']} variants, {report['studies']} studies, {report['results']} results tables "
+        f"-> {args.out / 'index.html'} "
         f"({report['seconds']:.1f} s, {report['cached']} from cache)"
     )
     return 0

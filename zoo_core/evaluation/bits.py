@@ -81,15 +81,20 @@ def summed_nll(network, ids: list[int], first: int, context: int, batch_size: in
 
 def bits_per_byte(model, text: str, before: str, progress=None) -> dict:
     """Score ``text`` (preceded by ``before``) with a loaded zoo model."""
+    return network_bits_per_byte(model.network, model.tokenizer, model.card.context_length, text, before, progress)
+
+
+def network_bits_per_byte(network, tokenizer, context: int, text: str, before: str, progress=None) -> dict:
+    """Score ``text`` (preceded by ``before``) with a network and its tokenizer
+    (a study's arm in training has no loaded model around it)."""
     if not text:
         raise ZooError("no text to score")
-    context = model.card.context_length
-    history = model.tokenizer.encode(before[-8 * context :])[-context:] if before else []
-    ids = model.tokenizer.encode(text)
+    history = tokenizer.encode(before[-8 * context :])[-context:] if before else []
+    ids = tokenizer.encode(text)
     if not history:  # nothing before: the first token is context, not scored
         history, ids = ids[:1], ids[1:]
-        text = model.tokenizer.decode(history + ids)[len(model.tokenizer.decode(history)) :]
-    nats = summed_nll(model.network, history + ids, len(history), context, progress=progress)
+        text = tokenizer.decode(history + ids)[len(tokenizer.decode(history)) :]
+    nats = summed_nll(network, history + ids, len(history), context, progress=progress)
     bits = nats / math.log(2)
     return {
         "bits_per_byte": bits / len(text.encode("utf-8")),
@@ -98,7 +103,7 @@ def bits_per_byte(model, text: str, before: str, progress=None) -> dict:
         "tokens": len(ids),
         "bytes": len(text.encode("utf-8")),
         "characters": len(text),
-        "context": context_description(model.network, context),
+        "context": context_description(network, context),
     }
 
 

@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from ..catalogue.cards import Recipe
 from ..catalogue.limits import limits
@@ -48,6 +46,7 @@ from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
 from .hf_chat import folder_chat
 from .hf_layouts import BUFFERS, LAYOUTS, Heads, Layout, layout_for
+from .hf_shards import read_tensors, weight_files, weights_in
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
 from .imports import (
     BUILTIN_CORPUS,
@@ -497,14 +496,16 @@ def _folder_tokenizer(folder: Path, vocab_size: int, scratch: Path) -> Path | No
 
 
 def _check_weights_file(weights: Path) -> None:
-    """A regular file (a FIFO is refused without waiting on it) no larger than
-    the parameter limit allows (8 bytes a value, and the largest header): it is
-    refused before any of it is read."""
-    try:
-        with open_regular(weights, "weights file") as handle:
-            size = os.fstat(handle.fileno()).st_size
-    except OSError as exc:
-        raise ZooError(f"{weights}: cannot read: {describe_os_error(exc)}") from None
+    """Regular files (a FIFO is refused without waiting on it), the file or its
+    shards together no larger than the parameter limit allows (8 bytes a value,
+    and the largest header): they are refused before any of them is read."""
+    size = 0
+    for path in weight_files(weights):
+        try:
+            with open_regular(path, "weights file") as handle:
+                size += os.fstat(handle.fileno()).st_size
+        except OSError as exc:
+            raise ZooError(f"{path}: cannot read: {describe_os_error(exc)}") from None
     largest = 8 * limits()[0] + 8 + MAX_HEADER_BYTES
     if size > largest:
         raise ZooError(
@@ -515,7 +516,7 @@ def _check_weights_file(weights: Path) -> None:
 def import_hf(
     source: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None, replace: bool = False
 ):
-    """Convert a transformers folder (config.json + model.safetensors; GPT-2 or
+    """Convert a transformers folder (config.json + model.safetensors or its shards; GPT-2 or
     a family of hf_layouts) to a zoo variant in the user's catalogue (over the
     user's own variant of that name only with ``replace``). ``source`` is the
     folder, or a repository id (ORG/NAME) found in the Hugging Face cache
@@ -527,9 +528,12 @@ def import_hf(
         raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder or ORG/NAME)")
     check_name_is_free(name, replace)
     config = _folder_config(folder)
-    weights = folder / "model.safetensors"
-    if not weights.exists():
-        raise ZooError(f"{folder}: no model.safetensors (pickled pytorch_model.bin is not read: it could run code)")
+    weights = weights_in(folder)
+    if weights is None:
+        raise ZooError(
+            f"{folder}: no model.safetensors nor model.safetensors.index.json "
+            "(pickled pytorch_model.bin is not read: it could run code)"
+        )
     _check_weights_file(weights)
     if config["model_type"] == "gpt2":
         architecture, origin, (zoo_config, context_length, renamed) = (
@@ -594,11 +598,9 @@ def _family_import(folder: Path, layout: Layout, weights: Path) -> tuple[dict, i
         ) from None
     settings = layout.settings(hf_config)
     n_layer = settings["n_layer"]
-    try:
-        tensors = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
-    tensors = {key: value for key, value in layout.from_file(tensors).items() if not key.endswith(BUFFERS)}
+    tensors = {
+        key: value for key, value in layout.from_file(read_tensors(weights)).items() if not key.endswith(BUFFERS)
+    }
     unknown = sorted(set(tensors) - layout.known_names(n_layer))
     if unknown:
         raise ZooError(
@@ -628,11 +630,7 @@ def _gpt2_tensors(weights: Path, n_layer: int) -> dict[str, Any]:
     """The file's tensors (without transformers' ``transformer.`` prefix), holding
     the layers config.json says and GPT-2's embeddings."""
 
-    try:
-        tensors = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ZooError(f"{weights}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
-    tensors = {key.removeprefix("transformer."): value for key, value in tensors.items()}
+    tensors = {key.removeprefix("transformer."): value for key, value in read_tensors(weights).items()}
     layers = {int(found.group(1)) for key in tensors if (found := re.match(r"h\.(\d+)\.", key))}
     if len(layers) != n_layer or layers != set(range(len(layers))):  # counted, never a range of n_layer
         raise ZooError(f"{weights}: config.json says n_layer {n_layer}, the file holds {len(layers)} layers")

@@ -53,6 +53,10 @@ class TrainingResult:
     steps: int
     history: list[dict] = field(default_factory=list)
     update_seconds: float = 0.0
+    # The process's CPU seconds in this run's updates (time.process_time): a cost that other
+    # programs on a shared machine do not inflate as they do the wall clock. Not kept across a
+    # resume: a study, which compares it, never resumes.
+    cpu_seconds: float = 0.0
     tokens_seen: int = 0
     stopped_at: int | None = None  # the step an early stop ended the run at (None: it ran every step)
     kept_step: int | None = None  # with keep="best": the step whose weights were kept
@@ -282,7 +286,7 @@ class TrainingRun:
 
     def advance(self, step: int) -> StepResult:
         """Take step ``step``."""
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         inputs, targets = self.batches()
         update = training_step(
             self.network,
@@ -298,6 +302,7 @@ class TrainingRun:
         seconds = time.perf_counter() - started
         self.loss = update.loss
         self.result.update_seconds += seconds
+        self.result.cpu_seconds += time.process_time() - cpu_started
         tokens = targets.numel() * self.placement.world_size
         self.result.tokens_seen += tokens
         if self.run_log is not None:

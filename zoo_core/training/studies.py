@@ -12,7 +12,10 @@ each predicted from up to the arm's context of preceding history, so losses
 are comparable across contexts. At milestones each arm is checkpointed and
 continues one prompt with one sampling seed. The result is `results.json`
 (config, per-run histories, parameters, update time, source hash) and
-`loss.png` (mean and seed range per arm).
+`loss.png` (mean and seed range per arm). A study that scores the text
+(`score_text`) also scores each arm's last weights over the whole validation
+text in bits per byte and per character, as `zoo eval` does, and writes
+`results.csv` (zoo_core.training.study_table).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from ..catalogue.cards import Recipe
@@ -36,6 +40,7 @@ from ..catalogue.registry import Variant
 from ..corpus.batches import Corpus, windows_at
 from ..devices import Placement, model_device, resolve_device, resolve_dtype
 from ..errors import ZooError
+from ..evaluation.bits import network_bits_per_byte, validation_text
 from ..evaluation.plots import _figure_class, _save, text_panels_png
 from ..inference.sampling import sample_tokens
 from ..inference.settings import SamplingSettings
@@ -72,6 +77,9 @@ class StudyConfig:
     prompt: str | None = None
     sample_seed: int = 123
     sample_tokens: int = 100
+    # Score each arm's last weights over the whole validation text in bits per byte (zoo eval's
+    # method) and write results.csv: a fairer final number than the curve's sampled targets.
+    score_text: bool = False
 
     def recipe(self, seed: int) -> Recipe:
         return Recipe(
@@ -255,11 +263,27 @@ def run_study(
         )
     else:
         runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress, log_to)
+    if study.score_text:
+        validation, before = validation_text(text, first.card.recipe.train_fraction)
+        _score_validation_text(study, arms, runs, validation, before, tokenizer, out, plugins)
     report = _report(study, arms, placement, tokenizer.decode(prompt_ids), runs)
     atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
     plot_losses(report, out / "loss.png")
     plot_samples(report, out / "samples.png")
     return report
+
+
+def _score_validation_text(study, arms, runs, validation: str, before: str, tokenizer, out: Path, plugins) -> None:
+    """Each run's last checkpoint scored over the whole validation text, into its entry."""
+    by_label = {arm.label: arm for arm in arms}
+    for run in runs:
+        arm = by_label[run["arm"]]
+        network = build_network(arm.variant, plugins)
+        path = out / "checkpoints" / f"{_run_stem(arm, run['seed'])}-step{study.steps}.safetensors"
+        network.load_state_dict(load_file(path))
+        scores = network_bits_per_byte(network, tokenizer, arm.context, validation, before)
+        run["validation_bits_per_byte"] = scores["bits_per_byte"]
+        run["validation_bits_per_character"] = scores["bits_per_character"]
 
 
 def _run_seeds(study, arms, corpus, targets, prompt_ids, tokenizer, out, plugins, placement, show_progress, log_to):
@@ -478,6 +502,8 @@ def _report_run(study, arms, arm, seed, run, corpus, targets, milestones, i) -> 
         "context": arm.context,
         "parameters": sum(p.numel() for p in network.parameters()),
         "update_seconds": round(run.result.update_seconds, 2),
+        "cpu_seconds": round(run.result.cpu_seconds, 2),
+        "tokens": run.result.tokens_seen,
         "history": history,
         "samples": milestones.samples[i],
     }

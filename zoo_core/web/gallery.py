@@ -2,7 +2,8 @@
 
 Layout of the output folder::
 
-    index.html              every variant: sortable, filterable table
+    index.html              every variant: sortable, filterable table; each results/*.csv
+                            (a study's table, zoo_core.training.study_table) sortable too
     variants/NAME.html      card, lineage, loss curves, samples, attention, vs bigram,
                             logit lens and head ablation (zoo_core.inspection)
     studies/NAME.html       one page per study of docs/experiments.md
@@ -19,6 +20,7 @@ variant under the checkpoint's sha256, so a second run only re-renders.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -161,7 +163,7 @@ def _row(variant) -> dict:
         "context": card.context_length,
         "parameters": card.parameters,
         "validation_loss": metrics.validation_loss,
-        "bits_per_byte": getattr(metrics, "bits_per_byte", None),  # a metric not every card records
+        "bits_per_byte": metrics.validation_bits_per_byte,  # compares across tokenizers; not every card has it
         "accuracy": metrics.accuracy,
         "plugin": variant.plugin,
         "source": variant.source.name,  # the registry file; its folder is this machine's business
@@ -437,6 +439,49 @@ def _studies(source: Path, variant_names: set[str]) -> tuple[str, list[dict]]:
     return introduction, studies
 
 
+# -- results tables ------------------------------------------------------------------------
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _results_tables(folder: Path, variant_names: set[str]) -> list[dict]:
+    """Each CSV of ``folder`` (the checkout's results/, like timm's results tables) as a
+    table of its own columns: numeric where every cell is a number, the first column
+    linked to the variant's page where the gallery has it. A CSV that is not a table
+    (no header, rows of another width) costs its table and one line, never the gallery."""
+    tables = []
+    for path in sorted(folder.glob("*.csv")) if folder.is_dir() else []:
+        try:
+            with path.open(encoding="utf-8", newline="") as file:
+                header, *rows = list(csv.reader(file))
+        except (OSError, UnicodeDecodeError, csv.Error, ValueError) as exc:
+            print(f"zoo: warning: {path}: cannot read it ({exc}); its table is left out", file=sys.stderr)
+            continue
+        if not header or any(len(row) != len(header) for row in rows):
+            print(f"zoo: warning: {path}: not a table of {len(header)} columns; it is left out", file=sys.stderr)
+            continue
+        numeric = [all(_is_number(row[i]) for row in rows if row[i]) for i in range(len(header))]
+        tables.append(
+            {
+                "name": path.stem,
+                "slug": _slug(path.stem),
+                "file": path.name,
+                "columns": [{"name": name, "numeric": n} for name, n in zip(header, numeric)],
+                "rows": [
+                    {"cells": row, "link": f"variants/{_slug(row[0])}.html" if row[0] in variant_names else None}
+                    for row in rows
+                ],
+            }
+        )
+    return tables
+
+
 # -- the site -------------------------------------------------------------------------------
 
 
@@ -446,8 +491,10 @@ def write_gallery(
     cache: Path | None = None,
     quiet: bool = False,
     experiments: Path | None = None,
+    results: Path | None = None,
 ) -> dict:
-    """Write the site into ``out``; returns counts and the seconds it took."""
+    """Write the site into ``out``; returns counts and the seconds it took. The index
+    shows every CSV of ``results`` (default: the checkout's results/)."""
     started = time.perf_counter()
     environment = _templates()
     everything = catalogue()
@@ -463,10 +510,12 @@ def write_gallery(
         _remove_pages_not_written(cache, {_slug(variant.name) for variant in everything})
     introduction, studies = _write_studies(out, environment, experiments, {r["name"] for r in rows})
     _write_puzzle(out, environment, tasks)
-    _write_index(out, environment, rows, tasks, introduction, studies)
+    tables = _results_tables(results or PROJECT_ROOT / "results", {r["name"] for r in rows})
+    _write_index(out, environment, rows, tasks, introduction, studies, tables)
     return {
         "variants": len(rows),
         "studies": len(studies),
+        "results": len(tables),
         "tasks": len(tasks),
         "cached": cached,
         "seconds": time.perf_counter() - started,
@@ -595,7 +644,7 @@ def _write_puzzle(out: Path, environment, tasks: list[dict[str, Any]]) -> None:
     )
 
 
-def _write_index(out: Path, environment, rows, tasks, introduction, studies) -> None:
+def _write_index(out: Path, environment, rows, tasks, introduction, studies, tables) -> None:
     columns = {
         key: sorted({str(v) for r in rows for v in ([r[key]] if key != "tags" else r[key])})
         for key in ("architecture", "tokenizer", "tags")
@@ -607,6 +656,7 @@ def _write_index(out: Path, environment, rows, tasks, introduction, studies) -> 
             rows=rows,
             filters=columns,
             studies=studies,
+            tables=tables,
             introduction=introduction,
             has_puzzle=bool(tasks),
             has_bits=any(r["bits_per_byte"] is not None for r in rows),

@@ -173,7 +173,9 @@ def log_to_option(parser, default: str) -> None:
 def experiment_arguments(commands) -> None:
     p = commands.add_parser("experiment", help="paired-seed study: arms trained in lockstep on identical batches")
     p.add_argument(
-        "study", nargs="?", help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions)"
+        "study",
+        nargs="?",
+        help="a study of experiments/studies.toml (depth-1-2, depth-4-6-8, context, positions, families)",
     )
     arms = p.add_argument(
         "--arms", nargs="+", metavar="VARIANT[@CONTEXT]", help="an ad-hoc study of these variants (default: none)"
@@ -190,6 +192,18 @@ def experiment_arguments(commands) -> None:
         "--cross-evaluate", action="store_true", help="also score every arm at every shorter context of the study"
     )
     p.add_argument("--prompt", help="prompt of the same-seed samples (default: the study's)")
+    p.add_argument(
+        "--score-text",
+        action="store_true",
+        help="score every arm's last weights in bits per byte over the whole validation text and write the "
+        "study's table, results.csv (the families study does)",
+    )
+    p.add_argument(
+        "--table",
+        type=Path,
+        metavar="CSV",
+        help="write the table of a study that scores the text here too, e.g. results/families.csv",
+    )
     data = p.add_argument(
         "--data",
         metavar="NAME|PATH",

@@ -13,6 +13,12 @@ def gallery_arguments(commands) -> None:
     p.add_argument(
         "--cache", type=Path, help="where per-variant samples and maps are cached (default: the user cache folder)"
     )
+    p.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help="show each CSV of DIR as a sortable table on the index (default: the checkout's results/)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
     p.set_defaults(run="web:cmd_gallery")
 
