@@ -15,8 +15,8 @@ and the tokenizer metadata.
 
 In the slow lane, llama.cpp itself (node-llama-cpp's prebuilt CPU build, through
 tests/llama_cpp_greedy.mjs) loads the files and continues token ids greedily:
-its tokens equal the zoo's, for the tiny models, a Llama-layout character model
-trained here, and (the smollm2 lane) SmolLM2-135M-Instruct.
+its tokens equal the zoo's, for the tiny models, the shipped llama-char-mini
+(trained here), and (the smollm2 lane) SmolLM2-135M-Instruct.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import textwrap
 
 import numpy as np
 import pytest
@@ -355,66 +354,18 @@ def _job(name: str, path, prompt: str = PROMPT) -> tuple[dict, list[int], list[i
     return {"model": str(path), "ids": ids, "count": NEW_TOKENS, "text": prompt}, ids, drawn.tokens
 
 
-TRAINED = textwrap.dedent(
-    """\
-    [llama-char-tiny]
-    description = "a Llama-layout character model, trained by the GGUF export test"
-    architecture = "transformer"
-    context_length = 32
-    license = "MIT"
-    lineage = "tests/test_interop_gguf_export.py"
-
-    [llama-char-tiny.config]
-    d_model = 64
-    n_layer = 2
-    n_head = 4
-    n_kv_head = 2
-    d_ff = 96
-    dropout = 0.0
-    positions = "rope"
-    norm = "rmsnorm"
-    mlp = "swiglu"
-    layer_bias = false
-    bias = false
-
-    [llama-char-tiny.tokenizer]
-    kind = "char"
-    vocab_size = 65
-    file = "char-65.json"
-
-    [llama-char-tiny.recipe]
-    kind = "trained"
-    learning_rate = 0.01
-    steps = 40
-    batch_size = 8
-    seed = 42
-    eval_every = 30
-    eval_windows = 4
-    data = "tinyshakespeare"
-
-    [llama-char-tiny.checkpoint]
-    path = "llama-char-tiny.safetensors"
-    """
-)
-
-
 @pytest.mark.slow
-def test_llama_cpp_continues_the_exports_with_the_zoos_greedy_tokens(zoo, folders, tmp_path, monkeypatch):
-    """The tiny Llama in every type, the tiny Qwen2, and a Llama-layout character
-    model trained here (the shipped character models have ReLU feed-forwards and
-    a head bias, which no GGUF architecture describes): llama.cpp's greedy tokens
-    are the zoo's, and it reads the prompt's text as the same ids."""
-    shutil.copyfile(ROOT / "checkpoints" / "char-65.json", tmp_path / "char-65.json")
-    registry = tmp_path / "registry.toml"
-    registry.write_text(TRAINED, encoding="utf-8")
-    done = zoo("train", "llama-char-tiny", "--registry", str(registry), "--publish", "--quiet")
-    assert done.code == 0, done.err
-    monkeypatch.setenv("ZOO_REGISTRY", str(registry))
+def test_llama_cpp_continues_the_exports_with_the_zoos_greedy_tokens(zoo, folders, tmp_path):
+    """The tiny Llama in every type, the tiny Qwen2, and the shipped, trained
+    llama-char-mini (gpt-char-mini's Llama-layout sibling; the GPT-layout
+    character models have ReLU feed-forwards and a head bias, which no GGUF
+    architecture describes): llama.cpp's greedy tokens are the zoo's, and it
+    reads the prompt's text as the same ids."""
     llama = _imported(zoo, folders, "llama")
     jobs = [_job(llama, _exported(zoo, llama, tensor_type, tmp_path / tensor_type)) for tensor_type in TYPES]
     qwen2 = _imported(zoo, folders, "qwen2")
     jobs.append(_job(qwen2, _exported(zoo, qwen2, "f16", tmp_path / "qwen2")))
-    jobs.append(_job("llama-char-tiny", _exported(zoo, "llama-char-tiny", "f32", tmp_path / "trained"), "ROMEO:"))
+    jobs.append(_job("llama-char-mini", _exported(zoo, "llama-char-mini", "f32", tmp_path / "trained"), "ROMEO:"))
     answers = llama_cpp_greedy([job for job, _, _ in jobs])
     for (job, ids, tokens), answer in zip(jobs, answers):
         assert answer == {"greedy": tokens, "tokens": ids}, job["model"]
