@@ -21,7 +21,6 @@ from ..storage import checkpoints
 from ..storage.files import describe_os_error
 from ..storage.initialisation import random_init_skipped
 from .adapters import load_adapted
-from .quantizing import check_quantize, quantize_network
 from .lookup import (  # the front's part, here too: the API's one address
     BUILDING_ROLES,
     Variant,
@@ -31,6 +30,7 @@ from .lookup import (  # the front's part, here too: the API's one address
     require_components,
     unbuildable_reason,
 )
+from .quantizing import check_quantize, quantize_network
 from .sizing import measure_on_meta
 
 __all__ = [

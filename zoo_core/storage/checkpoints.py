@@ -148,6 +148,7 @@ def load_verified(
     identity = verified_identity(path, expected_sha256)
     verified_before = identity is not None and read_cache_entry(_verified_entry(path), identity) == expected_sha256
     if verified_before:
+        assert expected_sha256 is not None  # the identity names it
         tensors, actual, header, checks = _read_mapped(path), expected_sha256, read_header(path), ["sha256"]
     else:
         tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
