@@ -32,6 +32,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,6 +203,7 @@ def measure(rounds: int, tokens: int, threads: int, work: Path) -> dict:
         raise SystemExit(f"{gguf} is missing: `make references` fetches it")
     env = {**os.environ, "ZOO_HOME": str(work / "home"), "ZOO_CACHE": str(work / "cache")}
     how = import_into(work, gguf, env)
+    shutil.rmtree(work / "cache" / "verified", ignore_errors=True)  # so that the first load below verifies in full
     loads = {
         kind: [load_in_fresh_process(env, threads, quantize) for _ in range(2)]
         for kind, quantize in (("float32", None), ("int8", "int8"))
