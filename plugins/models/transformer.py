@@ -158,7 +158,7 @@ class RowBatch:
 
     def step(self, tokens: list[int]) -> torch.Tensor:
         """Feed one token per row (in ``rows`` order); return the next-token logits (B, V)."""
-        device = self.model.lm_head.weight.device
+        device = self.model.token_embedding.weight.device  # an int8 head's weight is a method
         logits, _ = self.model(torch.tensor(tokens, device=device).view(-1, 1), cache=self)
         return logits[:, -1]
 

@@ -11,13 +11,13 @@ from .bounds import check_for_variant
 
 def load_on_threads(args):
     """``args.name`` loaded for `zoo sample` and `zoo eval` (``--device``,
-    ``--dtype``), torch's threads set from ``--threads`` or the model's size
+    ``--dtype``, ``--quantize``), torch's threads set from ``--threads`` or the model's size
     before loading, since loading is torch work too."""
     check_threads(args.threads)  # before paying for the catalogue and the checkpoint
     variant = get_variant(args.name)
     check_for_variant(args, variant.card)  # before loading: what this variant cannot use is refused at once
     use_threads_before_loading(variant.card.parameters, args.threads)
-    model = load_variant(variant, device=args.device, dtype=args.dtype)
+    model = load_variant(variant, device=args.device, dtype=args.dtype, quantize=args.quantize)
     use_threads(model.network, args.threads)
     return model
 

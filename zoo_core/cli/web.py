@@ -33,5 +33,5 @@ def cmd_serve(args) -> int:
     site, build_site = args.site, args.site is None and not args.no_gallery
     if build_site:  # written while the server answers; measurements cached per checkpoint
         site = served_site_folder()
-    serve(args.host, args.port, site, limits, security, connections, build_site, args.log_level)
+    serve(args.host, args.port, site, limits, security, connections, build_site, args.log_level, args.quantize)
     return 0

@@ -30,6 +30,7 @@ from .lookup import (  # the front's part, here too: the API's one address
     require_components,
     unbuildable_reason,
 )
+from .quantizing import check_quantize, quantize_network
 from .sizing import measure_on_meta
 
 __all__ = [
@@ -117,17 +118,26 @@ def load(
     device: str | None = None,
     dtype: str | None = None,
     merge_adapter: bool = False,
+    quantize: str | None = None,
 ):
     """Build the variant's network and load its verified weights, then move it to
     ``device`` (default: the CPU; "auto" picks a GPU if there is one) and cast it
-    to ``dtype`` ("float32", "bfloat16" or "float16").
+    to ``dtype`` ("float32", "bfloat16" or "float16"), or with ``quantize="int8"``
+    turn its linear layers into int8 ones (the CPU only; zoo_core.loading.quantizing).
 
     An adapter variant (a card with an ``adapter`` section, e.g. from
     `zoo train NEW --from BASE --trainer lora`) loads its base's verified weights
     and applies the adapter: on the fly, or with ``merge_adapter=True`` folded
     into the base's weights (the plain base network, same logits)."""
     plugins = plugins or get_plugins()
-    return load_variant(catalogue(plugins).get(name), plugins, device=device, dtype=dtype, merge_adapter=merge_adapter)
+    return load_variant(
+        catalogue(plugins).get(name),
+        plugins,
+        device=device,
+        dtype=dtype,
+        merge_adapter=merge_adapter,
+        quantize=quantize,
+    )
 
 
 def has_published_weights(variant: Variant) -> bool:
@@ -142,12 +152,16 @@ def load_variant(
     device: str | None = None,
     dtype: str | None = None,
     merge_adapter: bool = False,
+    quantize: str | None = None,
 ):
     """``load`` for a variant already looked up (`zoo verify` walks every one)."""
     plugins = plugins or get_plugins()
+    if quantize is not None and device == "auto":
+        device = "cpu"  # the int8 kernels are the CPU's
     target = resolve_device(device or "cpu")  # checked before any work: a missing GPU is one line
     target_dtype = resolve_dtype(dtype, target)
     name = variant.name
+    check_quantize(quantize, name, target, target_dtype)
     require_components(variant, plugins)  # a missing plugin is named before anything else is tried
     check_variant_budget(variant, plugins)  # a hostile card costs nothing
     if not has_published_weights(variant):
@@ -160,7 +174,9 @@ def load_variant(
     # Weights are read and verified on the CPU whatever the target: the file never
     # decides where tensors go, and the checks see exactly what is on disk.
     if card.adapter is not None:
-        network, verification = load_adapted(variant, plugins, catalogue(plugins), build_network, merge=merge_adapter)
+        # quantized, an adapter is folded in first: the int8 layers replace the ones it wraps
+        merge = merge_adapter or quantize is not None
+        network, verification = load_adapted(variant, plugins, catalogue(plugins), build_network, merge=merge)
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = build_network(variant, plugins)
@@ -169,6 +185,9 @@ def load_variant(
         )
     network.eval()
     place(network, target, target_dtype)
+    if quantize is not None:
+        quantize_network(network, quantize, name)
+        verification.checks.append(f"quantized {quantize} after the checks")
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)

@@ -25,6 +25,7 @@ class CachePart(NamedTuple):
 
 CACHE_PARTS = (
     CachePart("cards", "cards validated from registry files and checkpoint headers (validated again at the next read)"),
+    CachePart("verified", "checkpoints that passed every check, by file identity (checked in full at the next load)"),
     CachePart("gallery", "the gallery's measurements: samples, attention maps, scores (made again by `zoo gallery`)"),
     CachePart("site", "the gallery `zoo serve` serves without --site (written again when it starts)"),
     CachePart("archives", "variants packed for `zoo serve`'s remote catalogue (packed again when asked for)"),

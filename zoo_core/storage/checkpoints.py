@@ -4,6 +4,13 @@ A checkpoint is verified in the order that gives the most useful message: the
 file exists, its sha256 is the registry's, it parses as safetensors, and its
 tensor names and shapes are exactly those of the model built from the card.
 Header reading needs no torch, so listing stays fast.
+
+Hashing and checking every value of a 540 MB checkpoint costs seconds at every
+load, so a file that passed every check is remembered (``$ZOO_CACHE/verified``)
+by its identity: device, inode, size, modification and change times. The change
+time cannot be set back by any user (writing or `touch` moves it to now), so a
+file with the same identity is the file that was checked; it is then memory-mapped
+and only its names, shapes, types and header card are checked again.
 """
 
 from __future__ import annotations
@@ -19,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load
+from safetensors.torch import load, load_file
 
 from ..catalogue.card_cache import cache_header_fields, cached_header_fields
 from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
-from .files import describe_os_error, open_regular, read_limited
+from .files import cache_file_for, describe_os_error, open_regular, read_cache_entry, read_limited, write_cache_entry
 from .tensor_files import write_safetensors
 
 if TYPE_CHECKING:
@@ -102,6 +109,7 @@ class Verification:
     checks: list[str] = field(default_factory=list)
     seconds: float = 0.0
     card_checked: bool = False  # the header's card was compared with the registry's
+    verified_before: bool = False  # sha256 and values checked at an earlier load of this very file
 
 
 def shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
@@ -137,7 +145,13 @@ def load_verified(
     """
     started = time.perf_counter()
     target = model.state_dict()
-    tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
+    identity = verified_identity(path, expected_sha256)
+    verified_before = identity is not None and read_cache_entry(_verified_entry(path), identity) == expected_sha256
+    if verified_before:
+        assert expected_sha256 is not None  # the identity names it
+        tensors, actual, header, checks = _read_mapped(path), expected_sha256, read_header(path), ["sha256"]
+    else:
+        tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
     problem = shape_report(
         path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()}
     )
@@ -149,10 +163,14 @@ def load_verified(
         wanted = target[name].dtype
         if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
             raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
-        _check_finite(path, name, tensor)
+        if not verified_before:
+            _check_finite(path, name, tensor)
     card_checked = card is not None and check_header_card(path, header, card)
-    with torch.no_grad():
-        model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
+    if verified_before and all(tensors[name].dtype == target[name].dtype for name in tensors):
+        adopt_mapped(model, tensors)
+    else:
+        with torch.no_grad():
+            model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
     parameters = sum(p.numel() for p in model.parameters())
     if expected_parameters is not None:
         if parameters != expected_parameters:
@@ -160,7 +178,50 @@ def load_verified(
                 f"{path}: the card says {expected_parameters:,} parameters, the built model has {parameters:,}"
             )
         checks.append("parameters")
-    return Verification(path, actual, len(tensors), parameters, checks, time.perf_counter() - started, card_checked)
+    if identity is not None:  # every check passed: the next load of this very file maps it
+        write_cache_entry(_verified_entry(path), identity, expected_sha256)
+    elapsed = time.perf_counter() - started
+    return Verification(path, actual, len(tensors), parameters, checks, elapsed, card_checked, verified_before)
+
+
+def adopt_mapped(model, tensors: dict[str, torch.Tensor]) -> None:
+    """Make the memory-mapped ``tensors`` the model's own, uncopied: the pages are
+    the file's (read on first use, shared with every process that maps it, copied
+    only where written). A parameter two modules share (a head tied to the
+    embedding) is shared again afterwards, as ``assign`` replaces each by name."""
+    first_names: dict[int, str] = {}
+    shared = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        shared[name] = first_names.setdefault(id(parameter), name)
+    model.load_state_dict(tensors, strict=True, assign=True)
+    for name, first in shared.items():
+        if name != first:
+            owner, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(owner), attribute, model.get_parameter(first))
+
+
+def verified_identity(path: Path, expected_sha256: str | None) -> str | None:
+    """The key under which ``path`` is remembered as verified against
+    ``expected_sha256``; None when it cannot be (no sha256 to check against, no file)."""
+    if expected_sha256 is None:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{expected_sha256}"
+
+
+def _verified_entry(path: Path) -> Path:
+    return cache_file_for(path, "verified", ".json")
+
+
+def _read_mapped(path: Path) -> dict[str, Any]:
+    """The tensors of a checkpoint verified before, memory-mapped rather than read."""
+    try:
+        return load_file(path)
+    except (SafetensorError, ValueError, RuntimeError, TypeError, OSError) as exc:
+        raise ZooError(f"{path}: cannot read checkpoint: {one_line(exc)}") from None
 
 
 def load_verified_tensors(

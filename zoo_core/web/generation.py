@@ -19,8 +19,8 @@ class ModelCache:
     """Each variant loaded once and shared; a lock per name so that two first
     requests for one variant load it once, while other variants load meanwhile."""
 
-    def __init__(self, plugins=None) -> None:
-        self._plugins = plugins
+    def __init__(self, plugins=None, quantize: str | None = None) -> None:
+        self._plugins, self._quantize = plugins, quantize
         self._models: dict[str, object] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -33,7 +33,7 @@ class ModelCache:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self._models:
-                self._models[name] = load(name, self._plugins)
+                self._models[name] = load(name, self._plugins, quantize=self._quantize)
             return self._models[name]
 
     def forget(self, names) -> None:

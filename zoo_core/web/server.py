@@ -298,9 +298,11 @@ def serve(
     connections: ConnectionLimits = ConnectionLimits(),
     build_site: bool = False,
     log_level: str = "info",
+    quantize: str | None = None,
 ) -> None:
     """Serve until stopped. ``build_site``: ``site`` is the gallery's folder, to
-    be written (in the background) rather than served as it is."""
+    be written (in the background) rather than served as it is. ``quantize``:
+    every model loaded so (``load``'s option)."""
     import uvicorn
 
     check_bind(host, security.api_key)
@@ -309,7 +311,7 @@ def serve(
     listening = bind(host, port)  # before anything is printed: a busy port is one line, nothing else
     port = listening.getsockname()[1]  # the one the system chose for --port 0
     builder = SiteBuilder(site) if build_site and site is not None else None
-    app = create_app(site, limits, security=security, builder=builder)
+    app = create_app(site, limits, ModelCache(quantize=quantize), security=security, builder=builder)
     config = uvicorn.Config(
         app,
         log_level=configure(log_level),

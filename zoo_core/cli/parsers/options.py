@@ -36,6 +36,17 @@ def device_options(parser: argparse.ArgumentParser, what: str, training: bool = 
             metavar="N",
             help="CPU threads (default: 1 for models under 5M parameters, else torch's default)",
         )
+        quantize_option(parser)
+
+
+def quantize_option(parser: argparse.ArgumentParser) -> None:
+    """--quantize (commands that run a loaded model on the CPU)."""
+    parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="int8: the linear layers' weights in 8-bit integers, on the CPU (faster decoding, "
+        "slightly different logits; docs/benchmarks.md) (default: float weights)",
+    )
 
 
 def listing_actions(parser: argparse.ArgumentParser, dest: str, help: str):

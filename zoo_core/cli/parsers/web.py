@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .options import quantize_option
+
 
 def gallery_arguments(commands) -> None:
     p = commands.add_parser("gallery", help="write a static site of every variant and study (opens from file://)")
@@ -113,4 +115,5 @@ def serve_arguments(commands) -> None:
         metavar="N",
         help="open connections at once; more are closed on arrival (default: %(default)s)",
     )
+    quantize_option(p)
     p.set_defaults(run="web:cmd_serve")
