@@ -3,10 +3,9 @@
     ZOO_REFERENCES=/path/to/references .venv/bin/python -m benchmarks.bench_smollm2 [--rounds 5] [--tokens 32] [--threads 1]
 
 The GGUF file is `make references`' ``SmolLM2-135M-Instruct.Q4_1.gguf`` ($ZOO_REFERENCES,
-else .references/). The zoo gets it through `zoo import gguf` where that command
-exists, else through transformers' own GGUF loader, saved as a Hugging Face folder
-and `zoo import hf` (the table says which); transformers' `generate` runs on that
-same folder, so both hold the same float32 weights. Everything is timed in CPU
+else .references/). The zoo gets it through `zoo import gguf`, transformers
+through its own GGUF loader: both dequantise the same bytes to the same float32
+weights. Everything is timed in CPU
 seconds of the process that computes (this machine is shared: wall-clock time
 would count the neighbours' work), on ``--threads`` threads for every side:
 
@@ -60,30 +59,13 @@ def zoo(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "zoo_core", *args], env=env, capture_output=True, text=True)
 
 
-def import_into(work: Path, gguf: Path, env: dict) -> str:
-    """Import the GGUF file into the scratch ZOO_HOME of ``env``; returns how, and
-    leaves transformers' float32 folder at work/hf for `generate`."""
-    hf = work / "hf"
-    if not (hf / "config.json").exists():
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(hf)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
-        # Its tensors are float32 already (dequantised on load); only the GGUF marker forbids saving them.
-        model.hf_quantizer = None
-        vars(model.config).pop("quantization_config", None)
-        model.save_pretrained(hf)
-    record = work / "imported-by.txt"
-    if zoo(env, "show", NAME).returncode == 0 and record.exists():  # a --work folder kept from an earlier run
-        return record.read_text()
-    if zoo(env, "import", "gguf", "--help").returncode == 0:
-        done, how = zoo(env, "import", "gguf", str(gguf), "--name", NAME), "zoo import gguf"
-    else:
-        done, how = zoo(env, "import", "hf", str(hf), "--name", NAME), "transformers' GGUF loader, then zoo import hf"
+def import_into(gguf: Path, env: dict) -> None:
+    """`zoo import gguf` the file into the scratch ZOO_HOME of ``env`` (once per --work folder)."""
+    if zoo(env, "show", NAME).returncode == 0:  # a --work folder kept from an earlier run
+        return
+    done = zoo(env, "import", "gguf", str(gguf), "--name", NAME)
     if done.returncode != 0:
         raise SystemExit(f"importing {gguf} failed: {done.stderr.strip()}")
-    record.write_text(how)
-    return how
 
 
 def per_cpu_second(run, tokens: int) -> float:
@@ -202,7 +184,7 @@ def measure(rounds: int, tokens: int, threads: int, work: Path) -> dict:
     if not gguf.exists():
         raise SystemExit(f"{gguf} is missing: `make references` fetches it")
     env = {**os.environ, "ZOO_HOME": str(work / "home"), "ZOO_CACHE": str(work / "cache")}
-    how = import_into(work, gguf, env)
+    import_into(gguf, env)
     shutil.rmtree(work / "cache" / "verified", ignore_errors=True)  # so that the first load below verifies in full
     loads = {
         kind: [load_in_fresh_process(env, threads, quantize) for _ in range(2)]
@@ -215,7 +197,8 @@ def measure(rounds: int, tokens: int, threads: int, work: Path) -> dict:
     import zoo_core
 
     full, int8 = zoo_core.load(NAME), zoo_core.load(NAME, quantize="int8")
-    hf = AutoModelForCausalLM.from_pretrained(work / "hf", torch_dtype=torch.float32).eval()
+    # transformers dequantises the same file to the same float32 values with its own GGUF loader
+    hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
     ids = torch.tensor([full.tokenizer.encode(PROMPT)])
     texts = {}
 
@@ -266,7 +249,6 @@ def measure(rounds: int, tokens: int, threads: int, work: Path) -> dict:
     transformers = runs["transformers generate"]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "imported_by": how,
         "rounds": rounds,
         "tokens": tokens,
         "threads": threads,
@@ -304,7 +286,7 @@ def table(report: dict, command: str) -> str:
         f"the prompt {PROMPT!r}, {report['threads']} thread(s) for every side, tokens per CPU second of the "
         f"computing process (median, range over rounds); ratios to transformers taken round by round, median "
         f"and 95% interval. Machine load (1/5/15 min) at the end: {load_text(report['load_average'])}. "
-        f"The zoo's model came by {report['imported_by']}.",
+        "The zoo's model came by `zoo import gguf`, transformers' by its own GGUF loader.",
         "",
         "| | tokens / CPU second | × transformers |",
         "| --- | --- | --- |",
