@@ -155,10 +155,11 @@ class Installed:
             if not key.startswith(("ZOO_", "PYTHON", "VIRTUAL_ENV", "XDG_"))
         } | {"HOME": str(home), "OMP_NUM_THREADS": "1", "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
 
-    def zoo(self, *args: str, expect: int = 0, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    def zoo(self, *args: str, expect: int = 0, cwd: Path | None = None, input: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         self.ran.add(args[0])
-        done = subprocess.run([str(self.venv / "bin" / "zoo"), *args], capture_output=True, text=True,
-                              cwd=cwd or self.workdir, env=self.environment, timeout=600)
+        done = subprocess.run([str(self.venv / "bin" / "zoo"), *args], capture_output=True, text=True, input=input,
+                              cwd=cwd or self.workdir, env=self.environment | (env or {}), timeout=600)
         assert done.returncode == expect, f"zoo {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
         return done
 
@@ -465,6 +466,28 @@ def test_an_export_imports_back_and_is_removed(installed, tmp_path):
     assert "round-trip" in [row["name"] for row in user]
     installed.zoo("remove", "round-trip")
     assert not (home / "checkpoints" / "round-trip.safetensors").exists()
+    assert installed.files() == before
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+def test_gguf_out_and_back_and_smollm2_chats(installed, smollm2_home, tmp_path):
+    installed.needs("gguf", ("import", "export", "chat"))
+    installed.needs("transformers", ("export", "import", "chat"))
+    before = installed.files()
+    # A trained zoo variant out to llama.cpp's format and back: the same greedy text.
+    installed.zoo("export", "llama-char-mini", "--format", "gguf", "--gguf-type", "f32", "--out", str(tmp_path / "gguf"))
+    installed.zoo("import", "gguf", str(tmp_path / "gguf" / "llama-char-mini.gguf"), "--name", "llama-char-back")
+    greedy = ("--prompt", "ROMEO:", "--temperature", "0", "--max-new-tokens", "30")
+    assert installed.zoo("sample", "llama-char-back", *greedy).stdout == installed.zoo("sample", "llama-char-mini", *greedy).stdout
+    installed.zoo("remove", "llama-char-back")
+    # SmolLM2, as `zoo import gguf` made it (the shared catalogue, read only), answers in the terminal.
+    shared = {"ZOO_REGISTRY": str(smollm2_home / "registry.toml")}
+    chat = installed.zoo("chat", "smollm2-135m-instruct", "--temperature", "0", "--max-new-tokens", "8",
+                         input="What is the capital of France?\n", env=shared)
+    assert "Paris" in chat.stdout, chat.stdout
+    refused = installed.zoo("chat", "llama-char-mini", expect=1)
+    assert refused.stderr.count("\n") == 1 and "has no chat template" in refused.stderr
     assert installed.files() == before
 
 

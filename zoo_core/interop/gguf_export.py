@@ -195,7 +195,9 @@ def _tokenizer(writer, model, vocab_size: int) -> None:
         tokens = ["".join(alphabet[b] for b in c.encode("utf-8")) for c in model.tokenizer.characters]
         merges: list[str] = []
         types = [token_type.NORMAL] * len(tokens)
-        pre = "default"  # characters: no split needs to be right, every merge-free word is its characters
+        # Characters: with no merges, every piece of any split is its characters; GPT-2's
+        # split, which llama.cpp and the zoo's own GGUF import both read.
+        pre = "gpt-2"
     elif kind == "BPE" and hasattr(model.tokenizer, "backend"):
         pre = _pre_tokenizer(described.get("pre_tokenizer"), model.name)
         vocabulary = described["model"]["vocab"]
