@@ -79,11 +79,24 @@ def summed_nll(network, ids: list[int], first: int, context: int, batch_size: in
     return total
 
 
-def bits_per_byte(model, text: str, before: str, progress=None) -> dict:
-    """Score ``text`` (preceded by ``before``) with a loaded zoo model."""
+def scoring_context(model, context: int | None) -> int:
+    """The tokens of context a score reads: the card's, or fewer (``--context N``).
+    A model of 8,192 tokens scores a window in minutes on a CPU; with fewer, in seconds,
+    and its score says how much history each prediction had."""
+    longest = model.card.context_length
+    if context is None:
+        return longest
+    if not 1 <= context <= longest:
+        raise ZooError(f"--context must be from 1 to {longest:,} ('{model.name}' reads at most that), not {context:,}")
+    return context
+
+
+def bits_per_byte(model, text: str, before: str, progress=None, context: int | None = None) -> dict:
+    """Score ``text`` (preceded by ``before``) with a loaded zoo model, each token
+    from at most ``context`` tokens (default: the card's context length)."""
     if not text:
         raise ZooError("no text to score")
-    context = model.card.context_length
+    context = scoring_context(model, context)
     history = model.tokenizer.encode(before[-8 * context :])[-context:] if before else []
     ids = model.tokenizer.encode(text)
     if not history:  # nothing before: the first token is context, not scored
