@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
-from safetensors.torch import load_file
 
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import NAME_PATTERN, ModelCard, Origin
@@ -62,7 +61,7 @@ from ..errors import ZooError, printable
 from ..loading.api import MAX_TOKENIZER_BYTES, catalogue, has_published_weights, verify_variant_files
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import ROLE_FAMILIES, named_components
-from ..storage.checkpoints import MAX_HEADER_BYTES, save_checkpoint, sha256_file
+from ..storage.checkpoints import MAX_HEADER_BYTES, sha256_file, with_header_card
 from ..storage.files import (
     atomic_write,
     content_named,
@@ -767,7 +766,7 @@ def _verify_and_install(
     installed.origin = origin
     if name != card.name:  # the header's card names the variant: the same tensors, written under the new name
         renamed = staging / f"renamed-{WEIGHTS}"
-        installed.checkpoint.sha256 = save_checkpoint(renamed, load_file(staging / WEIGHTS), installed.header_json())
+        installed.checkpoint.sha256 = with_header_card(staging / WEIGHTS, renamed, installed.header_json())
         os.replace(renamed, staging / WEIGHTS)
 
     # Each file is moved out of the staging folder under a name only its content

@@ -9,6 +9,7 @@ Header reading needs no torch, so listing stays fast.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import struct
@@ -24,7 +25,7 @@ from safetensors.torch import load
 from ..catalogue.card_cache import cache_header_fields, cached_header_fields
 from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
-from .files import describe_os_error, open_regular, read_limited
+from .files import describe_os_error, open_regular, read_limited, write_chunks
 from .tensor_files import DTYPE_OF_CODE, write_safetensors
 
 if TYPE_CHECKING:
@@ -263,6 +264,32 @@ def verify_streamed(
         checks.append("parameters")
     elapsed = time.perf_counter() - started
     return Verification(path, actual, len(layout), parameters, checks, elapsed, card_checked)
+
+
+def with_header_card(source: Path, target: Path, card_header: dict[str, Any]) -> str:
+    """Write ``source`` (a verified checkpoint) to ``target`` with ``card_header`` as the
+    card in its header, the tensors' bytes copied in pieces, never held whole; returns
+    the sha256 of what was written. Installing under another name renames the card."""
+    digest = hashlib.sha256()
+
+    def pieces():
+        with open_regular(source, "checkpoint") as handle:
+            length = _header_length(source, handle.read(8), os.fstat(handle.fileno()).st_size)
+            header = _parse_header(source, handle.read(length))
+            header["__metadata__"] = {
+                **(header.get("__metadata__") or {}),
+                CARD_KEY: json.dumps(card_header, sort_keys=True),
+            }
+            text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+            text += b" " * (-len(text) % 8)  # the data stays 8-byte aligned, as safetensors writes it
+            first = struct.pack("<Q", len(text)) + text
+            for piece in itertools.chain([first], iter(lambda: handle.read(STREAM_CHUNK_BYTES), b"")):
+                digest.update(piece)
+                yield piece
+
+    target.touch(exist_ok=False)
+    write_chunks(target, pieces())
+    return digest.hexdigest()
 
 
 def _tensor_layout(path: Path, header: dict[str, Any], data_bytes: int) -> dict[str, tuple[torch.dtype, tuple, tuple]]:
