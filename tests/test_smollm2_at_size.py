@@ -179,7 +179,7 @@ The compost heap is turned every Sunday; it is warm in the middle and smells of 
 """
 
 
-def test_lora_on_a_users_text_with_memory_bounded_by_grad_accum(smollm2, tmp_path, zoo):
+def test_lora_on_a_users_text_with_memory_bounded_by_grad_accum(smollm2, tmp_path, zoo, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("".join(NOTES.format(n) for n in ("first", "second", "third", "fourth", "fifth", "sixth") * 5))
     peaks, losses = {}, {}
@@ -202,7 +202,8 @@ def test_lora_on_a_users_text_with_memory_bounded_by_grad_accum(smollm2, tmp_pat
         card = _json(zoo("show", name, "--json"))
         assert card["recipe"]["context"] == 128 and card["adapter"]["base"] == NAME
         losses[accum] = card["metrics"]["validation_loss"]
-    print(f"peak RSS growth, LoRA step of 8 windows of 128 tokens: {peaks}")
+    with capsys.disabled():  # the measurement, in the run's output
+        print(f"\npeak RSS growth, LoRA step of 8 windows of 128 tokens, by --grad-accum: {peaks}")
     # Four micro-batches of 2 windows: the same update, a quarter of the activations at once.
     assert losses[4] == pytest.approx(losses[1], rel=1e-4)
     assert peaks[4]["growth_mib"] < peaks[1]["growth_mib"] - 300, peaks
@@ -221,10 +222,10 @@ class _Folder(ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-def test_pack_install_and_pull_stream_with_flat_memory(smollm2, tmp_path, zoo, monkeypatch):
+def test_pack_install_and_pull_stream_with_flat_memory(smollm2, tmp_path, zoo, monkeypatch, capsys):
     weights = (smollm2 / "checkpoints" / f"{NAME}.safetensors").stat().st_size
     source = {"ZOO_REGISTRY": str(smollm2 / "registry.toml"), "ZOO_CACHE": str(tmp_path / "cache")}
-    published = tmp_path / "published"
+    published = tmp_path / "site" / "catalogue"  # served at /catalogue, where a remote's index lies
     packed = _peak_rss(["remote", "publish", str(published), NAME], source, tmp_path)
     archive = published / "archives" / f"{NAME}.zoo"
     assert archive.stat().st_size > weights > 500 * MiB
@@ -233,7 +234,7 @@ def test_pack_install_and_pull_stream_with_flat_memory(smollm2, tmp_path, zoo, m
     installed = _peak_rss(
         ["install", str(archive)], {"ZOO_HOME": str(tmp_path / "second"), "ZOO_REGISTRY": None}, tmp_path
     )
-    server = _Folder(published)
+    server = _Folder(published.parent)
     try:
         elsewhere = {"ZOO_HOME": str(tmp_path / "third"), "ZOO_CACHE": str(tmp_path / "third-cache")}
         added = subprocess.run(
@@ -250,9 +251,10 @@ def test_pack_install_and_pull_stream_with_flat_memory(smollm2, tmp_path, zoo, m
     finally:
         server.shutdown()
         server.server_close()
-    print(
-        f"archive {archive.stat().st_size / MiB:.0f} MiB; peak RSS: pack {packed}, install {installed}, pull {pulled}"
-    )
+    with capsys.disabled():  # the measurement, in the run's output
+        print(
+            f"\narchive {archive.stat().st_size / MiB:.0f} MiB; peak RSS: pack {packed}, install {installed}, pull {pulled}"
+        )
     for peak in (packed, installed, pulled):
         assert peak["code"] == 0
         assert peak["growth_mib"] < 200, peak  # flat: some pieces of 16 MiB, never the weights
