@@ -106,6 +106,13 @@ class Recipe(_Strict):
     )
     steps: int = Field(1, gt=0, description="optimizer updates", json_schema_extra=WEIGHTS)
     batch_size: int = Field(32, gt=0, description="windows per update", json_schema_extra=WEIGHTS)
+    context: int | None = Field(
+        None,
+        gt=0,
+        description="tokens per training window, at most the card's context_length (default: context_length); "
+        "fewer to fine-tune a model of a long context on a CPU or on a short text",
+        json_schema_extra=WEIGHTS,
+    )
     seed: int = Field(
         42,
         ge=-(2**63),
@@ -440,6 +447,10 @@ class ModelCard(_Strict):
         declared = self.config.get("context_length")
         if declared is not None and declared != self.context_length:
             raise ValueError(f"config.context_length={declared} disagrees with context_length={self.context_length}")
+        if self.recipe.context is not None and self.recipe.context > self.context_length:
+            raise ValueError(
+                f"recipe.context={self.recipe.context} is longer than the model reads (context_length={self.context_length})"
+            )
         return self
 
     @model_validator(mode="after")

@@ -29,8 +29,8 @@ from .tables import render_table
 def cmd_eval(args) -> int:
     data = args.data
     if args.record:  # refused before any scoring: a card in an installed package is never rewritten
-        if data is not None or args.text_chars is not None:
-            raise ZooError("--record writes the card's own measurement: drop --data and --text-chars")
+        if data is not None or args.text_chars is not None or args.context is not None:
+            raise ZooError("--record writes the card's own measurement: drop --data, --text-chars and --context")
         recordable_registry(get_variant(args.name))
     model = load_on_threads(args)
     if implements(model.network, SelfEvaluating):
@@ -39,7 +39,12 @@ def cmd_eval(args) -> int:
         progress = WorkProgress(model.name, enabled=not args.json)
         try:
             report = evaluate_language_model(
-                model, windows=args.windows, data=data, text_chars=args.text_chars, progress=progress
+                model,
+                windows=args.windows,
+                data=data,
+                text_chars=args.text_chars,
+                progress=progress,
+                context=args.context,
             )
         finally:
             progress.close()
@@ -81,6 +86,7 @@ def cmd_compare(args) -> int:
         dtype=args.dtype,
         bits_per_byte=args.bits_per_byte,
         text_chars=args.text_chars,
+        context=args.context,
     )
     in_bits = report["unit"] == "bits per byte"
     if args.out:
@@ -236,7 +242,9 @@ def cmd_inspect(args) -> int:
             report["answer_ablation"] = answers
         else:
             groups = groups if groups is not None else ablation.every_head(model)
-            report["ablation"] = ablation.ablate_heads(model, groups, args.ablation, args.windows).to_dict()
+            report["ablation"] = ablation.ablate_heads(
+                model, groups, args.ablation, args.windows, args.context
+            ).to_dict()
     if args.verify_roles:
         report["roles"] = verify_roles(model)
     if args.out is not None:

@@ -101,13 +101,17 @@ def compare_variants(
     dtype: str | None = None,
     bits_per_byte: bool = False,
     text_chars: int | None = None,
+    context: int | None = None,
 ) -> dict:
+    """``context``: score with at most this many tokens of context (default: each card's)."""
     if len(names) < 2:
         raise ZooError("compare needs at least two variants")
     if windows < 1:
         raise ZooError(f"windows must be at least 1, not {windows}")
     if text_chars is not None and text_chars < 1:
         raise ZooError(f"--text-chars must be at least 1, not {text_chars}")
+    if context is not None and context < 1:
+        raise ZooError(f"--context must be at least 1, not {context}")
     # Every model draws its sample with these same settings (temperature 1).
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
     models = [load(name, device=device, dtype=dtype) for name in names]
@@ -122,9 +126,9 @@ def compare_variants(
             f"rather than a window (context_kind 'unbounded'), so windows are not a shared measure"
         )
     if different or bits_per_byte:
-        return compare_in_bits_per_byte(models, different, sampling, prompt, data, text_chars)
+        return compare_in_bits_per_byte(models, different, sampling, prompt, data, text_chars, context)
     first = models[0]
-    context = min(model.card.context_length for model in models)
+    context = min([model.card.context_length for model in models] + ([context] if context else []))
     text = shared_text(models, data)
     # A fine-tune that dropped the characters its vocabulary lacks is compared on the
     # text without them, as it was trained: every model sees the same tokens.
@@ -177,16 +181,19 @@ def parameter_counts(model) -> dict[str, int]:
     return {"parameters": own, "base_parameters": model.parameters() - own}
 
 
-def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars) -> dict:
+def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, context=None) -> dict:
     """Every model scores the same validation text (its first ``text_chars``
-    characters, or all of it) in bits per byte with its own tokenizer."""
+    characters, or all of it) in bits per byte with its own tokenizer, from at most
+    ``context`` tokens of its own (default: its card's context length)."""
     first = models[0]
     source = shared_text(models, data)  # never silently the first one's text: theirs differ, or it is named
     text, before = validation_text(source.text, first.card.recipe.train_fraction, text_chars)
     results = []
     for model in models:
         with _scoring([model.name], source):
-            score = bits_per_byte(model, text, before)
+            score = bits_per_byte(
+                model, text, before, context=min(context or model.card.context_length, model.card.context_length)
+            )
         results.append(
             {
                 "name": model.name,

@@ -13,7 +13,7 @@ from ..loading.texts import variant_text
 from ..plugin_api.protocols import BOUNDED, UNBOUNDED
 from ..storage.files import exclusive_lock
 from ..storage.locations import inside_installed_package
-from .bits import bits_per_byte, validation_text
+from .bits import bits_per_byte, scoring_context, validation_text
 
 
 def evaluate_language_model(
@@ -22,11 +22,13 @@ def evaluate_language_model(
     data: Path | str | None = None,
     text_chars: int | None = None,
     progress=None,
+    context: int | None = None,
 ) -> dict:
     """Train and validation loss (nats per token) and perplexity, next to the
     uniform baseline ln(V) that a model which learned nothing would score; and
     bits per byte and per character of the validation text (all of it, or its
-    first ``text_chars`` characters), which compare across tokenizers.
+    first ``text_chars`` characters), which compare across tokenizers. Windows
+    and history are ``context`` tokens long (default: the card's context length).
     ``progress`` (a training.progress.WorkProgress) is told of each stage."""
     if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
         raise ZooError(f"--windows must be at least 1, not {windows}")
@@ -37,7 +39,7 @@ def evaluate_language_model(
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
     count = windows or recipe.eval_windows
-    context = card.context_length
+    context = scoring_context(model, context)
     unbounded = is_unbounded(model.network)
     losses = {}
     if progress is not None:
@@ -52,7 +54,7 @@ def evaluate_language_model(
             progress.advance()
     uniform = math.log(card.tokenizer.vocab_size)
     scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
-    bits = bits_per_byte(model, scored, before, progress=progress)
+    bits = bits_per_byte(model, scored, before, progress=progress, context=context)
     return {
         "train_loss": losses["train"],
         "validation_loss": losses["validation"],

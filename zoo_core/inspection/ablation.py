@@ -17,6 +17,7 @@ import torch
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..errors import ZooError, printable
+from ..evaluation.bits import scoring_context
 from ..loading.texts import variant_text
 from ..plugin_api.hook_points import hooks
 from .stream import head_counts
@@ -79,17 +80,19 @@ def check_heads(model, heads: Sequence[Head]) -> None:
             )
 
 
-def validation_windows(model, windows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """The fixed validation windows `zoo eval` scores the variant on: inputs, targets, dataset name."""
+def validation_windows(
+    model, windows: int | None = None, context: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The fixed validation windows `zoo eval` scores the variant on (``context`` tokens
+    long, default the card's context length): inputs, targets, dataset name."""
     recipe = model.card.recipe
     if windows is not None and windows < 1:
         raise ZooError(f"--windows must be at least 1, not {windows}")
+    context = scoring_context(model, context)
     text = variant_text(model.variant)
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
-    inputs, targets = fixed_windows(
-        corpus.split("validation"), model.card.context_length, windows or recipe.eval_windows
-    )
+    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or recipe.eval_windows)
     return inputs, targets, text.name
 
 
@@ -128,15 +131,19 @@ def _replacing(heads: Sequence[Head], means: dict[int, torch.Tensor] | None):
 
 
 def ablate_heads(
-    model, groups: Sequence[Sequence[Head]], method: str = "zero", windows: int | None = None
+    model,
+    groups: Sequence[Sequence[Head]],
+    method: str = "zero",
+    windows: int | None = None,
+    context: int | None = None,
 ) -> AblationReport:
     """The validation loss with each group of heads removed together (``method`` "zero" or "mean"),
-    against the intact model's, on the same windows."""
+    against the intact model's, on the same windows (``context`` tokens long, default the card's)."""
     if method not in METHODS:
         raise ZooError(f"--ablation is one of {', '.join(METHODS)}, not {method!r}")
     for group in groups:
         check_heads(model, group)
-    inputs, targets, dataset = validation_windows(model, windows)
+    inputs, targets, dataset = validation_windows(model, windows, context)
     means = None
     if method == "mean":
         means = mean_head_outputs(model, {layer for group in groups for layer, _ in group}, inputs)
@@ -146,7 +153,7 @@ def ablate_heads(
         with hooks(model.network, _replacing(group, means)):
             loss = mean_loss(model.network, inputs, targets)
         results.append(HeadAblation([f"{layer}.{head}" for layer, head in group], loss, loss - intact))
-    return AblationReport(method, len(inputs), model.card.context_length, dataset, intact, results)
+    return AblationReport(method, len(inputs), inputs.shape[1], dataset, intact, results)
 
 
 def every_head(model) -> list[list[Head]]:

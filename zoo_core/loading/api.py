@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..catalogue.limits import check_budget
+from ..catalogue.limits import CannotMeasure, check_budget
 from ..catalogue.suggestions import train_command
 from ..devices import place, resolve_device, resolve_dtype
 from ..errors import ZooError
@@ -31,7 +31,7 @@ from .lookup import (  # the front's part, here too: the API's one address
     unbuildable_reason,
 )
 from .quantizing import check_quantize, quantize_network
-from .sizing import measure_on_meta
+from .sizing import build_on_meta, measure_on_meta
 
 __all__ = [
     "BUILDING_ROLES",
@@ -47,6 +47,7 @@ __all__ = [
     "load_variant",
     "require_components",
     "unbuildable_reason",
+    "verify_variant_files",
 ]
 
 
@@ -191,3 +192,29 @@ def load_variant(
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)
+
+
+def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> checkpoints.Verification:
+    """Every check ``load_variant`` makes on a variant's files (components, size
+    budget, tokenizer sha256, the checkpoint's sha256, names, shapes, dtypes,
+    finite values, header card, parameters) without loading it: the network is
+    built on the meta device and the checkpoint read in pieces, so memory stays
+    flat at any size (installing and pulling a 650 MB variant). An adapter, or a
+    network that cannot be built on the meta device, is loaded as `zoo load` would."""
+    plugins = plugins or get_plugins()
+    card = variant.card
+    require_components(variant, plugins)
+    check_variant_budget(variant, plugins)
+    if card.adapter is not None or not has_published_weights(variant):
+        return load_variant(variant, plugins).verification
+    config = card.architecture_config()
+    try:
+        network = build_on_meta(
+            lambda: plugins.components["models"].create(card.architecture, dict(config), plugins.components)
+        )
+    except CannotMeasure:
+        return load_variant(variant, plugins).verification
+    load_tokenizer(variant, plugins)
+    return checkpoints.verify_streamed(
+        variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
+    )

@@ -132,6 +132,18 @@ def measure_on_meta(build: Callable[[], Any]) -> tuple[int, int]:
     """(parameters, bytes of parameters and buffers) of what ``build()`` returns
     when every tensor it creates is on the meta device; raises CannotMeasure
     saying why when it cannot be built there."""
+    network = build_on_meta(build)
+    parameters = list(network.parameters())  # each shared tensor once
+    buffers = list(network.buffers())
+    count = sum(p.numel() for p in parameters)
+    size = sum(t.numel() * t.element_size() for t in parameters + buffers)
+    return count, size
+
+
+def build_on_meta(build: Callable[[], Any]) -> torch.nn.Module:
+    """What ``build()`` returns with its large tensors on the meta device (its
+    shapes, dtypes and parameter count are exact; its weights take no memory);
+    raises CannotMeasure saying why when it cannot be built so."""
     _install_hooks()
     _guard.active = {"modules": 0, "deadline": time.monotonic() + MAX_SECONDS}
     try:
@@ -146,8 +158,4 @@ def measure_on_meta(build: Callable[[], Any]) -> tuple[int, int]:
         _guard.active = None
     if not isinstance(network, torch.nn.Module):
         raise CannotMeasure(f"its factory returned a {type(network).__name__}, not a torch module, to count")
-    parameters = list(network.parameters())  # each shared tensor once
-    buffers = list(network.buffers())
-    count = sum(p.numel() for p in parameters)
-    size = sum(t.numel() * t.element_size() for t in parameters + buffers)
-    return count, size
+    return network

@@ -27,8 +27,10 @@ parameter count), the manifest, the card and the history (schemas bounded in
 size and nesting) are checked without writing anything. Only then are the
 members copied, counted and hashed, into a staging folder inside ``$ZOO_HOME``
 that carries its owner's process (zoo_core.storage.staging), where the tensors
-are checked against the card (the network is built and the weights loaded, as
-`zoo load` does) before anything enters the catalogue. An
+are checked against the card as `zoo load` checks them (names, shapes and
+parameter count against the network the card builds, on the meta device; every
+value finite; the header's card) before anything enters the catalogue, the
+weights read in pieces so that memory stays flat at any size. An
 adapter variant names its base (name and checkpoint sha256) rather than carrying
 it: installing refuses unless that very base is already in the catalogue.
 """
@@ -49,7 +51,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
-from safetensors.torch import load_file
 
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import NAME_PATTERN, ModelCard, Origin
@@ -57,10 +58,10 @@ from ..catalogue.history import MAX_HISTORY_BYTES, parse_history
 from ..catalogue.publishing import content_named_tokenizer, history_of, publish_card
 from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
-from ..loading.api import MAX_TOKENIZER_BYTES, catalogue, has_published_weights, load_variant
+from ..loading.api import MAX_TOKENIZER_BYTES, catalogue, has_published_weights, verify_variant_files
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import ROLE_FAMILIES, named_components
-from ..storage.checkpoints import MAX_HEADER_BYTES, save_checkpoint, sha256_file
+from ..storage.checkpoints import MAX_HEADER_BYTES, sha256_file, with_header_card
 from ..storage.files import (
     atomic_write,
     content_named,
@@ -749,12 +750,13 @@ def _check_base(path: Path, manifest: dict[str, Any], found: Any) -> None:
 def _verify_and_install(
     path: Path, staging: Path, card: ModelCard, name: str, origin: Any, plugins: PluginSet
 ) -> ModelCard:
-    """Load the staged variant as `zoo load` would (tokenizer sha256, size
-    budget, the network built and the weights verified against the card), then
+    """Check the staged variant as `zoo load` would (tokenizer sha256, size
+    budget, the weights verified against the network the card builds: read in
+    pieces, `verify_variant_files`, so memory stays flat at any size), then
     move its files into ``$ZOO_HOME/checkpoints`` and add the card to the user
     registry, under the registry's lock. Returns the card as installed."""
     try:
-        load_variant(Variant(card, staging / "registry.toml", "user", layer="user"), plugins)
+        verify_variant_files(Variant(card, staging / "registry.toml", "user", layer="user"), plugins)
     except ZooError as exc:
         message = str(exc).replace(str(staging / WEIGHTS), "weights").replace(str(staging), "archive")
         raise ZooError(f"{path}: {message}") from None
@@ -764,7 +766,7 @@ def _verify_and_install(
     installed.origin = origin
     if name != card.name:  # the header's card names the variant: the same tensors, written under the new name
         renamed = staging / f"renamed-{WEIGHTS}"
-        installed.checkpoint.sha256 = save_checkpoint(renamed, load_file(staging / WEIGHTS), installed.header_json())
+        installed.checkpoint.sha256 = with_header_card(staging / WEIGHTS, renamed, installed.header_json())
         os.replace(renamed, staging / WEIGHTS)
 
     # Each file is moved out of the staging folder under a name only its content

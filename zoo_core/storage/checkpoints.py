@@ -16,6 +16,7 @@ and only its names, shapes, types and header card are checked again.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import struct
@@ -31,8 +32,16 @@ from safetensors.torch import load, load_file
 from ..catalogue.card_cache import cache_header_fields, cached_header_fields
 from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
-from .files import cache_file_for, describe_os_error, open_regular, read_cache_entry, read_limited, write_cache_entry
-from .tensor_files import write_safetensors
+from .files import (
+    cache_file_for,
+    describe_os_error,
+    open_regular,
+    read_cache_entry,
+    read_limited,
+    write_cache_entry,
+    write_chunks,
+)
+from .tensor_files import DTYPE_OF_CODE, write_safetensors
 
 if TYPE_CHECKING:
     from ..catalogue.cards import ModelCard
@@ -254,6 +263,140 @@ def load_verified_tensors(
         checks.append("parameters")
     elapsed = time.perf_counter() - started
     return tensors, Verification(path, actual, len(tensors), parameters, checks, elapsed, card_checked)
+
+
+STREAM_CHUNK_BYTES = 16 << 20  # what checking a checkpoint in pieces holds in memory at once
+
+
+def verify_streamed(
+    path: Path,
+    expected_sha256: str | None,
+    network,
+    expected_parameters: int | None,
+    card: ModelCard | None = None,
+) -> Verification:
+    """The checks of `load_verified`, reading the file once in pieces of at most
+    STREAM_CHUNK_BYTES instead of whole: memory stays flat whatever the checkpoint's
+    size (installing a 650 MB variant holds some megabytes, not the weights twice).
+    ``network`` may be built on the meta device: only its tensors' names, shapes and
+    dtypes and its parameter count are read. Nothing is loaded into it."""
+    started = time.perf_counter()
+    expected = network.state_dict()
+    digest = hashlib.sha256()
+    try:
+        with open_regular(path, "checkpoint") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > _size_limit(expected.values()):
+                raise ZooError(f"{path}: {size:,} bytes, more than the model's tensors can take")
+            prefix = handle.read(8)
+            length = _header_length(path, prefix, size)
+            raw_header = handle.read(length)
+            digest.update(prefix + raw_header)
+            header = _parse_header(path, raw_header)
+            layout = _tensor_layout(path, header, size - 8 - length)
+            problem = shape_report(
+                path, {n: tuple(t.shape) for n, t in expected.items()}, {n: s for n, (_, s, _) in layout.items()}
+            )
+            if problem:
+                raise ZooError(problem)
+            for name, (dtype, _, _) in layout.items():
+                wanted = expected[name].dtype
+                if dtype != wanted and not (dtype.is_floating_point and wanted.is_floating_point):
+                    raise ZooError(f"{path}: tensor {name} is {dtype}, the model needs {wanted}")
+            # In file order: one sequential read hashes the file and checks every value.
+            for name, (dtype, _, (begin, end)) in sorted(layout.items(), key=lambda item: item[1][2]):
+                step = STREAM_CHUNK_BYTES - STREAM_CHUNK_BYTES % dtype.itemsize
+                for start in range(begin, end, step):
+                    chunk = handle.read(min(step, end - start))
+                    digest.update(chunk)
+                    _check_finite(path, name, torch.frombuffer(bytearray(chunk), dtype=dtype))
+    except FileNotFoundError:
+        raise ZooError(f"{path}: checkpoint file not found") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read checkpoint: {describe_os_error(exc)}") from None
+    actual = digest.hexdigest()
+    checks = []
+    if expected_sha256 is not None:
+        if actual != expected_sha256:
+            raise ZooError(
+                f"{path}: sha256 mismatch: registry has {expected_sha256[:16]}…, file has {actual[:16]}… (corrupted or replaced)"
+            )
+        checks.append("sha256")
+    checks += ["names", "shapes"]
+    card_checked = card is not None and check_header_card(path, header, card)
+    parameters = sum(p.numel() for p in network.parameters())
+    if expected_parameters is not None:
+        if parameters != expected_parameters:
+            raise ZooError(
+                f"{path}: the card says {expected_parameters:,} parameters, the built model has {parameters:,}"
+            )
+        checks.append("parameters")
+    elapsed = time.perf_counter() - started
+    return Verification(path, actual, len(layout), parameters, checks, elapsed, card_checked)
+
+
+def with_header_card(source: Path, target: Path, card_header: dict[str, Any]) -> str:
+    """Write ``source`` (a verified checkpoint) to ``target`` with ``card_header`` as the
+    card in its header, the tensors' bytes copied in pieces, never held whole; returns
+    the sha256 of what was written. Installing under another name renames the card."""
+    digest = hashlib.sha256()
+
+    def pieces():
+        with open_regular(source, "checkpoint") as handle:
+            length = _header_length(source, handle.read(8), os.fstat(handle.fileno()).st_size)
+            header = _parse_header(source, handle.read(length))
+            header["__metadata__"] = {
+                **(header.get("__metadata__") or {}),
+                CARD_KEY: json.dumps(card_header, sort_keys=True),
+            }
+            text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+            text += b" " * (-len(text) % 8)  # the data stays 8-byte aligned, as safetensors writes it
+            first = struct.pack("<Q", len(text)) + text
+            for piece in itertools.chain([first], iter(lambda: handle.read(STREAM_CHUNK_BYTES), b"")):
+                digest.update(piece)
+                yield piece
+
+    target.touch(exist_ok=False)
+    write_chunks(target, pieces())
+    return digest.hexdigest()
+
+
+def _tensor_layout(path: Path, header: dict[str, Any], data_bytes: int) -> dict[str, tuple[torch.dtype, tuple, tuple]]:
+    """Each tensor's dtype, shape and (begin, end) in the data, checked as safetensors
+    checks them: a known dtype, a size that is the shape's, and the tensors tiling
+    the data exactly, in order, without gap or overlap."""
+
+    def bad(why: str) -> ZooError:
+        return ZooError(f"{path}: not a valid safetensors file: {why}")
+
+    layout = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise bad(f"tensor {printable(name)} is not described by dtype, shape and data_offsets")
+        dtype = DTYPE_OF_CODE.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
+        shape, offsets = entry["shape"], entry["data_offsets"]
+        if dtype is None:
+            raise bad(f"tensor {printable(name)} has an unknown dtype")
+        if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+            raise bad(f"tensor {printable(name)} has no valid shape")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)):
+            raise bad(f"tensor {printable(name)} has no valid data_offsets")
+        count = 1
+        for n in shape:
+            count *= n
+        if offsets[1] - offsets[0] != count * dtype.itemsize:
+            raise bad(f"tensor {printable(name)}'s data_offsets do not hold its shape")
+        layout[name] = (dtype, tuple(shape), tuple(offsets))
+    position = 0
+    for _, _, (begin, end) in sorted(layout.values(), key=lambda item: item[2]):
+        if begin != position:
+            raise bad("the tensors' data_offsets leave a gap or overlap")
+        position = end
+    if position != data_bytes:
+        raise bad(f"the tensors take {position:,} bytes of the {data_bytes:,} after the header")
+    return layout
 
 
 def _read_verified(path: Path, expected_sha256: str | None, limit: int) -> tuple[dict[str, Any], str, dict, list[str]]:

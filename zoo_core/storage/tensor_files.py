@@ -51,6 +51,7 @@ _DTYPES = {
     torch.uint64: "U64",
 }
 _RANK = {code: rank for rank, code in enumerate(_DTYPES.values())}
+DTYPE_OF_CODE = {code: dtype for dtype, code in _DTYPES.items()}  # "F32" -> torch.float32
 
 
 def _check_unshared(tensors: dict[str, torch.Tensor]) -> None:

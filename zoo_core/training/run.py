@@ -154,6 +154,11 @@ def plan_training(job: TrainingJob) -> TrainingPlan:
         # the absolute path of the file given with --data; and its sha256 either way.
         overrides.update(data=text.name, data_sha256=text.sha256)
     recipe = override_recipe(variant.card.recipe, overrides)
+    if recipe.context is not None and recipe.context > variant.card.context_length:
+        raise ZooError(
+            f"--set context={recipe.context}: '{name}' reads at most {variant.card.context_length:,} tokens; "
+            "give a training window that long or shorter"
+        )
     check_batch_splits(recipe.batch_size, placement.world_size, job.grad_accum)
     target_name = job.new_name or name
     card = _target_card(variant.card, name, target_name, job, recipe, text)
@@ -340,7 +345,7 @@ def run_training(
         card=plan.card,
         recipe=recipe,
         corpus=prepared.corpus,
-        context_length=plan.card.context_length,
+        context_length=recipe.context or plan.card.context_length,
         progress=progress,
         resume_from=state,
         on_checkpoint=(lambda snapshot: write_training_state(state_path, snapshot, identity)) if plan.writer else None,

@@ -34,6 +34,14 @@ def eval_arguments(commands) -> None:
         action="store_true",
         help="write validation bits per byte and per character into the variant's card (its registry file)",
     )
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="score with windows and history of at most N tokens: seconds rather than minutes for a model "
+        "of a long context (default: the card's context length)",
+    )
     p.set_defaults(run="evaluation:cmd_eval")
 
 
@@ -65,6 +73,13 @@ def compare_arguments(commands) -> None:
         default=None,
         metavar="N",
         help="bits per byte: score the first N characters of the validation split (default: all of it)",
+    )
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="score with windows and history of at most N tokens (default: each card's context length)",
     )
     p.set_defaults(run="evaluation:cmd_compare")
 
@@ -105,6 +120,13 @@ def inspect_arguments(commands) -> None:
         help="how --ablate removes a head: zero its output, or put in its mean over the validation windows",
     )
     p.add_argument("--windows", type=int, default=None, help="validation windows for --ablate (default: the recipe's)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens per validation window of --ablate (default: the card's context length)",
+    )
     p.add_argument(
         "--patch",
         action="store_true",
