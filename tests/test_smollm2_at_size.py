@@ -4,7 +4,7 @@ layers with grouped-query heads, LoRA with memory bounded by --grad-accum, pack,
 install and pull streamed with flat memory, the batching server with lm-eval's
 local-completions, and the Hugging Face export loading in transformers.
 
-One imported model serves every test (the session fixture ``smollm2_home``); each
+One imported model serves every test (``smollm2_home``: `zoo import gguf`'s, shared by the lane); each
 command scores a few short windows (``--context``), so the lane takes minutes."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -36,46 +35,6 @@ NAME = "smollm2-135m-instruct"
 PROMPT = "The capital of France is"
 CORRUPT = "The capital of Italy is"
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="session")
-def smollm2_home(tmp_path_factory):
-    """A ZOO_HOME holding NAME, made once per run under a file lock (xdist workers share
-    it): the GGUF file dequantised by transformers' own GGUF loader, saved as a plain
-    Llama folder and brought in with `zoo import hf`. Stands in for the shared fixture
-    of the same name and shape (an import by `zoo import gguf`) until that is merged.
-    Read it, never write it: tests add its catalogue with ZOO_REGISTRY."""
-    from filelock import FileLock
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    source = reference(SMOLLM2)
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's folder, which holds every worker's own
-    home = base / "smollm2-home"
-    with FileLock(str(base / "smollm2-home.lock")):
-        if not home.exists():
-            staging, folder = base / "smollm2-home.partial", base / "smollm2-hf"
-            shutil.rmtree(staging, ignore_errors=True)
-            model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
-            model.hf_quantizer = None  # dequantised already: saved as a plain float32 checkpoint
-            del model.config.quantization_config
-            model.save_pretrained(folder)
-            AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name).save_pretrained(folder)
-            saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE", "ZOO_REGISTRY")}
-            os.environ.update(ZOO_HOME=str(staging), ZOO_CACHE=str(base / "smollm2-cache"))
-            os.environ.pop("ZOO_REGISTRY", None)
-            try:
-                assert cli.main(["import", "hf", str(folder), "--name", NAME]) == 0
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-            shutil.rmtree(folder)
-            staging.rename(home)
-    return home
 
 
 @pytest.fixture
