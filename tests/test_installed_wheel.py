@@ -259,8 +259,8 @@ def test_the_installed_zoo_works_from_anywhere(installed):
     assert [row["name"] for row in listed] == SHIPPED_NAMES
     assert {row["source"] for row in listed} == {"built-in"}
     assert "tinyshakespeare" in installed.zoo("datasets").stdout
-    found = json.loads(installed.zoo("search", "rope", "--json").stdout)
-    assert [row["name"] for row in found] == ["gpt-char-mini-rope"]
+    found = json.loads(installed.zoo("search", "rope", "--json").stdout)  # the shipped variants with rotary positions
+    assert [row["name"] for row in found] == ["gpt-char-mini-rope", "llama-char-mini", "neox-char-mini", "mistral-char-mini"]
     assert "ModelCard" in json.loads(installed.zoo("card-schema").stdout)["title"]
     assert "positions 0.1.0 (built-in)" in installed.zoo("plugins").stdout
     assert "complete" in installed.zoo("completion", "bash").stdout
