@@ -36,11 +36,18 @@ from .batching import Drawn, QueueFull
 from .completions import (
     MAX_LOGPROBS,
     Choice,
+    Choices,
     CompletionRequest,
     Completions,
+    MinP,
     Refused,
     Run,
+    Seed,
+    Stop,
     StreamOptions,
+    Temperature,
+    TopK,
+    TopP,
     describe_error,
     response_head,
 )
@@ -75,15 +82,15 @@ class ChatCompletionRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0, le=100, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
-    top_k: int | None = Field(None, ge=1)
-    min_p: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, lt=2**63)
+    temperature: Temperature = 1.0
+    top_p: TopP = 1.0
+    top_k: TopK = None
+    min_p: MinP = 0.0
+    seed: Seed = 0
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1)
-    stop: str | list[str] | None = Field(None, max_length=4)
+    n: Choices = 1
+    stop: Stop = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     presence_penalty: Literal[0] = 0

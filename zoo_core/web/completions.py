@@ -24,7 +24,7 @@ import json
 import threading
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
@@ -39,6 +39,17 @@ from .live_catalogue import LiveCatalogue, Snapshot
 from .scoring import prompt_logprobs
 
 MAX_LOGPROBS = 20
+
+
+# The sampling fields the completions and chat completions requests share, bounded
+# in one place (each request keeps its own field order: its first error is the one reported).
+Temperature = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+TopP = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+TopK = Annotated[int | None, Field(ge=1)]
+MinP = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+Choices = Annotated[int, Field(ge=1)]
+Stop = Annotated[str | list[str] | None, Field(max_length=4)]
 
 
 class StreamOptions(BaseModel):
@@ -58,17 +69,17 @@ class CompletionRequest(BaseModel):
     prompt: str | list[str] | list[int] | list[list[int]]  # text, or token ids (what lm-eval sends)
     suffix: None = None  # given, it is refused with its own message (see parse)
     max_tokens: int = Field(16, ge=0)
-    temperature: float = Field(1.0, ge=0, le=100, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
-    top_k: int | None = Field(None, ge=1)
-    min_p: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, lt=2**63)
+    temperature: Temperature = 1.0
+    top_p: TopP = 1.0
+    top_k: TopK = None
+    min_p: MinP = 0.0
+    seed: Seed = 0
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1)
+    n: Choices = 1
     best_of: int | None = None
     echo: bool = False
-    stop: str | list[str] | None = Field(None, max_length=4)
+    stop: Stop = None
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     presence_penalty: Literal[0] = 0
     frequency_penalty: Literal[0] = 0

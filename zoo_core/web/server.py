@@ -150,19 +150,17 @@ def create_app(
             return _error(404, f"model '{name}' {why}; GET /v1/models lists them", kind="not_found_error")
         return JSONResponse(described(snapshot, name))
 
-    async def completions(request: Request) -> Response:
-        try:
-            body = await _read_body(request, limits.max_body_bytes)
-        except LimitExceeded as exc:
-            return _error(exc.status, exc.message, limit=exc.limit)
-        return await answering.respond(request, body)
+    def answered_by(endpoint: Completions | ChatCompletions):
+        """The route of a completions endpoint: its body read within the limit, then answered."""
 
-    async def chat_completions(request: Request) -> Response:
-        try:
-            body = await _read_body(request, limits.max_body_bytes)
-        except LimitExceeded as exc:
-            return _error(exc.status, exc.message, limit=exc.limit)
-        return await chatting.respond(request, body)
+        async def route(request: Request) -> Response:
+            try:
+                body = await _read_body(request, limits.max_body_bytes)
+            except LimitExceeded as exc:
+                return _error(exc.status, exc.message, limit=exc.limit)
+            return await endpoint.respond(request, body)
+
+        return route
 
     async def sample_page(request: Request) -> Response:
         names = sorted((await current()).servable)
@@ -202,8 +200,8 @@ def create_app(
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/v1/models", models),
         Route("/v1/models/{name}", model),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", answered_by(answering), methods=["POST"]),
+        Route("/v1/chat/completions", answered_by(chatting), methods=["POST"]),
         *_catalogue_routes(live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
