@@ -180,13 +180,7 @@ def load_verified(
     else:
         with torch.no_grad():
             model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
-    parameters = sum(p.numel() for p in model.parameters())
-    if expected_parameters is not None:
-        if parameters != expected_parameters:
-            raise ZooError(
-                f"{path}: the card says {expected_parameters:,} parameters, the built model has {parameters:,}"
-            )
-        checks.append("parameters")
+    parameters = _counted_parameters(path, model, expected_parameters, checks)
     if identity is not None:  # every check passed: the next load of this very file maps it
         write_cache_entry(_verified_entry(path), identity, expected_sha256)
     elapsed = time.perf_counter() - started
@@ -324,15 +318,19 @@ def verify_streamed(
         checks.append("sha256")
     checks += ["names", "shapes"]
     card_checked = card is not None and check_header_card(path, header, card)
-    parameters = sum(p.numel() for p in network.parameters())
-    if expected_parameters is not None:
-        if parameters != expected_parameters:
-            raise ZooError(
-                f"{path}: the card says {expected_parameters:,} parameters, the built model has {parameters:,}"
-            )
-        checks.append("parameters")
+    parameters = _counted_parameters(path, network, expected_parameters, checks)
     elapsed = time.perf_counter() - started
     return Verification(path, actual, len(layout), parameters, checks, elapsed, card_checked)
+
+
+def _counted_parameters(path: Path, network: torch.nn.Module, expected: int | None, checks: list[str]) -> int:
+    """The network's parameter count, held to the card's when it states one (then "parameters" is checked)."""
+    parameters = sum(p.numel() for p in network.parameters())
+    if expected is not None:
+        if parameters != expected:
+            raise ZooError(f"{path}: the card says {expected:,} parameters, the built model has {parameters:,}")
+        checks.append("parameters")
+    return parameters
 
 
 def with_header_card(source: Path, target: Path, card_header: dict[str, Any]) -> str:
