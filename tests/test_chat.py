@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import json
 import os
 import pty
@@ -36,12 +35,11 @@ transformers = pytest.importorskip(
 
 from zoo_core import cli  # noqa: E402
 from zoo_core.catalogue.cards import ChatSpec  # noqa: E402
-from zoo_core.corpus.datasets import read_text_file  # noqa: E402
 from zoo_core.errors import ZooError  # noqa: E402
 from zoo_core.inference.chat import render_chat  # noqa: E402
 from zoo_core.interop.hf_chat import folder_chat  # noqa: E402
 
-from .conftest import ROOT  # noqa: E402
+from .tiny_hf import byte_level_tokenizer  # noqa: E402
 from .web_support import SMALL, ZOO, Server  # noqa: E402
 
 NAME = "tiny-chat"
@@ -100,27 +98,9 @@ CONVERSATIONS = [
 ]
 
 
-@functools.cache
-def _byte_level_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        show_progress=False,
-    )
-    text = read_text_file(ROOT / "data" / "tinyshakespeare.txt").text
-    tokenizer.train_from_iterator([text[:50_000]], trainer)
-    return tokenizer
-
-
 def _hf_tokenizer(template: str, bos: str | None, eos: str | None):
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=_byte_level_tokenizer(), bos_token=bos, eos_token=eos, chat_template=template
+        tokenizer_object=byte_level_tokenizer("<|endoftext|>", "<|im_start|>", "<|im_end|>"), bos_token=bos, eos_token=eos, chat_template=template
     )
 
 

@@ -38,15 +38,14 @@ transformers = pytest.importorskip(
 )
 
 import zoo_core  # noqa: E402
-from zoo_core.corpus.datasets import read_text_file  # noqa: E402
 from zoo_core.errors import ZooError  # noqa: E402
 from zoo_core.interop import gguf_export  # noqa: E402
 from zoo_core.storage.locations import user_registry_path  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 from .references import reference  # noqa: E402
+from .tiny_hf import LLAMA3_ROPE, byte_level_tokenizer  # noqa: E402
 
-TEXT = read_text_file(ROOT / "data" / "tinyshakespeare.txt").text
 TYPES = ("f32", "f16", "q8_0")
 SMALL = dict(
     hidden_size=96,
@@ -62,33 +61,9 @@ SMALL = dict(
     eos_token_id=None,
     pad_token_id=None,
 )
-LLAMA3_ROPE = {
-    "rope_type": "llama3",
-    "rope_theta": 10000.0,
-    "factor": 4.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 16,
-}
 CHAT = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 PROMPT = "ROMEO: What light"
 NEW_TOKENS = 8
-
-
-def _byte_level_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator([TEXT[:50_000]], trainer)
-    return tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +80,7 @@ def folders(tmp_path_factory):
         folder = tmp_path_factory.mktemp(family)
         model.save_pretrained(folder)
         if family == "qwen2":
-            _byte_level_tokenizer().save(str(folder / "tokenizer.json"))
+            byte_level_tokenizer("<|endoftext|>", "<|im_start|>", "<|im_end|>").save(str(folder / "tokenizer.json"))
         made[family] = (folder, model)
     return made
 

@@ -31,6 +31,7 @@ from zoo_core.corpus.datasets import read_text_file  # noqa: E402
 from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
+from .tiny_hf import LLAMA3_ROPE, byte_level_tokenizer  # noqa: E402
 
 TEXT = read_text_file(ROOT / "data" / "tinyshakespeare.txt").text
 PROMPTS = ["ROMEO: What light", "First Citizen:\nBefore we proceed any further, hear me", "KING"]
@@ -47,14 +48,6 @@ SMALL = dict(
     eos_token_id=None,
     pad_token_id=None,
 )
-LLAMA3_ROPE = {
-    "rope_type": "llama3",
-    "rope_theta": 10000.0,
-    "factor": 4.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 16,
-}
 # name: (config class, fields, tokenizer, the card settings the import must write)
 FAMILIES = {
     "llama-gqa-untied": (
@@ -145,23 +138,13 @@ def _tokenizer(kind: str):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     if kind == "byte-level":
-        tokenizer = Tokenizer(models.BPE())
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tokenizer.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=300,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            special_tokens=["<|endoftext|>"],
-            show_progress=False,
-        )
-    else:
-        tokenizer = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
-        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-        tokenizer.decoder = decoders.Metaspace()
-        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+        return byte_level_tokenizer("<|endoftext|>")
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
     tokenizer.train_from_iterator([TEXT[:50_000]], trainer)
-    if kind != "byte-level":
-        tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return tokenizer
 
 

@@ -1,0 +1,40 @@
+"""What the tests' tiny Hugging Face models share: a byte-level BPE tokenizer trained
+here on Tiny Shakespeare, and Llama 3's RoPE scaling at a tiny model's size."""
+
+from __future__ import annotations
+
+import functools
+
+from zoo_core.corpus.datasets import read_text_file
+
+from .conftest import ROOT
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+
+@functools.cache
+def byte_level_tokenizer(*special_tokens: str):
+    """GPT-2's byte-level BPE, 300 tokens learnt from the corpus's first 50,000
+    characters, ``special_tokens`` first. Built once per set of special tokens:
+    callers save or wrap it, never change it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=list(special_tokens),
+        show_progress=False,
+    )
+    text = read_text_file(ROOT / "data" / "tinyshakespeare.txt").text
+    tokenizer.train_from_iterator([text[:50_000]], trainer)
+    return tokenizer
