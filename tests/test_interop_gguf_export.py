@@ -96,6 +96,7 @@ def _exported(zoo, name: str, tensor_type: str, out):
     done = zoo("export", name, "--format", "gguf", "--gguf-type", tensor_type, "--out", str(out))
     assert done.code == 0, done.err
     assert "checked: logits on the first" in done.out  # transformers' GGUF loader read it back
+    assert "Converting" not in done.err  # nor its progress bar
     return out / f"{name}.gguf"
 
 

@@ -26,6 +26,8 @@ What llama.cpp has no key or graph for is refused, naming the setting.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -280,9 +282,10 @@ def _check_logits(model, path: Path, tensor_type: str) -> dict:
     own undoing of the Q/K permutation), its logits against the zoo's."""
     transformers = _require_transformers()
     quiet_transformers()
-    transformers.utils.logging.disable_progress_bar()
     ids, _ = verification_ids(model)
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
+    # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
+    with contextlib.redirect_stderr(io.StringIO()):
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
     with torch.no_grad():
         theirs = loaded(torch.tensor([ids])).logits
         ours, _ = model.network(torch.tensor([ids]))
