@@ -39,7 +39,7 @@ from zoo_core.errors import ZooError  # noqa: E402
 from zoo_core.inference.chat import render_chat  # noqa: E402
 from zoo_core.interop.hf_chat import folder_chat  # noqa: E402
 
-from .tiny_hf import byte_level_tokenizer  # noqa: E402
+from .tiny_hf import CHATML_SPECIALS, byte_level_tokenizer  # noqa: E402
 from .web_support import SMALL, ZOO, Server  # noqa: E402
 
 NAME = "tiny-chat"
@@ -100,7 +100,7 @@ CONVERSATIONS = [
 
 def _hf_tokenizer(template: str, bos: str | None, eos: str | None):
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=byte_level_tokenizer("<|endoftext|>", "<|im_start|>", "<|im_end|>"), bos_token=bos, eos_token=eos, chat_template=template
+        tokenizer_object=byte_level_tokenizer(*CHATML_SPECIALS), bos_token=bos, eos_token=eos, chat_template=template
     )
 
 

@@ -44,7 +44,7 @@ from zoo_core.storage.locations import user_registry_path  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 from .references import reference  # noqa: E402
-from .tiny_hf import LLAMA3_ROPE, byte_level_tokenizer  # noqa: E402
+from .tiny_hf import CHATML_SPECIALS, LLAMA3_ROPE, byte_level_tokenizer  # noqa: E402
 
 TYPES = ("f32", "f16", "q8_0")
 SMALL = dict(
@@ -80,7 +80,7 @@ def folders(tmp_path_factory):
         folder = tmp_path_factory.mktemp(family)
         model.save_pretrained(folder)
         if family == "qwen2":
-            byte_level_tokenizer("<|endoftext|>", "<|im_start|>", "<|im_end|>").save(str(folder / "tokenizer.json"))
+            byte_level_tokenizer(*CHATML_SPECIALS).save(str(folder / "tokenizer.json"))
         made[family] = (folder, model)
     return made
 

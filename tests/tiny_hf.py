@@ -9,6 +9,8 @@ from zoo_core.corpus.datasets import read_text_file
 
 from .conftest import ROOT
 
+# Qwen2's special tokens, which its ChatML chat template writes around each message.
+CHATML_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 LLAMA3_ROPE = {
     "rope_type": "llama3",
     "rope_theta": 10000.0,
