@@ -84,6 +84,24 @@ def register_models(register):
     recurrent network) says ``context_kind = "unbounded"`` and implements
     ``step(idx, state) -> (logits, state)``; the zoo then samples and scores it
     with the state carried.
+
+    ``register(name, factory, config="module:Model")`` also names the
+    architecture's config model: a pydantic model (``extra="forbid"``), imported
+    lazily like the factory and importing nothing heavier than pydantic, since
+    cards are validated where torch is never imported. Every card of the
+    architecture is validated with it: the architecture config (the ``config``
+    table plus ``context_length`` and ``vocab_size``) is handed to
+    ``Model.model_validate`` when the card is read, and its first problem is the
+    card's one-line error, naming the key (a validator that raises a ValueError
+    with a ``field`` attribute names that key). The card keeps the table as
+    written: no defaults are filled in. Optional, on the model:
+    ``renamed_settings`` (a dict, old key -> current key: an older card's key is
+    read, and stored, under its current name); ``estimate_sizes(config)`` (a
+    classmethod: (parameters, activation values of one window) from a config's
+    sizes, or None when it is not shaped for it; the budget check's estimate,
+    zoo_core.catalogue.limits); and ``reference_notes`` (Markdown). docs/cards.md
+    describes the architecture from the model: its docstring (first line the
+    heading), each field's default and description, and the notes.
     """
 
 

@@ -116,6 +116,18 @@ class Components:
             value = entry.extras[key] = _import_attribute(value, entry.plugin)
         return value
 
+    def declared(self, name: str, key: str) -> Any:
+        """What the plugin registered beside the factory under ``key``, imported if
+        given as 'module:attribute', without importing the factory (a config model
+        must not import torch); None when ``name`` is unusable or gave none."""
+        entry = self._entries.get(name)
+        if entry is None or name in self._conflicts:
+            return None
+        value = entry.extras.get(key)
+        if isinstance(value, str) and ":" in value:
+            value = entry.extras[key] = _import_attribute(value, entry.plugin)
+        return value
+
     def problem(self, name: str) -> str | None:
         """Why ``name`` cannot be used now (unknown, or claimed twice), without importing anything."""
         if name in self._conflicts:
