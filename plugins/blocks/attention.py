@@ -104,6 +104,10 @@ class CausalSelfAttention(nn.Module):
     logits stay bounded however large the projections grow, which lets a high
     learning rate train without the softmax saturating. ``"rmsnorm"`` gives that
     norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``).
+    ``query_scale`` multiplies the scores q.k instead of head_size**-0.5 (Gemma's
+    query_pre_attn_scalar**-0.5); ``softcap`` C bounds them to C tanh(scores / C) before
+    the mask (Gemma 2), which `scaled_dot_product_attention` cannot do: such a layer
+    always computes its scores explicitly.
 
     Hook points: ``input`` (B, T, C), ``pattern`` (B, H, Tq, Tk), the softmaxed
     weights, ``heads`` (B, T, H, D), each head's output before the output
@@ -125,6 +129,8 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool | None = None,
         sliding_window: int | None = None,
         norm_eps: float | None = None,
+        softcap: float | None = None,
+        query_scale: float | None = None,
     ):
         super().__init__()
         n_kv_head = n_head if n_kv_head is None else n_kv_head
@@ -152,6 +158,7 @@ class CausalSelfAttention(nn.Module):
         self.output = HookPoint()
         self.qk_norm = qk_norm
         self.sliding_window = sliding_window
+        self.softcap, self.query_scale = softcap, query_scale
         self._heads = (n_head, n_kv_head, n_kv_head)
         self._split = tuple(heads * head_size for heads in self._heads)
 
@@ -188,7 +195,8 @@ class CausalSelfAttention(nn.Module):
         shared = bias is None and window is None and positions.dim() == 1  # one mask for every row
         plain_causal = shared and Tk == T
         sees_everything = shared and T == 1
-        explicit = need_weights or bool(self.pattern.functions)  # `functions`: the cheapest look at the point
+        # `functions`: the cheapest look at the point
+        explicit = need_weights or bool(self.pattern.functions) or self.softcap is not None
         if explicit or not (plain_causal or sees_everything):
             seen_from = positions[..., None]  # (Tq, 1) or (B, Tq, 1)
             allowed = k_positions <= seen_from  # no looking ahead
@@ -201,22 +209,28 @@ class CausalSelfAttention(nn.Module):
             if grouped:
                 k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
                 grouped = False
-            scores = (q @ k.transpose(-2, -1)) * D**-0.5  # (B, H, Tq, Tk)
+            scores = (q @ k.transpose(-2, -1)) * (D**-0.5 if self.query_scale is None else self.query_scale)
+            if self.softcap is not None:
+                scores = self.softcap * torch.tanh(scores / self.softcap)
             if bias is not None:
                 scores = scores + bias
             computed = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
             seen = self.pattern(computed)
             # A hook that only reads the pattern leaves the output as fast and
             # bit for bit as without it; a replaced pattern is what is attended through.
-            if need_weights or seen is not computed:
+            if need_weights or seen is not computed or self.softcap is not None:
                 y = F.dropout(seen, dropout, self.training) @ v
             if need_weights:
                 weights = seen
         if y is None:
             if plain_causal:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=grouped)
+                y = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, dropout_p=dropout, scale=self.query_scale, enable_gqa=grouped
+                )
             elif sees_everything:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=grouped)
+                y = F.scaled_dot_product_attention(
+                    q, k, v, dropout_p=dropout, scale=self.query_scale, enable_gqa=grouped
+                )
             else:
                 mask = allowed
                 if bias is not None:
@@ -224,7 +238,9 @@ class CausalSelfAttention(nn.Module):
                         ~allowed, float("-inf")
                     )
                     mask = mask + bias.to(q.dtype)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
+                y = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.query_scale, enable_gqa=grouped
+                )
         y = self.proj(self.heads(y.transpose(1, 2)).reshape(B, T, -1))  # (B, T, H, D), then side by side again
         if self.training:  # dropout is the identity outside training: no call
             y = self.residual_dropout(y)

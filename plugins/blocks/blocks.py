@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from zoo_core.plugin_api.hook_points import HookPoint
 
 from .attention import CausalSelfAttention
+from .norms import make_norm
 
 
 def gelu_tanh(x):
@@ -78,15 +79,8 @@ class FeedForward(nn.Module):
         return self.output(self.dropout(x) if self.training else x)
 
 
-def make_norm(kind: str, d_model: int, bias: bool = True, eps: float | None = None) -> nn.Module:
-    if kind == "layernorm":
-        return nn.LayerNorm(d_model, bias=bias, eps=1e-5 if eps is None else eps)
-    if kind == "rmsnorm":
-        return nn.RMSNorm(d_model, eps=eps)
-    raise ValueError(f"unknown norm '{kind}' (known: layernorm, rmsnorm)")
-
-
 ATTENTION_BIAS = ("all", "qkv", "none")
+NORM_PLACEMENTS = ("before", "after", "both")
 
 
 class _Block(nn.Module):
@@ -95,14 +89,22 @@ class _Block(nn.Module):
     LayerNorm or in none, as nanoGPT's ``bias`` setting does. ``attention_bias``
     ("all", "qkv": the query/key/value projection only, as Qwen2; "none")
     overrides it for the attention. ``mlp``, ``n_kv_head``, ``head_size``,
-    ``qk_norm`` and ``sliding_window`` are FeedForward's and CausalSelfAttention's.
+    ``qk_norm``, ``sliding_window``, ``attention_softcap`` and ``query_scale`` are
+    FeedForward's and CausalSelfAttention's. ``norm_placement`` (pre-norm blocks):
+    "before" normalises each sublayer's input; "after" its output instead, before the
+    residual add (OLMo 2: no ``norm1``/``norm2``, ``post_attention_norm`` and
+    ``post_feed_forward_norm`` instead); "both" does both (Gemma 2 and 3).
 
     Hook points on the residual stream, (B, T, C): ``resid_pre`` (the block's
     input), ``resid_mid`` (after the attention update) and ``resid_post`` (the
     block's output); the attention's and feed-forward network's own are inside them."""
 
     residuals: tuple[str, ...]  # the ``residual`` settings the block's forward computes
-    norm2: nn.Module  # absent with residual "parallel-shared-norm"
+    placements: tuple[str, ...]  # the ``norm_placement`` settings the block's forward computes
+    norm1: nn.Module  # absent with norm_placement "after"
+    norm2: nn.Module  # absent with residual "parallel-shared-norm" or norm_placement "after"
+    post_attention_norm: nn.Module  # present with norm_placement "after" or "both"
+    post_feed_forward_norm: nn.Module
 
     def __init__(
         self,
@@ -120,12 +122,24 @@ class _Block(nn.Module):
         attention_bias: str | None = None,
         sliding_window: int | None = None,
         residual: str = "sequential",
+        norm_placement: str = "before",
+        attention_softcap: float | None = None,
+        query_scale: float | None = None,
     ):
         super().__init__()
         if residual not in self.residuals:
             raise ValueError(
                 f"{type(self).__name__} takes residual {' or '.join(map(repr, self.residuals))}, not {residual!r}"
             )
+        if norm_placement not in self.placements:
+            raise ValueError(
+                f"{type(self).__name__} takes norm_placement {' or '.join(map(repr, self.placements))}, "
+                f"not {norm_placement!r}"
+            )
+        if norm_placement != "before" and residual != "sequential":
+            raise ValueError(f"norm_placement {norm_placement!r} takes residual 'sequential', not {residual!r}")
+        self.norm_placement = norm_placement
+        norms_in, norms_out = norm_placement != "after", norm_placement != "before"
         self.parallel = residual != "sequential"
         if attention_bias is None:
             attention_bias = "all" if bias else "none"
@@ -133,7 +147,8 @@ class _Block(nn.Module):
             raise ValueError(f"attention_bias is one of {', '.join(ATTENTION_BIAS)}, not {attention_bias!r}")
         # Registered in the order a forward passes them: hook_point_names lists them so.
         self.resid_pre = HookPoint()
-        self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+        if norms_in:
+            self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.attention = CausalSelfAttention(
             d_model,
             n_head,
@@ -145,12 +160,19 @@ class _Block(nn.Module):
             qkv_bias=attention_bias != "none",
             sliding_window=sliding_window,
             norm_eps=norm_eps,
+            softcap=attention_softcap,
+            query_scale=query_scale,
         )
+        # New modules only where a setting asks for them: today's checkpoints keep their tensor names.
+        if norms_out:
+            self.post_attention_norm = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.resid_mid = HookPoint()
         self.shared_norm = residual == "parallel-shared-norm"
-        if not self.shared_norm:  # one norm feeds both: no norm2 tensor at all
+        if not self.shared_norm and norms_in:  # one norm feeds both: no norm2 tensor at all
             self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, mlp, bias=bias is not False)
+        if norms_out:
+            self.post_feed_forward_norm = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.resid_post = HookPoint()
 
 
@@ -163,9 +185,12 @@ class PreNormBlock(_Block):
     Attention(...), and replacing it does not change what the FFN reads."""
 
     residuals = ("sequential", "parallel", "parallel-shared-norm")
+    placements = NORM_PLACEMENTS
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.resid_pre(x)
+        if self.norm_placement != "before":
+            return self._normalised_outputs(x, positions, encoding, need_weights, cache)
         normed = self.norm1(x)
         update, weights = self.attention(normed, positions, encoding, need_weights, cache)
         if self.parallel:
@@ -176,11 +201,20 @@ class PreNormBlock(_Block):
             x = x + self.feed_forward(self.norm2(x))
         return self.resid_post(x), weights
 
+    def _normalised_outputs(self, x, positions, encoding, need_weights, cache):
+        # x + norm_out(f(norm_in(x))) per sublayer, norm_in only with "both".
+        both = self.norm_placement == "both"
+        update, weights = self.attention(self.norm1(x) if both else x, positions, encoding, need_weights, cache)
+        x = self.resid_mid(x + self.post_attention_norm(update))
+        x = x + self.post_feed_forward_norm(self.feed_forward(self.norm2(x) if both else x))
+        return self.resid_post(x), weights
+
 
 class PostNormBlock(_Block):
     """Norm(x + Attention(x)), then Norm(x + FFN(x)), as in the original Transformer (§3.1)."""
 
     residuals = ("sequential",)
+    placements = ("before",)  # its norms sit after each residual add, always
 
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.resid_pre(x)

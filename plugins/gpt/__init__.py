@@ -5,4 +5,5 @@ from zoo_core import hookimpl
 
 @hookimpl
 def register_models(register):
-    register("gpt", "zoo_plugins.gpt.model:build_gpt")
+    # The transformer's settings: a card's config is validated by the same model (GPT's defaults apply at build).
+    register("gpt", "zoo_plugins.gpt.model:build_gpt", config="zoo_plugins.models.settings:TransformerConfig")

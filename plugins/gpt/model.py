@@ -12,7 +12,6 @@ import math
 
 from torch import nn
 
-from ..models.config import call_with_config
 from ..models.transformer import TransformerLanguageModel
 
 # Seed 004's settings where a card says nothing.
@@ -20,6 +19,9 @@ GPT_DEFAULTS = {"positions": "learned", "block": "pre-norm", "dropout": 0.2}
 
 
 class GPTLanguageModel(TransformerLanguageModel):
+    architecture = "gpt"
+    defaults = GPT_DEFAULTS
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.apply(self._init_weights)
@@ -41,10 +43,4 @@ class GPTLanguageModel(TransformerLanguageModel):
 
 
 def build_gpt(config, components):
-    return call_with_config(
-        GPTLanguageModel,
-        {**GPT_DEFAULTS, **config},
-        "gpt",
-        signature_of=TransformerLanguageModel,
-        components=components,
-    )
+    return GPTLanguageModel(components=components, **config)

@@ -12,15 +12,11 @@ def call_with_config(
     constructor: Callable[..., Any],
     config: dict[str, Any],
     architecture: str,
-    signature_of: Callable[..., Any] | None = None,
     **extra: Any,
 ) -> Any:
-    """Call ``constructor(**config, **extra)``, naming unknown or missing keys.
-
-    ``signature_of`` names the callable whose parameters are the accepted keys,
-    for constructors that pass ``**kwargs`` through to a parent."""
-    parameters = inspect.signature(signature_of or constructor).parameters
-    unknown = sorted(set(config) - named_parameters(signature_of or constructor))
+    """Call ``constructor(**config, **extra)``, naming unknown or missing keys."""
+    parameters = inspect.signature(constructor).parameters
+    unknown = sorted(set(config) - named_parameters(constructor))
     if unknown:
         raise ZooError(f"architecture '{architecture}': unknown config key(s) {', '.join(unknown)}")
     required = {

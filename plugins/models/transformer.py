@@ -25,7 +25,9 @@ from zoo_core.plugin_api.hook_points import HookPoint
 from zoo_core.training.losses import cross_entropy
 
 from ..blocks.attention import KVCache
-from .config import call_with_config, named_parameters, refuse_unnamed_settings
+from ..blocks.norms import make_norm
+from .config import named_parameters, refuse_unnamed_settings
+from .settings import LAYER_DEFAULTS, LayerSpec, RotarySpec, TransformerConfig
 
 # Card settings handed to the position encoding, by the encoding's parameter name.
 ENCODING_SETTINGS = {"rope_base": "base", "rope_scaling": "scaling", "rotary_fraction": "fraction"}
@@ -173,102 +175,133 @@ def embed_rows(encoding, x: torch.Tensor, positions: torch.Tensor) -> torch.Tens
 
 
 class TransformerLanguageModel(nn.Module):
+    """Built from a `TransformerConfig` (zoo_plugins.models.settings): block i from layer i's
+    `LayerSpec`, handed layer i's position encoding. The keyword form,
+    ``TransformerLanguageModel(vocab_size, context_length, d_model, n_layer, n_head,
+    components=..., **settings)``, takes the card's settings by name and validates them."""
+
+    architecture = "transformer"  # what a refusal of the config names
+    defaults: dict[str, Any] = {}  # settings a subclass presets where a card says nothing
+
     def __init__(
         self,
-        vocab_size: int,
-        context_length: int,
-        d_model: int,
-        n_layer: int,
-        n_head: int,
+        vocab_size: int | None = None,
+        context_length: int | None = None,
+        d_model: int | None = None,
+        n_layer: int | None = None,
+        n_head: int | None = None,
         *,
         components,
-        d_ff: int | None = None,
-        positions: str = "learned",
-        block: str = "pre-norm",
-        norm: str = "layernorm",
-        dropout: float = 0.0,
-        bias: bool = True,
-        mlp: str = "relu",
-        layer_bias: bool | None = None,
-        tie_embeddings: bool = False,
-        norm_eps: float | None = None,
-        qk_norm: bool | str = False,
-        logit_softcap: float | None = None,
-        n_kv_head: int | None = None,
-        head_size: int | None = None,
-        attention_bias: str | None = None,
-        residual: str = "sequential",
-        sliding_window: int | None = None,
-        embedding_scale: float | None = None,
-        rope_base: float | None = None,
-        rope_scaling: dict[str, Any] | None = None,
-        rotary_fraction: float | None = None,
+        **settings: Any,
     ):
-        # bias: the vocabulary head's. The layout settings (docs/cards.md) reach
-        # the blocks and the encoding only when they differ from the default, so
-        # a third-party block or encoding that does not know them keeps working;
-        # one that does not name a setting the card sets is refused, never built
-        # without it. layer_bias: biases in every block linear and norm and the
-        # final norm, or in none; unset keeps seed 000's mix.
+        # The layout settings (docs/cards.md) reach the blocks and the encoding only
+        # when they differ from the default, so a third-party block or encoding that
+        # does not know them keeps working; one that does not name a setting the card
+        # sets is refused, never built without it.
+        super().__init__()
+        sizes = {"vocab_size": vocab_size, "context_length": context_length, "d_model": d_model}
+        sizes.update(n_layer=n_layer, n_head=n_head)
+        given = {**{name: value for name, value in sizes.items() if value is not None}, **settings}
+        config = TransformerConfig.read(given, self.architecture, self.defaults)
+        if config.vocab_size is None or config.context_length is None:
+            raise ZooError(f"architecture '{self.architecture}': config is missing vocab_size or context_length")
+        self.config = config
+        specs = config.layer_specs()
         # logit_softcap bounds the logits smoothly to (-cap, cap), cap * tanh(logits / cap),
         # as the nanoGPT speedrun does against over-confident early predictions.
-        super().__init__()
-        if n_layer < 1:
-            raise ZooError("a transformer needs at least one layer")
-        if logit_softcap is not None and not logit_softcap > 0:
-            raise ZooError(f"logit_softcap must be a positive number, not {logit_softcap}")
-        self.logit_softcap = logit_softcap
-        self.embedding_scale = embedding_scale
-        self.context_length = context_length
-        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.logit_softcap = config.logit_softcap
+        self.embedding_scale = config.embedding_scale
+        self.context_length = config.context_length
+        d_model = config.d_model
+        self.token_embedding = nn.Embedding(config.vocab_size, d_model)
         self.embed = HookPoint()  # hook points are registered in the order a forward passes them
-        settings = {"rope_base": rope_base, "rope_scaling": rope_scaling, "rotary_fraction": rotary_fraction}
-        settings = {name: value for name, value in settings.items() if value is not None}
-        encoding_factory = components["positions"].factory(positions)
-        refuse_unnamed_settings(f"positions '{positions}'", encoding_factory, settings, ENCODING_SETTINGS)
-        encoding_settings = {ENCODING_SETTINGS[name]: value for name, value in settings.items()}
-        if head_size is not None and "head_size" in named_parameters(encoding_factory):
-            encoding_settings["head_size"] = head_size  # an encoding that works per head needs its size
-        self.positions = components["positions"].create(
-            positions, d_model=d_model, n_head=n_head, context_length=context_length, **encoding_settings
-        )
+        self.positions, layer_encodings = self._encodings(config, specs, components)
         self._embeds_positions = encoding_does(self.positions, "embeds")
-        layout: dict[str, Any] = {
-            name: value
-            for name, value, default in (
-                ("mlp", mlp, "relu"),
-                ("bias", layer_bias, None),
-                ("norm_eps", norm_eps, None),  # unset: torch's defaults (1e-5 for LayerNorm)
-                ("qk_norm", qk_norm, False),
-                ("n_kv_head", n_kv_head, None),
-                ("head_size", head_size, None),
-                ("attention_bias", attention_bias, None),
-                ("residual", residual, "sequential"),
-                ("sliding_window", sliding_window, None),
-            )
-            if value != default
-        }
-        refuse_unnamed_settings(f"block '{block}'", components["blocks"].factory(block), layout)
+        # Layers whose rotary settings differ from the model-wide ones have encodings of
+        # their own: submodules, so that they move with the model (their buffers are not saved).
+        extra = list({id(e): e for e in layer_encodings if e is not self.positions}.values())
+        if extra:
+            self.layer_positions = nn.ModuleList(extra)
+        self._layer_encodings = layer_encodings
+        layouts = [self._block_settings(config, spec) for spec in specs]
+        factory = components["blocks"].factory(config.block)
+        every_setting = {name: None for layout in layouts for name in layout}
+        refuse_unnamed_settings(f"block '{config.block}'", factory, every_setting)
+        d_ff = config.d_ff or 4 * d_model
         self.blocks = nn.ModuleList(
             components["blocks"].create(
-                block, d_model=d_model, n_head=n_head, d_ff=d_ff or 4 * d_model, dropout=dropout, norm=norm, **layout
+                config.block,
+                d_model=d_model,
+                n_head=config.n_head,
+                d_ff=d_ff,
+                dropout=config.dropout,
+                norm=spec.norm,
+                **layout,
             )
-            for _ in range(n_layer)
+            for spec, layout in zip(specs, layouts)
         )
         # A block written without a `cache` parameter still works; it is just sampled uncached.
         self.supports_kv_cache = all("cache" in inspect.signature(block.forward).parameters for block in self.blocks)
-        self.final_norm = (
-            nn.RMSNorm(d_model, eps=norm_eps)
-            if norm == "rmsnorm"
-            else nn.LayerNorm(d_model, bias=layer_bias is not False, eps=1e-5 if norm_eps is None else norm_eps)
-        )
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=bias)
-        if tie_embeddings:
+        self.final_norm = final_norm(config.norm or "layernorm", d_model, config.layer_bias, config.norm_eps)
+        self.lm_head = nn.Linear(d_model, config.vocab_size, bias=config.bias)
+        if config.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
         # The final norm's output is named inside it: "final_norm" is the norm's
         # own module path, which the checkpoints' tensor names fix.
         self.final_norm.add_module("output", HookPoint())
         self.logits = HookPoint()
+
+    @staticmethod
+    def _encodings(config: TransformerConfig, specs: list[LayerSpec], components) -> tuple[nn.Module, list[nn.Module]]:
+        """The model-wide position encoding, and each layer's: the model-wide one, or
+        one per distinct rotary setting of the layers that set their own."""
+        factory = components["positions"].factory(config.positions)
+
+        def create(settings: dict[str, Any]) -> nn.Module:
+            refuse_unnamed_settings(f"positions '{config.positions}'", factory, settings, ENCODING_SETTINGS)
+            named = {ENCODING_SETTINGS[name]: value for name, value in settings.items()}
+            if config.head_size is not None and "head_size" in named_parameters(factory):
+                named["head_size"] = config.head_size  # an encoding that works per head needs its size
+            return components["positions"].create(
+                config.positions,
+                d_model=config.d_model,
+                n_head=config.n_head,
+                context_length=config.context_length,
+                **named,
+            )
+
+        model_wide = RotarySpec(config.rope_base, config.rope_scaling, config.rotary_fraction)
+        made: list[tuple[RotarySpec, nn.Module]] = [(model_wide, create(model_wide.encoding_settings()))]
+        per_layer = []
+        for spec in specs:
+            rotary = spec.rotary or RotarySpec()
+            encoding = next((e for settings, e in made if settings == rotary), None)
+            if encoding is None:
+                encoding = create(rotary.encoding_settings())
+                made.append((rotary, encoding))
+            per_layer.append(encoding)
+        return made[0][1], per_layer
+
+    @staticmethod
+    def _block_settings(config: TransformerConfig, spec: LayerSpec) -> dict[str, Any]:
+        """What a block factory is handed for the layer beyond the sizes: every setting
+        that differs from what the zoo always built, by its card name (layer_bias as ``bias``)."""
+        values = {
+            "mlp": spec.mlp,
+            "bias": spec.layer_bias,
+            "norm_eps": spec.norm_eps,
+            "qk_norm": spec.qk_norm,
+            "n_kv_head": config.n_kv_head,
+            "head_size": config.head_size,
+            "attention_bias": spec.attention_bias,
+            "residual": spec.residual,
+            "sliding_window": spec.sliding_window,
+            "norm_placement": spec.norm_placement,
+            "attention_softcap": spec.attention_softcap,
+            "query_scale": spec.query_scale,
+        }
+        defaults = {**LAYER_DEFAULTS, "bias": None, "n_kv_head": None, "head_size": None}
+        return {name: value for name, value in values.items() if value != defaults[name]}
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | RowBatch | None = None):
         B, T = idx.shape
@@ -287,9 +320,9 @@ class TransformerLanguageModel(nn.Module):
             # Blocks written before caching existed stay usable: `cache` is only
             # passed when there is one.
             if cache is None:
-                x, weights = block(x, positions, self.positions, need_weights)
+                x, weights = block(x, positions, self._layer_encodings[i], need_weights)
             else:
-                x, weights = block(x, positions, self.positions, need_weights, cache.layers[i])
+                x, weights = block(x, positions, self._layer_encodings[i], need_weights, cache.layers[i])
             maps.append(weights)
         if cache is not None:
             cache.advance(T)
@@ -319,5 +352,12 @@ class TransformerLanguageModel(nn.Module):
         return self._run(idx, need_weights=True)[1]
 
 
+def final_norm(kind: str, d_model: int, layer_bias: bool | None, eps: float | None) -> nn.Module:
+    """The norm before the vocabulary head: the blocks' kind (LayerNorm for a kind only a plugin's block knows)."""
+    if kind in ("rmsnorm", "rmsnorm-unit-offset"):
+        return make_norm(kind, d_model, eps=eps)
+    return nn.LayerNorm(d_model, bias=layer_bias is not False, eps=1e-5 if eps is None else eps)
+
+
 def build_transformer(config, components):
-    return call_with_config(TransformerLanguageModel, config, "transformer", components=components)
+    return TransformerLanguageModel(components=components, **config)
