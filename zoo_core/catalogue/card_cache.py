@@ -34,10 +34,10 @@ from ..version import __version__
 
 # Bump this whenever a card could validate differently or an entry would hold
 # something else: a field, default, limit or validator of `cards.py` or
-# `limits.py` changed, or what ``ModelCard.index_entry``, ``weight_fields`` or
-# this module store. The zoo's version alone does not change between commits,
+# `limits.py` changed, a built-in plugin's config model changed, or what
+# ``ModelCard.index_entry``, ``weight_fields`` or this module store. The zoo's version alone does not change between commits,
 # and an entry made by the old code would otherwise be served as if valid.
-CARD_SCHEMA_VERSION = 1
+CARD_SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ def describe_validation_error(error: ValidationError) -> str:
     elif first["type"] == "value_error":
         raised = first["ctx"]["error"]
         message = str(raised)
-        if isinstance(raised, ShapeError):  # raised for the whole config table; name the key
-            field = f"{field}.{raised.field}"
+        if isinstance(raised, ShapeError):  # raised for a whole table; name the key
+            field = raised.field if not first["loc"] else f"{field}.{raised.field}"
     more = len(error.errors()) - 1
     suffix = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
     return f"field '{field}': {message}{suffix}"

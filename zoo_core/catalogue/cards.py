@@ -18,11 +18,21 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonDict
 
-from .limits import check_config_shape
+from ..plugin_api.manager import get_plugins
+from .limits import ShapeError
 
 WEIGHTS: JsonDict = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
 NAME_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
@@ -321,7 +331,7 @@ class Origin(_Strict):
 class ComponentSource(_Strict):
     """Which installed plugin provided one component the variant uses, when the card was written."""
 
-    name: str = Field(description="the component's registered name, e.g. 'transformer'")
+    name: str = Field(description="the component's registered name, e.g. 'bpe'")
     plugin: str = Field(description="the plugin (entry-point name) that registered it")
     distribution: str = Field(description="the Python distribution that plugin came from, e.g. 'zoo-lm'")
     version: str = Field(description="that distribution's version")
@@ -330,20 +340,40 @@ class ComponentSource(_Strict):
 COMPONENT_ROLES = ("model", "tokenizer", "positions", "block", "trainer", "adapter")
 
 
-# Config settings that were renamed, old name -> new. Cards (and the cards in
-# checkpoint headers) that use an old name read as if written with the new one;
-# nothing writes an old name again.
-RENAMED_SETTINGS = {"activation": "mlp"}
+def config_model(architecture: str | None) -> type[BaseModel] | None:
+    """The pydantic model the architecture's plugin validates its config with
+    (``register(name, factory, config=...)``); None when it names none, or the
+    architecture is not registered (building it is then refused, naming why)."""
+    if architecture is None:
+        return None
+    model = get_plugins().components["models"].declared(architecture, "config")
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
-def current_setting_names(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with every renamed setting under its current name."""
-    for old, new in RENAMED_SETTINGS.items():
+def current_setting_names(config: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
+    """``config`` with every renamed setting (``renamed``: old name -> new) under its
+    current name: an older card reads, and is stored, as if written with the new one."""
+    for old, new in renamed.items():
         if old in config:
             if new in config:
                 raise ValueError(f"config sets both {old!r} and {new!r}, which is its current name; keep {new!r}")
             config = {(new if key == old else key): value for key, value in config.items()}
     return config
+
+
+def _config_problem(error: ValidationError) -> ShapeError:
+    """The first problem the architecture's config model found, as one line naming the key."""
+    first = error.errors()[0]
+    raised = (first.get("ctx") or {}).get("error")
+    named = getattr(raised, "field", None)  # a validator's error may name the key it is about
+    path = [*first["loc"], *([named] if named else [])]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif isinstance(raised, ValueError):
+        message = str(raised)
+    else:
+        message = first["msg"]
+    return ShapeError(".".join(["config", *map(str, path)]), message)
 
 
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
@@ -356,15 +386,12 @@ class ModelCard(_Strict):
         pattern=NAME_PATTERN, description="the variant's name (the registry table's key)", json_schema_extra=WEIGHTS
     )
     description: str = Field(description="one or two sentences for `zoo list` and `zoo show`")
-    architecture: str = Field(description="registered model name, e.g. 'transformer'", json_schema_extra=WEIGHTS)
+    architecture: str = Field(description="registered model name (`zoo plugins` lists them)", json_schema_extra=WEIGHTS)
     config: dict[str, Any] = Field(
         default_factory=dict,
         json_schema_extra=WEIGHTS,
-        description="the architecture's settings; for 'transformer' and 'gpt' see \"Transformer layouts\" below "
-        "(d_model, n_layer, n_head, d_ff, positions, block, norm, norm_eps, dropout, bias, layer_bias, "
-        "tie_embeddings, mlp, n_kv_head, head_size, attention_bias, residual, sliding_window, qk_norm, "
-        "embedding_scale, rope_base, rope_scaling, rotary_fraction, logit_softcap); a setting a component does "
-        "not take is refused. Older cards' `activation` reads as `mlp`",
+        description="the architecture's settings, validated by the model its plugin registers (see the "
+        "architectures' sections below); an unknown key, or a setting a component does not take, is refused",
     )
     tokenizer: TokenizerSpec = Field(description="which tokenizer encodes the text", json_schema_extra=WEIGHTS)
     context_length: int = Field(
@@ -421,16 +448,11 @@ class ModelCard(_Strict):
             raise ValueError(f"unknown component role(s) {unknown}; roles are {', '.join(COMPONENT_ROLES)}")
         return components
 
-    @field_validator("config", mode="before")
-    @classmethod
-    def _current_names(cls, config: Any) -> Any:
-        return current_setting_names(config) if isinstance(config, dict) else config
-
     @field_validator("config")
     @classmethod
-    def _possible_shape(cls, config: dict[str, Any]) -> dict[str, Any]:
-        check_config_shape(config)  # before anything could be built from it
-        return config
+    def _current_names(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        model = config_model(info.data.get("architecture"))
+        return current_setting_names(config, getattr(model, "renamed_settings", {}))
 
     @model_serializer(mode="wrap")
     def _opt_in_only_when_set(self, handler):
@@ -451,6 +473,17 @@ class ModelCard(_Strict):
             raise ValueError(
                 f"recipe.context={self.recipe.context} is longer than the model reads (context_length={self.context_length})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _config_fits_the_architecture(self) -> "ModelCard":
+        # Before anything could be built from it; the table itself stays as written.
+        model = config_model(self.architecture)
+        if model is not None:
+            try:
+                model.model_validate(self.architecture_config())
+            except ValidationError as exc:
+                raise _config_problem(exc) from None
         return self
 
     @model_validator(mode="after")

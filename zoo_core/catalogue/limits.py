@@ -1,14 +1,15 @@
 """Bounded before built: what a card would cost, checked before anything is allocated.
 
-A card is data from whoever wrote the registry. ``n_layer = 10**9`` or
+A card is data from whoever wrote the registry. A billion layers or
 ``context_length = 10**12`` would make building the network (or its first
 forward pass) allocate until the machine gives up, so every card is checked in
 two steps:
 
-1. **Shape** (`check_config_shape`, run whenever a card is validated, so `zoo
-   show`, `zoo list`, `zoo load` and `zoo verify` all refuse it): the common size
-   keys are positive whole numbers and the width divides into the heads. One
-   line names the field.
+1. **Shape** (run whenever a card is validated, so `zoo show`, `zoo list`, `zoo
+   load` and `zoo verify` all refuse it): the architecture's config model, which
+   its plugin registers (``register(name, factory, config=...)``), checks the
+   sizes, e.g. that they are positive whole numbers and the width divides into
+   the heads. One line names the field (``ShapeError``).
 2. **Cost** (`check_budget`, run before a network is built): the parameters,
    and the memory one forward pass over a full window needs (weights, plus
    activations, attention scores, logits and the KV cache at batch 1 in
@@ -19,8 +20,9 @@ two steps:
    A config whose estimate from its sizes is already far (``SCREEN_FACTOR``
    times) beyond a limit is refused without building anything, even on meta.
    Where the architecture cannot be built on meta, the estimate from the
-   config's sizes stands in (transformer-shaped from the common keys, an upper
-   bound for the zoo's own architectures; else the square of the largest size),
+   config's sizes stands in (that of the first registered config model whose
+   ``estimate_sizes`` recognises the config, an upper bound for the zoo's own
+   architectures; else the square of the largest size),
    and a refusal says so; an architecture plugin may instead attach
    ``estimate_parameters(config) -> int`` to its factory, which is then used
    and nothing is built.
@@ -39,14 +41,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, TypeGuard
 
 from ..errors import ZooError
+from ..plugin_api.manager import get_plugins
 
 DEFAULT_MAX_PARAMETERS = 1_000_000_000
 DEFAULT_MAX_MEMORY = 16 * 1024**3
 BYTES_PER_VALUE = 4  # float32
-
-# Sizes a config may hold: whole numbers, at least 1 (d_ff may be left out).
-SIZE_KEYS = ("d_model", "n_layer", "n_head", "d_ff", "max_tokens", "n_kv_head", "head_size")
-FRACTION_KEYS = ("dropout",)
 
 
 def _is_whole(value: object) -> TypeGuard[int]:
@@ -54,33 +53,12 @@ def _is_whole(value: object) -> TypeGuard[int]:
 
 
 class ShapeError(ValueError):
-    """An impossible size in a card's config; ``field`` names the key."""
+    """An impossible setting in a card's config; ``field`` names the key (pydantic
+    turns it into one line naming the registry, the variant and the field)."""
 
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
-
-
-def check_config_shape(config: dict[str, Any]) -> None:
-    """Refuse impossible shapes with a ShapeError naming the field (pydantic
-    turns it into one line naming the registry, the variant and the field)."""
-    for key in SIZE_KEYS:
-        if key not in config or (key == "d_ff" and config[key] is None):
-            continue
-        value = config[key]
-        if not _is_whole(value):
-            raise ShapeError(key, f"must be a whole number, not {value!r}")
-        if value < 1:
-            raise ShapeError(key, f"must be at least 1, not {value}")
-    for key in FRACTION_KEYS:
-        if key in config:
-            value = config[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ShapeError(key, f"must be a number from 0 up to (not including) 1, not {value!r}")
-    d_model, n_head = config.get("d_model"), config.get("n_head")
-    # With its own head_size, a head need not be a slice of the width (Qwen3).
-    if d_model is not None and n_head is not None and "head_size" not in config and d_model % n_head:
-        raise ShapeError("n_head", f"the width d_model = {d_model} is not divisible by {n_head} heads")
 
 
 # A config's size estimate this many times over a limit needs no count to be refused.
@@ -100,34 +78,31 @@ class CannotMeasure(Exception):
     """A network could not be counted on the meta device; the message says why."""
 
 
+def _registered_estimates() -> list[Callable[[dict[str, Any]], tuple[int, int] | None]]:
+    """Every registered architecture's ``estimate_sizes``, once each, in name order."""
+    models = get_plugins().components["models"]
+    found: dict[int, Callable[[dict[str, Any]], tuple[int, int] | None]] = {}
+    for name in models.names():
+        estimate = getattr(models.declared(name, "config"), "estimate_sizes", None)
+        if callable(estimate):
+            found.setdefault(id(getattr(estimate, "__func__", estimate)), estimate)
+    return list(found.values())
+
+
 def _estimate_sizes(config: dict[str, Any]) -> tuple[int, int]:
-    """(parameters, activation values of one window) estimated from the config's sizes."""
-    V = int(config.get("vocab_size", 1))
+    """(parameters, activation values of one window) estimated from the config's sizes:
+    by a registered architecture that recognises them, else from the largest size."""
+    for estimate in _registered_estimates():
+        given = estimate(config)
+        if given is not None:
+            return int(given[0]), int(given[1])
     T = int(config.get("context_length", 1))
-    C = config.get("d_model")
-    if _is_whole(C):
-        L = int(config.get("n_layer", 0))
-        H = int(config.get("n_head", 1))
-        F = int(config.get("d_ff") or 4 * C)
-        heads = H * int(config.get("head_size") or C // H)  # the queries' width, and the output's input
-        keys = int(config.get("n_kv_head") or H) * (heads // H)
-        up = 2 * F if config.get("mlp") in ("swiglu", "geglu") else F  # a gated up projection is two
-        # q, k, v, out; up, down; biases and norms
-        per_layer = C * (2 * heads + 2 * keys) + C * (up + F) + up + 9 * C
-        # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
-        learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
-        parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
-        # Per layer, scores, logits, KV cache, positions.
-        activations = L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C + T * C
-    else:
-        # Not transformer-shaped: bound by the largest size the config holds.
-        sizes = [v for v in config.values() if _is_whole(v)] + [
-            len(v) for v in config.values() if isinstance(v, (list, str))
-        ]
-        widest = max([1, *sizes])
-        parameters = widest * widest
-        activations = T * widest
-    return parameters, activations
+    # Shaped like no registered architecture: bound by the largest size the config holds.
+    sizes = [v for v in config.values() if _is_whole(v)] + [
+        len(v) for v in config.values() if isinstance(v, (list, str))
+    ]
+    widest = max([1, *sizes])
+    return widest * widest, T * widest
 
 
 def estimate_cost(config: dict[str, Any], estimate_parameters: Callable[[dict], int] | None = None) -> Estimate:
