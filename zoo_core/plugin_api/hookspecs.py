@@ -66,7 +66,10 @@ def register_blocks(register):
     passes ``cache`` (the layer's cache while decoding, else None): accept it and
     hand it, with ``positions``, to the attention (the protocol's contract).
     A layout setting a card sets (``mlp``, ``n_kv_head``, ...; docs/cards.md) is
-    passed by keyword only when set, and only to a factory that names it.
+    passed by keyword only when set, and only to a factory that names it. Each
+    layer is built by its own call, with its own layer's settings (a card's
+    ``layers`` groups may differ layer by layer), and its forward is handed its
+    own layer's position encoding as ``encoding``.
     """
 
 
