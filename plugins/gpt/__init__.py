@@ -2,7 +2,9 @@
 
 from zoo_core import hookimpl
 
+from ..models import TRANSFORMER_LISTED
+
 
 @hookimpl
 def register_models(register):
-    register("gpt", "zoo_plugins.gpt.model:build_gpt")
+    register("gpt", "zoo_plugins.gpt.model:build_gpt", listed=TRANSFORMER_LISTED)  # its card's settings are a transformer's

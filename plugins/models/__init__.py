@@ -3,7 +3,22 @@
 from zoo_core import hookimpl
 
 
+def _norm_label(config: dict) -> str | None:
+    """`zoo list`'s norm column: where the block puts its norms and which kind (``pre-LN``)."""
+    block = config.get("block")
+    if not block:
+        return None
+    norm = config.get("norm", "layernorm")
+    placement = "pre" if "pre-norm" in block else "post" if "post-norm" in block else block
+    return f"{placement}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm) }"
+
+
+# What `zoo list` shows of a transformer card (register_models' listed=): plain Python,
+# read without importing the architecture.
+TRANSFORMER_LISTED = {"layers": "n_layer", "positions": "positions", "norm": _norm_label}
+
+
 @hookimpl
 def register_models(register):
     register("bigram", "zoo_plugins.models.bigram:build_bigram")
-    register("transformer", "zoo_plugins.models.transformer:build_transformer")
+    register("transformer", "zoo_plugins.models.transformer:build_transformer", listed=TRANSFORMER_LISTED)

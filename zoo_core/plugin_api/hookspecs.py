@@ -84,6 +84,14 @@ def register_models(register):
     recurrent network) says ``context_kind = "unbounded"`` and implements
     ``step(idx, state) -> (logits, state)``; the zoo then samples and scores it
     with the state carried.
+
+    ``register(name, factory, listed={...})`` says what `zoo list` shows in its
+    ``layers``, ``positions`` and ``norm`` columns for a card of this
+    architecture: each column maps to the config setting shown there (``"layers":
+    "n_layer"``) or to a function of the card's config table returning what to
+    show. It is read without importing the factory, so give it as a dict whose
+    functions import neither torch nor pydantic; a column it leaves out, or
+    whose value is missing or None, shows ``-``.
     """
 
 

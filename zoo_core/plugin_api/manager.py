@@ -116,6 +116,13 @@ class Components:
             value = entry.extras[key] = _import_attribute(value, entry.plugin)
         return value
 
+    def declared(self, name: str, key: str) -> Any:
+        """What the plugin registered beside ``name``'s factory under ``key``, as it
+        gave it: nothing is imported, not even the factory (`zoo list` asks without
+        torch). None when it gave none, or ``name`` is unknown or claimed twice."""
+        entry = self._entries.get(name) if name not in self._conflicts else None
+        return None if entry is None else entry.extras.get(key)
+
     def problem(self, name: str) -> str | None:
         """Why ``name`` cannot be used now (unknown, or claimed twice), without importing anything."""
         if name in self._conflicts:
