@@ -21,4 +21,11 @@ TRANSFORMER_LISTED = {"layers": "n_layer", "positions": "positions", "norm": _no
 @hookimpl
 def register_models(register):
     register("bigram", "zoo_plugins.models.bigram:build_bigram")
-    register("transformer", "zoo_plugins.models.transformer:build_transformer", listed=TRANSFORMER_LISTED)
+    register(
+        "transformer",
+        "zoo_plugins.models.transformer:build_transformer",
+        listed=TRANSFORMER_LISTED,
+        # The testing kit checks third-party encodings and blocks inside a tiny transformer.
+        hosts={"positions": "positions", "blocks": "block"},
+        tiny={"n_layer": 2},
+    )
