@@ -7,4 +7,6 @@ from ..models import TRANSFORMER_LISTED
 
 @hookimpl
 def register_models(register):
-    register("gpt", "zoo_plugins.gpt.model:build_gpt", listed=TRANSFORMER_LISTED)  # its card's settings are a transformer's
+    register(
+        "gpt", "zoo_plugins.gpt.model:build_gpt", listed=TRANSFORMER_LISTED
+    )  # its card's settings are a transformer's

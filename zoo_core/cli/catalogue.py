@@ -16,7 +16,6 @@ from ..loading.lookup import catalogue, get_variant, unbuildable_reason
 from ..plugin_api.manager import PluginSet, get_plugins
 from .tables import render_table
 
-
 # The columns of `zoo list` an architecture fills in itself (register_models' ``listed=``).
 ARCHITECTURE_COLUMNS = ("layers", "positions", "norm")
 

@@ -434,7 +434,9 @@ def _host(plugins: PluginSet, *kinds: str) -> tuple[str, dict[str, str]]:
 
 def _build_tiny(plugins: PluginSet, architecture: str, config: dict[str, Any]) -> Any:
     models = plugins.components["models"]
-    return models.create(architecture, {**TINY, **(models.declared(architecture, "tiny") or {}), **config}, plugins.components)
+    return models.create(
+        architecture, {**TINY, **(models.declared(architecture, "tiny") or {}), **config}, plugins.components
+    )
 
 
 def _outcome(subject: str, check: str, action: Callable[[], object]) -> CheckResult:
