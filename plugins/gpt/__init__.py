@@ -7,6 +7,5 @@ from ..models import TRANSFORMER_LISTED
 
 @hookimpl
 def register_models(register):
-    register(
-        "gpt", "zoo_plugins.gpt.model:build_gpt", listed=TRANSFORMER_LISTED
-    )  # its card's settings are a transformer's
+    # Its card's settings are a transformer's, so `zoo list` shows the same columns.
+    register("gpt", "zoo_plugins.gpt.model:build_gpt", listed=TRANSFORMER_LISTED)
