@@ -171,3 +171,28 @@ def test_markdown_table_for_the_readme(zoo):
     lines = result.out.splitlines()
     assert lines[0].startswith("| name | architecture |") and len(lines) == 4
     assert "| `puzzle-disobeys` | puzzle |" in lines[2] and lines[2].endswith("accuracy 100% | — |")
+
+
+def test_an_architecture_says_what_zoo_list_shows_of_its_cards():
+    """`zoo list`'s layers, positions and norm columns come from register_models'
+    ``listed=`` (a setting's name, or a function of the config), never from the core."""
+    from zoo_core import hookimpl
+    from zoo_core.cli.catalogue import _architecture_columns
+    from zoo_core.plugin_api.manager import PluginInfo, PluginSet
+
+    class Plugin:
+        @hookimpl
+        def register_models(register):
+            listed = {"layers": "depth", "norm": lambda config: f"{config['where']}-norm", "positions": "absent"}
+            register("listed-net", "nowhere.to.import:build", listed=listed)
+            register("silent-net", "nowhere.to.import:build")
+
+    plugins = PluginSet()
+    plugins.add_plugin(Plugin, PluginInfo("listing", "zoo-listing", "1", False))
+    config = {"depth": 7, "where": "sandwich", "positions": "rope"}
+    shown = _architecture_columns({"architecture": "listed-net", "config": config}, plugins)
+    assert shown == {"layers": 7, "positions": "-", "norm": "sandwich-norm"}
+    silent = _architecture_columns({"architecture": "silent-net", "config": config}, plugins)
+    assert silent == {"layers": "-", "positions": "-", "norm": "-"}  # the core reads no setting by its name
+    # A function that fails on a card it did not expect blanks its cell, not the listing.
+    assert _architecture_columns({"architecture": "listed-net", "config": {}}, plugins)["norm"] == "-"

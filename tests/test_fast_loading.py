@@ -106,3 +106,40 @@ def test_mapped_tensors_become_the_parameters_and_tied_ones_stay_tied(tmp_path):
     assert model.head.weight is model.embedding.weight
     assert torch.equal(model.embedding.weight, source.embedding.weight)
     assert [name for name, _ in model.named_parameters()] == ["embedding.weight"]
+
+
+def _counting_builds(monkeypatch):
+    """A fresh plugin set whose transformer factory records, on each call, where a
+    large tensor made then goes: "meta" while the budget check counts the network
+    (zoo_core.loading.sizing builds it with its large tensors there), else "cpu"."""
+    from zoo_core.loading.sizing import SMALL_ELEMENTS
+    from zoo_core.plugin_api.manager import PluginSet
+    from zoo_plugins.models import transformer
+
+    builds: list[str] = []
+    build = transformer.build_transformer
+
+    def counting(config, components):
+        builds.append(torch.empty(SMALL_ELEMENTS + 1).device.type)
+        return build(config, components)
+
+    # The registration names "module:attribute", imported on first use: a fresh set finds this one.
+    monkeypatch.setattr(transformer, "build_transformer", counting)
+    plugins = PluginSet()
+    plugins.load_entry_points()
+    return builds, plugins
+
+
+def test_a_load_builds_the_network_once_on_meta_and_once_for_real(monkeypatch):
+    builds, plugins = _counting_builds(monkeypatch)
+    model = zoo_core.load("transformer-1b-learned-ctx8", plugins)
+    assert builds == ["meta", "cpu"]
+    assert model.verification.checks  # loaded and verified, with the one real network
+
+
+def test_verifying_a_variant_builds_it_once_on_meta_and_not_for_real(monkeypatch):
+    from zoo_core.loading.api import verify_variant_files
+
+    builds, plugins = _counting_builds(monkeypatch)
+    verify_variant_files(zoo_core.get_variant("transformer-1b-learned-ctx8"), plugins)
+    assert builds == ["meta"]

@@ -440,7 +440,7 @@ def _skeleton_readme(name: str) -> str:
 
     from zoo_core.kit import scaffold
 
-    return Template(scaffold._README).substitute(scaffold.plugin_names(name))
+    return Template(scaffold._template("README.md.tmpl")).substitute(scaffold.plugin_names(name))
 
 
 def test_the_skeletons_readme_takes_it_from_source_to_shipped_weights(zoo, tmp_path):

@@ -3,6 +3,21 @@
 from zoo_core import hookimpl
 
 
+def _norm_label(config: dict) -> str | None:
+    """`zoo list`'s norm column: where the block puts its norms and which kind (``pre-LN``)."""
+    block = config.get("block")
+    if not block:
+        return None
+    norm = config.get("norm", "layernorm")
+    placement = "pre" if "pre-norm" in block else "post" if "post-norm" in block else block
+    return f"{placement}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm) }"
+
+
+# What `zoo list` shows of a transformer card (register_models' listed=): plain Python,
+# read without importing the architecture.
+TRANSFORMER_LISTED = {"layers": "n_layer", "positions": "positions", "norm": _norm_label}
+
+
 @hookimpl
 def register_models(register):
     register("bigram", "zoo_plugins.models.bigram:build_bigram")
@@ -10,4 +25,8 @@ def register_models(register):
         "transformer",
         "zoo_plugins.models.transformer:build_transformer",
         config="zoo_plugins.models.settings:TransformerConfig",
+        listed=TRANSFORMER_LISTED,
+        # The testing kit checks third-party encodings and blocks inside a tiny transformer.
+        hosts={"positions": "positions", "blocks": "block"},
+        tiny={"n_layer": 2},
     )

@@ -13,31 +13,43 @@ from ..catalogue.finding import VariantFilter, find_variants, search_variants
 from ..catalogue.provenance import provenance, provenance_lines
 from ..catalogue.registry import render_index_entries
 from ..loading.lookup import catalogue, get_variant, unbuildable_reason
+from ..plugin_api.manager import PluginSet, get_plugins
 from .tables import render_table
 
+# The columns of `zoo list` an architecture fills in itself (register_models' ``listed=``).
+ARCHITECTURE_COLUMNS = ("layers", "positions", "norm")
 
-def _summary(card: dict) -> dict:
+
+def _summary(card: dict, plugins: PluginSet) -> dict:
     """What `zoo list` shows, from the card's index entry alone (``Variant.index``: no pydantic)."""
-    config = card["config"]
-    positions = config.get("positions", "-")
-    if isinstance(positions, bool):  # the puzzle's one-hot position slots are on or off
-        positions = "one-hot" if positions else "none"
-    block = config.get("block")
-    norm = config.get("norm", "layernorm")
-    placement = "pre" if block and "pre-norm" in block else "post" if block and "post-norm" in block else block
-    norm_label = f"{placement}-{ {'layernorm': 'LN', 'rmsnorm': 'RMS'}.get(norm, norm) }" if block else "-"
+    columns = _architecture_columns(card, plugins)
     return {
         "name": card["name"],
         "architecture": card["architecture"],
-        "layers": config.get("n_layer", "-"),
-        "positions": positions,
-        "norm": norm_label,
+        **columns,
         "context": card["context_length"],
         "parameters": card.get("parameters"),
         "validation_loss": card["metrics"].get("validation_loss"),
         "tokenizer": card["tokenizer"]["kind"],
         "weights": card["checkpoint"].get("sha256") is not None,
     }
+
+
+def _architecture_columns(card: dict, plugins: PluginSet) -> dict:
+    """The layers, positions and norm columns, as the card's architecture says to fill
+    them (``listed=`` at registration; `-` where it says nothing): the core knows no
+    architecture's settings."""
+    listed = plugins.components["models"].declared(card["architecture"], "listed") or {}
+    config = card["config"] or {}
+    shown = {}
+    for column in ARCHITECTURE_COLUMNS:
+        how = listed.get(column)
+        try:
+            value = how(config) if callable(how) else config.get(how) if isinstance(how, str) else None
+        except Exception:  # a plugin's function on a card it did not expect: that cell, not the listing, fails
+            value = None
+        shown[column] = "-" if value is None else value
+    return shown
 
 
 def _architecture_label(card: dict) -> str:
@@ -63,7 +75,11 @@ def _described(args) -> str:
 
 
 def _print_variants(args, variants, nothing: str) -> int:
-    rows = [{**_summary(v.index), "source": v.layer, "unbuildable": unbuildable_reason(v)} for v in variants]
+    plugins = get_plugins()
+    rows = [
+        {**_summary(v.index, plugins), "source": v.layer, "unbuildable": unbuildable_reason(v, plugins)}
+        for v in variants
+    ]
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k not in ("train_loss", "accuracy")} for r in rows], indent=2))
         return 0

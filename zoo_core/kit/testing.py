@@ -58,7 +58,10 @@ from ..plugin_api.protocols import (
 from ..storage.checkpoints import save_checkpoint
 from ..training.job import TrainingJob
 
-TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_layer": 2, "n_head": 2}
+# The sizes the kit builds things at, by the names the plugin API gives them (the
+# factory keywords of register_positions and register_blocks, and a model's config);
+# an architecture adds what else a tiny network of it needs (register_models' tiny=).
+TINY = {"vocab_size": 48, "context_length": 8, "d_model": 16, "n_head": 2}
 
 
 @dataclass
@@ -401,11 +404,39 @@ def assert_trainer_resumes_exactly(trainer, build: Callable[[], Any], steps: int
 
 
 def tiny_transformer_builder(plugins: PluginSet | None = None, **config: Any) -> Callable[[], Any]:
-    """A builder of a tiny network of the registered 'transformer' architecture,
-    with ``config`` overriding its parts (``positions="my-encoding"``, ``block="my-block"``)."""
+    """A builder of a tiny network of the architecture that hosts position encodings
+    and blocks (register_models' ``hosts=``: the built-in transformer), with
+    ``config`` overriding its parts (``positions="my-encoding"``, ``block="my-block"``)."""
     plugins = plugins or get_plugins()
-    full = {**TINY, **config}
-    return lambda: plugins.components["models"].create("transformer", dict(full), plugins.components)
+    return lambda: _build_tiny(plugins, _host(plugins, "positions", "blocks")[0], config)
+
+
+def _hosted(plugins: PluginSet, kind: str, name: str) -> Callable[[], Any]:
+    """A builder of a tiny network of the architecture hosting ``kind``, with ``name`` as its part."""
+
+    def build():
+        host, hosts = _host(plugins, kind)
+        return _build_tiny(plugins, host, {hosts[kind]: name})
+
+    return build
+
+
+def _host(plugins: PluginSet, *kinds: str) -> tuple[str, dict[str, str]]:
+    """The architecture that builds registered components of ``kinds`` by name, and
+    which of its settings names each kind (register_models' ``hosts=``)."""
+    models = plugins.components["models"]
+    for name in models.declaring("hosts"):
+        hosts = models.declared(name, "hosts")
+        if all(kind in hosts for kind in kinds):
+            return name, hosts
+    raise ZooError(f"no registered architecture hosts {' and '.join(kinds)} (register_models' hosts=)")
+
+
+def _build_tiny(plugins: PluginSet, architecture: str, config: dict[str, Any]) -> Any:
+    models = plugins.components["models"]
+    return models.create(
+        architecture, {**TINY, **(models.declared(architecture, "tiny") or {}), **config}, plugins.components
+    )
 
 
 def _outcome(subject: str, check: str, action: Callable[[], object]) -> CheckResult:
@@ -625,7 +656,7 @@ def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) 
     if users:
         smallest = min(users, key=lambda v: math.inf if v.card.parameters is None else v.card.parameters)
         return checks(f"{subject} as variant '{smallest.name}' builds it", lambda: build_network(smallest, plugins))
-    config = dict(TINY)
+    config = {**TINY, **(plugins.components["models"].declared(name, "tiny") or {})}
 
     def build():
         return plugins.components["models"].create(name, dict(config), plugins.components)
@@ -637,7 +668,7 @@ def _check_model(plugins: PluginSet, name: str, users: list, deep: bool = True) 
                 subject,
                 "builds",
                 "skip",
-                f"no variant uses it, and the kit's tiny config {TINY} does not build it: {outcome.detail}; "
+                f"no variant uses it, and the kit's tiny config {config} does not build it: {outcome.detail}; "
                 f"register a variant so the kit can build it",
             )
         ]
@@ -704,7 +735,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
     registered = info.registered
     for position in registered.get("positions", []):
         subject = f"position '{position}'"
-        build = tiny_transformer_builder(plugins, positions=position)
+        build = _hosted(plugins, "positions", position)
         results.append(
             _outcome(
                 subject,
@@ -734,7 +765,7 @@ def check_plugin(name: str, deep: bool = True, plugins: PluginSet | None = None)
             )
         )
         if deep:
-            results += check_network(f"{subject} in a tiny transformer", tiny_transformer_builder(plugins, block=block))
+            results += check_network(f"{subject} in a tiny transformer", _hosted(plugins, "blocks", block))
     for model_name in registered.get("models", []):
         users = [v for v in everything if v.card.architecture == model_name and v.card.adapter is None]
         results += _check_model(plugins, model_name, users, deep)

@@ -31,7 +31,7 @@ from .lookup import (  # the front's part, here too: the API's one address
     unbuildable_reason,
 )
 from .quantizing import check_quantize, quantize_network
-from .sizing import build_on_meta, measure_on_meta
+from .sizing import build_on_meta, counted
 
 __all__ = [
     "BUILDING_ROLES",
@@ -86,24 +86,41 @@ def check_tokenizer_file(path: Path, expected: str) -> None:
 def check_variant_budget(variant: Variant, plugins: PluginSet | None = None):
     """Refuse, before anything is allocated, a card whose network would be too
     big to build or run (see zoo_core.catalogue.limits); returns the estimate."""
-    plugins = plugins or get_plugins()
+    return _checked_budget(variant, plugins or get_plugins())[0]
+
+
+def _checked_budget(variant: Variant, plugins: PluginSet):
+    """``check_variant_budget``'s estimate, and the network it built on the meta
+    device to count it (None when it counted nothing: the architecture estimates
+    itself, or the card was refused or estimated without building), so that a
+    caller who needs that network does not build it again."""
     card = variant.card
     factory = plugins.components["models"].factory(card.architecture)
     config = card.architecture_config()
+    built = []
 
     def measure() -> tuple[int, int]:  # the exact count: the architecture built on the meta device
-        return measure_on_meta(
+        network = build_on_meta(
             lambda: plugins.components["models"].create(card.architecture, dict(config), plugins.components)
         )
+        built.append(network)
+        return counted(network)
 
-    return check_budget(card.name, config, getattr(factory, "estimate_parameters", None), measure)
+    estimate = check_budget(card.name, config, getattr(factory, "estimate_parameters", None), measure)
+    return estimate, (built[0] if built else None)
 
 
 def build_network(variant: Variant, plugins: PluginSet | None = None):
     """A freshly initialised network for the card (weights not loaded)."""
     plugins = plugins or get_plugins()
-    card = variant.card
     check_variant_budget(variant, plugins)
+    return _build_checked(variant, plugins)
+
+
+def _build_checked(variant: Variant, plugins: PluginSet):
+    """``build_network`` for a caller that has just checked the card's budget: a
+    load builds the network once on the meta device, to count it, and once for real."""
+    card = variant.card
     try:
         return plugins.components["models"].create(card.architecture, card.architecture_config(), plugins.components)
     except ZooError:
@@ -177,10 +194,12 @@ def load_variant(
     if card.adapter is not None:
         # quantized, an adapter is folded in first: the int8 layers replace the ones it wraps
         merge = merge_adapter or quantize is not None
-        network, verification = load_adapted(variant, plugins, catalogue(plugins), build_network, merge=merge)
+        # The base builds the network this card does (adapter_base checks it), so the
+        # budget checked above is the base's too: it is not checked again.
+        network, verification = load_adapted(variant, plugins, catalogue(plugins), _build_checked, merge=merge)
     else:
         with random_init_skipped():  # the verified load below replaces every weight
-            network = build_network(variant, plugins)
+            network = _build_checked(variant, plugins)
         verification = checkpoints.load_verified(
             variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
         )
@@ -204,16 +223,17 @@ def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> 
     plugins = plugins or get_plugins()
     card = variant.card
     require_components(variant, plugins)
-    check_variant_budget(variant, plugins)
     if card.adapter is not None or not has_published_weights(variant):
-        return load_variant(variant, plugins).verification
-    config = card.architecture_config()
-    try:
-        network = build_on_meta(
-            lambda: plugins.components["models"].create(card.architecture, dict(config), plugins.components)
-        )
-    except CannotMeasure:
-        return load_variant(variant, plugins).verification
+        return load_variant(variant, plugins).verification  # which checks the budget first, as below
+    _, network = _checked_budget(variant, plugins)  # the network the check counted, built on meta once
+    if network is None:  # the check counted nothing on meta (an architecture that estimates itself)
+        config = card.architecture_config()
+        try:
+            network = build_on_meta(
+                lambda: plugins.components["models"].create(card.architecture, dict(config), plugins.components)
+            )
+        except CannotMeasure:
+            return load_variant(variant, plugins).verification
     load_tokenizer(variant, plugins)
     return checkpoints.verify_streamed(
         variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card

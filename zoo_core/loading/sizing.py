@@ -132,7 +132,11 @@ def measure_on_meta(build: Callable[[], Any]) -> tuple[int, int]:
     """(parameters, bytes of parameters and buffers) of what ``build()`` returns
     when every tensor it creates is on the meta device; raises CannotMeasure
     saying why when it cannot be built there."""
-    network = build_on_meta(build)
+    return counted(build_on_meta(build))
+
+
+def counted(network: torch.nn.Module) -> tuple[int, int]:
+    """(parameters, bytes of parameters and buffers) of ``network``, each shared tensor once."""
     parameters = list(network.parameters())  # each shared tensor once
     buffers = list(network.buffers())
     count = sum(p.numel() for p in parameters)

@@ -105,6 +105,22 @@ def register_models(register):
     zoo_core.catalogue.limits); and ``reference_notes`` (Markdown). docs/cards.md
     describes the architecture from the model: its docstring (first line the
     heading), each field's default and description, and the notes.
+
+    ``register(name, factory, listed={...})`` says what `zoo list` shows in its
+    ``layers``, ``positions`` and ``norm`` columns for a card of this
+    architecture: each column maps to the config setting shown there (``"layers":
+    "n_layer"``) or to a function of the card's config table returning what to
+    show. It is read without importing the factory, so give it as a dict whose
+    functions import neither torch nor pydantic; a column it leaves out, or
+    whose value is missing or None, shows ``-``.
+
+    An architecture that builds registered position encodings and blocks by the
+    names in its config passes ``hosts=``, a dict from the component kind to the
+    setting that names it (``{"positions": "positions", "blocks": "block"}``),
+    and ``tiny=``, the settings that make a tiny network beside the testing
+    kit's ``TINY`` (``vocab_size``, ``context_length``, ``d_model``, ``n_head``):
+    `zoo check-plugin` and ``zoo_core.kit.testing.tiny_transformer_builder``
+    check a third party's encoding or block inside it (a built-in host first).
     """
 
 

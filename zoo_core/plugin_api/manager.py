@@ -128,6 +128,12 @@ class Components:
             value = entry.extras[key] = _import_attribute(value, entry.plugin)
         return value
 
+    def declaring(self, key: str) -> list[str]:
+        """The usable names registered with ``key`` beside their factory: the built-in
+        plugins' first, then by name (the order the testing kit picks a host in)."""
+        found = [name for name, entry in self._entries.items() if entry.extras.get(key) is not None]
+        return sorted(found, key=lambda name: (not self._entries[name].builtin, name))
+
     def problem(self, name: str) -> str | None:
         """Why ``name`` cannot be used now (unknown, or claimed twice), without importing anything."""
         if name in self._conflicts:

@@ -18,7 +18,8 @@ VARIANTS = Path(__file__).resolve().parent / "variants" / "registry.toml"
 
 @hookimpl
 def register_models(register):
-    register("gru", "zoo_gru.gru:build_gru")
+    # listed=: what `zoo list` shows in its layers column for a gru card.
+    register("gru", "zoo_gru.gru:build_gru", listed={"layers": "n_layer"})
 
 
 @hookimpl
