@@ -30,3 +30,14 @@ def register_models(register):
         hosts={"positions": "positions", "blocks": "block"},
         tiny={"n_layer": 2},
     )
+
+
+@hookimpl
+def register_families(register):
+    # In the order an export without a recorded family asks them (docs/interop.md).
+    register("gpt2", "zoo_plugins.models.families.gpt2:GPT2")
+    register("llama", "zoo_plugins.models.families.llama:LLAMA")
+    register("mistral", "zoo_plugins.models.families.llama:MISTRAL")
+    register("qwen2", "zoo_plugins.models.families.llama:QWEN2")
+    register("qwen3", "zoo_plugins.models.families.llama:QWEN3")
+    register("gpt_neox", "zoo_plugins.models.families.gpt_neox:GPT_NEOX")

@@ -387,6 +387,12 @@ class ModelCard(_Strict):
     )
     description: str = Field(description="one or two sentences for `zoo list` and `zoo show`")
     architecture: str = Field(description="registered model name (`zoo plugins` lists them)", json_schema_extra=WEIGHTS)
+    family: str | None = Field(
+        None,
+        description="the model family its config and tensors are laid out as (a registered family record, e.g. "
+        "'llama'), recorded by `zoo import`; exports write that family. Unset: the first family that takes the "
+        "variant",
+    )
     config: dict[str, Any] = Field(
         default_factory=dict,
         json_schema_extra=WEIGHTS,

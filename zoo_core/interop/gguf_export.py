@@ -1,21 +1,12 @@
 """GGUF: `zoo export --format gguf`, a file llama.cpp (and Ollama, LM Studio) runs.
 
 Written with llama.cpp's own Python writer (the `gguf` package), in the
-architectures whose graphs llama.cpp builds for the zoo's layouts:
-
-- ``llama`` (Llama, SmolLM2, Mistral without a window): llama.cpp rotates
-  adjacent query/key features (its "normal" RoPE), so the converter from
-  transformers reorders each head's query and key rows from rotate_half's order
-  into pairs (convert_hf_to_gguf's ``permute``). That order is the zoo's own:
-  the rows go out as the zoo holds them.
-- ``qwen2`` (query/key/value biases): llama.cpp rotates it in rotate_half's
-  ("neox") order, so its rows go out in transformers' order, unpermuted.
-
-The tensors are transformers' (`hf_layouts`), renamed by the package's own
-name map. Vectors (norm scales, biases) stay F32 as llama.cpp's converter keeps
-them; in Q8_0 a matrix whose rows are not whole 32-value blocks goes out F16, as
-the converter does. A tied vocabulary head is written once (no ``output.weight``:
-llama.cpp then reads the embedding).
+architecture of the variant's family (its record, ``zoo_core.plugin_api.families``,
+gives the architecture's metadata keys and the tensors under llama.cpp's names
+and in its row orders). Vectors (norm scales, biases) stay F32 as llama.cpp's
+converter keeps them; in Q8_0 a matrix whose rows are not whole 32-value blocks
+goes out F16, as the converter does. A tied vocabulary head is written once (no
+``output.weight``: llama.cpp then reads the embedding).
 
 The tokenizer goes in as llama.cpp's byte-level BPE ("gpt2" model), with the
 same ids: an 'hf' tokenizer.json's vocabulary, merges and special tokens; the
@@ -36,15 +27,12 @@ import numpy as np
 import torch
 
 from ..errors import ZooError
-from .hf import _heads, _require_transformers, family_layout, quiet_transformers, verification_ids
-from .hf_layouts import LLAMA, Layout, layout_for, reorder_heads
+from ..plugin_api import families
+from .hf import _require_transformers, quiet_transformers, verification_ids
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
 
 # --gguf-type: what the matrices are written as.
 GGUF_TYPES = ("f32", "f16", "q8_0")
-# The zoo's family layout -> llama.cpp's architecture (gguf.MODEL_ARCH), and whether
-# llama.cpp rotates adjacent pairs (the zoo's order) or rotate_half's (transformers').
-ARCHITECTURES: dict[str, tuple[str, bool]] = {"llama": ("LLAMA", True), "qwen2": ("QWEN2", False)}
 # The pre-tokenizers of a tokenizer.json that llama.cpp has a name for.
 BYTE_LEVEL = {"type": "ByteLevel", "use_regex": True}
 # How far the logits of the file (read by transformers' GGUF loader) may be from
@@ -55,32 +43,21 @@ LOGIT_TOLERANCE = {"f32": 1e-4}
 RELATIVE_TOLERANCE = {"f16": 0.02, "q8_0": 0.1}
 
 
-def gguf_layout(model) -> tuple[Layout | None, str]:
-    """The family layout the variant is written in, or None and the setting llama.cpp cannot take."""
-    card = model.card
-    name = card.name
-    if card.architecture not in ("transformer", "gpt"):
-        return None, f"'{name}' is a {card.architecture} model; GGUF export writes transformer and gpt variants"
-    config = family_layout(model)
-    if config["positions"] != "rope":
-        return None, (
-            f"'{name}' has positions '{config['positions']}'; the GGUF export writes RoPE families "
-            f"({', '.join(ARCHITECTURES)})"
-        )
-    layout, reason = layout_for(config)
-    if layout is None:
-        return None, f"'{name}': {reason}"
-    if config.get("sliding_window"):
-        return None, f"'{name}' sets sliding_window; llama.cpp's llama architecture has no key for a window"
-    if layout.model_type not in ARCHITECTURES:
-        return None, f"'{name}' is in {layout.architecture}'s layout; the GGUF export writes {', '.join(ARCHITECTURES)}"
-    if config["mlp"] != "swiglu":
-        return None, f"'{name}' has mlp '{config['mlp']}'; llama.cpp's llama and qwen2 gate with SiLU (swiglu)"
-    if config.get("rope_scaling"):
-        return None, f"'{name}' sets rope_scaling; the GGUF export writes plain RoPE only"
-    if layout is LLAMA and (config["attention_bias"] != "none" or config["layer_bias"]):
-        return None, f"'{name}' sets attention_bias or layer_bias; GGUF export writes llama without biases"
-    return layout, ""
+def gguf_family(model) -> families.FamilyRecord:
+    """The family the variant is written in, or a one-line refusal naming what llama.cpp cannot take."""
+    writers = tuple(dict.fromkeys(r.gguf_architecture for r in families.records() if r.gguf_architecture))
+    try:
+        record = families.for_variant(model, "GGUF")
+        reason = record.gguf_refusal(model, writers)
+    except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
+        raise ZooError(f"cannot export to GGUF: '{model.name}' is not laid out like the zoo's transformer (no {exc})")
+    except ZooError as exc:
+        raise ZooError(f"cannot export to GGUF: {exc}") from None
+    if reason is None and record.gguf_architecture is None:
+        reason = f"'{model.name}' is in {record.hf_class}'s layout; the GGUF export writes {', '.join(writers)}"
+    if reason is not None:
+        raise ZooError(f"cannot export to GGUF: {reason}")
+    return record
 
 
 def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path], dict]:
@@ -89,26 +66,21 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     returning."""
     if tensor_type not in GGUF_TYPES:
         raise ZooError(f"--gguf-type {tensor_type!r}; choose one of {', '.join(GGUF_TYPES)}")
-    layout, reason = gguf_layout(model)
-    if layout is None:
-        raise ZooError(f"cannot export to GGUF: {reason}")
-    config = family_layout(model)
-    member, pairs = ARCHITECTURES[layout.model_type]
-    architecture = gguf.MODEL_ARCH[member]
+    exported = gguf_family(model).to_gguf(model)
     path = out / f"{model.name}.gguf"
-    writer = _writer(path, gguf.MODEL_ARCH_NAMES[architecture])
+    writer = _writer(path, exported.architecture)
     writer.add_name(model.name)
     if model.card.license and model.card.license != "unspecified":
         writer.add_license(model.card.license)
-    vocab_size = model.network.lm_head.weight.shape[0]
-    _hyper_parameters(writer, config, model.card.context_length, vocab_size)
-    _tokenizer(writer, model, vocab_size)
+    for key, value, kind in exported.metadata:
+        writer.add_key_value(key, value, gguf.GGUFValueType[kind])
+    _tokenizer(writer, model, model.network.lm_head.weight.shape[0])
     file_type = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0"}[tensor_type]
     writer.add_file_type(gguf.LlamaFileType[file_type])
     if tensor_type == "q8_0":
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    for name, array in _tensors(model, layout, config, architecture, pairs).items():
-        data, kind = _typed(array, tensor_type)
+    for name, tensor in exported.tensors.items():
+        data, kind = _typed(tensor.numpy(), tensor_type)
         writer.add_tensor(name, data, raw_dtype=kind)
     out.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file()
@@ -132,44 +104,6 @@ def _writer(path: Path, architecture: str):
             return super()._pack_val(val, vtype, add_vtype, sub_type)
 
     return Writer(path, architecture)
-
-
-def _hyper_parameters(writer, config: dict, context_length: int, vocab_size: int) -> None:
-    """The architecture's keys (``llama.embedding_length`` and so on)."""
-    head_size = config["head_size"]
-    writer.add_context_length(context_length)
-    writer.add_embedding_length(config["d_model"])
-    writer.add_block_count(config["n_layer"])
-    writer.add_feed_forward_length(config["d_ff"])
-    writer.add_head_count(config["n_head"])
-    writer.add_head_count_kv(config["n_kv_head"])
-    writer.add_rope_freq_base(float(config.get("rope_base", 10000.0)))
-    writer.add_layer_norm_rms_eps(config["norm_eps"])
-    writer.add_rope_dimension_count(head_size)
-    writer.add_vocab_size(vocab_size)
-    if head_size * config["n_head"] != config["d_model"]:  # a head size of its own
-        writer.add_key_length(head_size)
-        writer.add_value_length(head_size)
-
-
-def _tensors(model, layout: Layout, config: dict, architecture, pairs: bool) -> dict[str, np.ndarray]:
-    """The variant's tensors under llama.cpp's names, in its row orders."""
-    heads = _heads(config)
-    ours = {name: tensor.detach().to(torch.float32) for name, tensor in model.network.state_dict().items()}
-    if config["tie_embeddings"]:
-        del ours["lm_head.weight"]  # llama.cpp reads the embedding when output.weight is absent
-    theirs = layout.from_zoo(ours, config["n_layer"], heads)
-    names = gguf.get_tensor_name_map(architecture, config["n_layer"])
-    written = {}
-    for hf_name, tensor in theirs.items():
-        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        if name is None:
-            raise ZooError(f"GGUF has no name for {hf_name} in llama.cpp's {gguf.MODEL_ARCH_NAMES[architecture]}")
-        if pairs and name.endswith(("attn_q.weight", "attn_k.weight")):
-            count = heads.n_head if name.endswith("attn_q.weight") else heads.n_kv_head
-            tensor = reorder_heads(tensor, count, heads, to_pairs=True)
-        written[name] = tensor.contiguous().numpy()
-    return written
 
 
 def _typed(array: np.ndarray, tensor_type: str):

@@ -1,20 +1,12 @@
-"""`zoo import gguf`: a llama.cpp GGUF file (Llama's family: llama, qwen2) as a zoo variant.
+"""`zoo import gguf`: a llama.cpp GGUF file as a zoo variant.
 
 The file is first walked by gguf_files (every count, length and offset
 bounded), then read by llama.cpp's own Python reader (`gguf.GGUFReader`).
-Its metadata becomes a transformers-style configuration and its tensors,
-dequantised to float32 by the package's own `gguf.quants.dequantize`, get
-transformers' names (the package's own name map), so the card and the zoo
-tensors come from the very `Layout` that `zoo import hf` uses (hf_layouts).
-
-llama.cpp's converter (convert_hf_to_gguf.py, ``LlamaModel.permute``)
-reorders each head's query and key rows for ``llama`` files: the rows of
-transformers' rotate_half layout, seen as (2, D/2), are stored transposed,
-(D/2, 2), so row 2i holds transformers' row i and row 2i + 1 its row i + D/2
-(transformers' GGUF loader undoes it the same way, ``_reverse_permute_weights``).
-That is exactly the zoo's own adjacent-pairs order; the import undoes it into
-transformers' order and lets the Layout make the zoo's. ``qwen2`` files are
-stored unpermuted (llama.cpp runs them with NeoX-style RoPE).
+Its ``general.architecture`` names the family record that reads it
+(``zoo_core.plugin_api.families``): the record turns the architecture's
+metadata keys into the card's config and llama.cpp's tensors (dequantised
+to float32 by the package's own `gguf.quants.dequantize`) into the
+architecture's, undoing llama.cpp's own row orders where it has them.
 """
 
 from __future__ import annotations
@@ -24,7 +16,6 @@ import re
 import tempfile
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Mapping
 
 import gguf
@@ -35,22 +26,20 @@ from tokenizers import Tokenizer
 from ..catalogue.cards import ChatSpec, ModelCard, Recipe
 from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
+from ..plugin_api import families
 from ..storage.checkpoints import sha256_file
 from .gguf_files import GGUFHeader, check_gguf_header
 from .gguf_tokenizer import tokenizer_from_gguf
-from .hf_layouts import LLAMA, QWEN2, Heads, Layout, reorder_heads
 from .imports import (
     BUILTIN_CORPUS,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
+    count_parameters,
     imported_card,
     publish_import,
     tokenizer_for_vocabulary,
 )
-
-# general.architecture -> the family's layout, and whether its Q/K rows were permuted.
-FAMILIES: dict[str, tuple[Layout, bool]] = {"llama": (LLAMA, True), "qwen2": (QWEN2, False)}
 
 # The fixed text whose perplexity the import records (metrics.paragraph_*):
 # plain English prose, written for the zoo, that any English model should read well.
@@ -65,7 +54,7 @@ REFERENCE_PARAGRAPH = (
 
 
 def import_gguf(source: Path, name: str | None = None, license: str | None = None, replace: bool = False):
-    """Convert a GGUF file of Llama's family into a variant in the user's
+    """Convert a GGUF file of a registered family into a variant in the user's
     catalogue (over the user's own variant of that name only with ``replace``):
     float32 weights, its tokenizer as tokenizer.json ('hf'), its chat template,
     licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`."""
@@ -73,46 +62,40 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
     reader = _reader(source)
     metadata = _metadata(source, reader)
     architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
-    if architecture not in FAMILIES:
+    record = families.for_gguf_architecture(architecture)
+    if record is None:
         raise ZooError(
             f"{source}: architecture '{printable(architecture)}'; the GGUF architectures that import are "
-            f"{', '.join(FAMILIES)} (other files: convert with transformers and use zoo import hf)"
+            f"{', '.join(families.gguf_readers())} (other files: convert with transformers and use zoo import hf)"
         )
-    layout, permuted = FAMILIES[architecture]
     name = name if name is not None else _variant_name(source, metadata)
     check_name_is_free(name, replace)
-    hf_config = _hf_config(source, metadata, architecture)
-    settings = layout.settings(hf_config)
-    heads = Heads(hf_config.num_attention_heads, hf_config.num_key_value_heads, hf_config.head_dim, hf_config.head_dim)
-    tensors = _hf_tensors(source, reader, architecture, settings["n_layer"], heads if permuted else None)
-    renamed = layout.to_zoo(tensors, settings["n_layer"], heads)
-    if "lm_head.weight" not in renamed:  # llama.cpp writes no output.weight for tied embeddings
-        settings["tie_embeddings"] = True
-    if settings["tie_embeddings"]:
-        renamed["lm_head.weight"] = renamed["token_embedding.weight"]
-    vocab = renamed["token_embedding.weight"].shape[0]
+    settings, context_length = record.config_from_gguf(metadata, source)
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    settings, renamed = record.tensors_from_gguf(settings, tensors, lambda tensor: _dequantized(source, tensor), source)
+    vocab = record.vocab_size(renamed)
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer_file = Path(scratch) / "tokenizer.json"
         tokenizer = _tokenizer(source, metadata)
         tokenizer_file.write_text(tokenizer.to_str(), encoding="utf-8")
         spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
         check_tokenizer(spec, tokenizer_path)
-        tied = settings["tie_embeddings"]
         card = imported_card(
             name,
             settings,
-            hf_config.max_position_embeddings,
+            context_length,
             spec,
-            sum(t.numel() for key, t in renamed.items() if not (tied and key == "lm_head.weight")),
+            count_parameters(renamed),
             source,
             sha256_file(source, "GGUF file"),
             f"GGUF {architecture}",
             Recipe(data=str(BUILTIN_CORPUS), notes=f"trained elsewhere; imported from a GGUF file ({_types(header)})"),
             license=license or _optional_text(metadata, gguf.Keys.General.LICENSE) or "unspecified",
-            architecture="transformer",
+            architecture=record.architectures[0],
+            family=record.name,
         )
         card = card.model_copy(update={"chat": _chat(source, metadata), "tags": [*card.tags, _main_type(header)]})
-        network = check_card_fits_tensors(source, card, renamed)
+        network = check_card_fits_tensors(source, card, renamed, record)
         network.load_state_dict(renamed)
         card = _with_paragraph_metrics(card, network, tokenizer)
         registry = publish_import(card, renamed, tokenizer_path)
@@ -146,24 +129,6 @@ def _text(source: Path, metadata: Mapping[str, Any], key: str) -> str:
     return value
 
 
-def _whole(source: Path, metadata: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    value = metadata.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ZooError(f"{source}: {key} is {printable(repr(value))}, not a whole number above 0")
-    return value
-
-
-def _positive(source: Path, metadata: Mapping[str, Any], key: str, default: float | None = None) -> float:
-    value = metadata.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ZooError(f"{source}: {key} is {printable(repr(value))}, not a finite number above 0")
-    if float(np.float32(value)) == value:
-        # GGUF keeps these in float32: 1e-5 reads 9.99999974e-06. The shortest decimal that is the
-        # same float32 (what the model computes with) is what the card and transformers' config say.
-        return float(np.format_float_scientific(np.float32(value), unique=True))
-    return float(value)
-
-
 def _variant_name(source: Path, metadata: Mapping[str, Any]) -> str:
     """general.name as a variant name: lower case, runs of anything else one '-'."""
     title = _optional_text(metadata, gguf.Keys.General.NAME)
@@ -173,82 +138,14 @@ def _variant_name(source: Path, metadata: Mapping[str, Any]) -> str:
     return name
 
 
-def _hf_config(source: Path, metadata: Mapping[str, Any], architecture: str) -> SimpleNamespace:
-    """The file's hyper-parameters as the transformers config fields the Layout reads."""
-
-    def key(template: str) -> str:
-        return template.format(arch=architecture)
-
-    width = _whole(source, metadata, key(gguf.Keys.LLM.EMBEDDING_LENGTH))
-    n_head = _whole(source, metadata, key(gguf.Keys.Attention.HEAD_COUNT))
-    n_kv_head = _whole(source, metadata, key(gguf.Keys.Attention.HEAD_COUNT_KV), n_head)
-    head_size = _whole(source, metadata, key(gguf.Keys.Attention.KEY_LENGTH), width // n_head or 1)
-    if n_head % n_kv_head:
-        raise ZooError(f"{source}: {n_head} query heads do not share {n_kv_head} key/value heads evenly")
-    if _whole(source, metadata, key(gguf.Keys.Attention.VALUE_LENGTH), head_size) != head_size:
-        raise ZooError(f"{source}: keys and values of different widths; the zoo's heads have one head size")
-    if _whole(source, metadata, key(gguf.Keys.Rope.DIMENSION_COUNT), head_size) != head_size:
-        raise ZooError(f"{source}: RoPE rotates part of each head; Llama's family rotates all of it")
-    rope: dict[str, Any] = {"rope_theta": _positive(source, metadata, key(gguf.Keys.Rope.FREQ_BASE), 10000.0)}
-    scaling = metadata.get(key(gguf.Keys.Rope.SCALING_TYPE), "none")
-    if scaling == "linear":
-        rope.update(rope_type="linear", factor=_positive(source, metadata, key(gguf.Keys.Rope.SCALING_FACTOR)))
-    elif scaling != "none":
-        raise ZooError(f"{source}: RoPE scaling '{printable(str(scaling))}' (none and linear import)")
-    return SimpleNamespace(
-        hidden_size=width,
-        num_hidden_layers=_whole(source, metadata, key(gguf.Keys.LLM.BLOCK_COUNT)),
-        num_attention_heads=n_head,
-        num_key_value_heads=n_kv_head,
-        head_dim=head_size,
-        intermediate_size=_whole(source, metadata, key(gguf.Keys.LLM.FEED_FORWARD_LENGTH)),
-        rms_norm_eps=_positive(source, metadata, key(gguf.Keys.Attention.LAYERNORM_RMS_EPS)),
-        hidden_act="silu",
-        tie_word_embeddings=False,  # decided by whether the file has output.weight
-        rope_parameters=rope,
-        max_position_embeddings=_whole(source, metadata, key(gguf.Keys.LLM.CONTEXT_LENGTH)),
-    )
-
-
-def _hf_tensors(
-    source: Path, reader: gguf.GGUFReader, architecture: str, n_layer: int, permuted: Heads | None
-) -> dict[str, torch.Tensor]:
-    """The file's tensors in float32 under transformers' names, query and key
-    rows back in transformers' order when llama.cpp permuted them."""
-    arch = next(a for a, text in gguf.MODEL_ARCH_NAMES.items() if text == architecture)
-    names = gguf.get_tensor_name_map(arch, n_layer)
-    hf_names = {}
-    for known in FAMILIES[architecture][0].known_names(n_layer):
-        gguf_name = names.get_name(known, try_suffixes=(".weight", ".bias"))
-        if gguf_name is not None:
-            hf_names[gguf_name] = known
-    tensors = {}
-    for tensor in reader.tensors:
-        hf_name = hf_names.get(tensor.name, "")
-        if not hf_name:
-            raise ZooError(
-                f"{source}: tensor '{printable(tensor.name)}' is not in {architecture}'s {n_layer}-layer layout"
-            )
-        shape = tuple(int(d) for d in reversed(tensor.shape))  # ggml lists the row length first
-        if len(shape) > 2:
-            raise ZooError(f"{source}: tensor '{printable(tensor.name)}' has {len(shape)} dimensions (at most 2)")
-        # A copy: the reader's arrays are read-only views of the memory-mapped file.
-        values = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-        weight = torch.from_numpy(values.reshape(shape))
-        if permuted is not None and re.search(r"\.self_attn\.[qk]_proj\.", hf_name):
-            count = permuted.n_head if ".q_proj." in hf_name else permuted.n_kv_head
-            if shape[0] != count * permuted.head_size:
-                raise ZooError(
-                    f"{source}: tensor '{printable(tensor.name)}' has {shape[0]} rows; "
-                    f"{count} heads of {permuted.head_size} need {count * permuted.head_size}"
-                )
-            weight = reorder_heads(weight, count, permuted, to_pairs=False)
-        tensors[hf_name] = weight
-    # Every weight but the head, which llama.cpp leaves out when it is the embedding.
-    for hf_name, gguf_name in sorted((hf, name) for name, hf in hf_names.items()):
-        if hf_name.endswith(".weight") and hf_name != "lm_head.weight" and hf_name not in tensors:
-            raise ZooError(f"{source}: no tensor '{gguf_name}'; {architecture}'s {n_layer}-layer layout has one")
-    return tensors
+def _dequantized(source: Path, tensor) -> torch.Tensor:
+    """One of the reader's tensors as float32 in torch's shape (ggml lists the row length first)."""
+    shape = tuple(int(d) for d in reversed(tensor.shape))
+    if len(shape) > 2:
+        raise ZooError(f"{source}: tensor '{printable(tensor.name)}' has {len(shape)} dimensions (at most 2)")
+    # A copy: the reader's arrays are read-only views of the memory-mapped file.
+    values = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+    return torch.from_numpy(values.reshape(shape))
 
 
 def _tokenizer(source: Path, metadata: Mapping[str, Any]) -> Tokenizer:

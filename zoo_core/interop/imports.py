@@ -20,6 +20,7 @@ from ..catalogue.publishing import refuse_overwrite
 from ..catalogue.registry import Variant
 from ..errors import ZooError, printable
 from ..loading.api import build_network, catalogue
+from ..plugin_api.families import FamilyRecord
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import component_sources
 from ..storage.checkpoints import shape_report
@@ -110,6 +111,7 @@ def imported_card(
     recipe: Recipe,
     license: str = "unspecified",
     architecture: str = "gpt",
+    family: str | None = None,
 ) -> ModelCard:
     """The card of an import, validated as any card is: an impossible
     configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line."""
@@ -123,6 +125,7 @@ def imported_card(
             name=name,
             description=f"Imported from a {origin} checkpoint ({shown}).",
             architecture=architecture,
+            family=family,
             config=config,
             tokenizer=tokenizer,
             context_length=context_length,
@@ -168,23 +171,29 @@ def check_tensors_are_dense(source: Path, tensors: dict[str, Any]) -> None:
         )
 
 
-def check_card_fits_tensors(source: Path, card: ModelCard, tensors: dict[str, Any]) -> torch.nn.Module:
-    """The configuration describes exactly these tensors: the layer count, width and
-    window first (a 4,672-parameter file that claims a billion layers is refused
-    before anything is built), then the network the card builds (within the size
-    limits), name by name and shape by shape, and its parameter count. Returns
-    that network (its weights freshly initialised), for an import that runs it."""
-    config = card.config
-    layers = {int(block.group(1)) for n in tensors if (block := re.match(r"blocks\.(\d+)\.", n))}
-    embedding = tensors.get("token_embedding.weight")
-    positions = tensors.get("positions.table.weight")
-    for key, claimed, held in (
-        ("n_layer", config.get("n_layer"), len(layers)),
-        ("d_model", config.get("d_model"), embedding.shape[-1] if embedding is not None else None),
-        ("context length", card.context_length, positions.shape[0] if positions is not None else None),
-    ):
-        if held is not None and claimed != held:
-            raise ZooError(f"{source}: the configuration says {key} {claimed}, the tensors hold {held}")
+def count_parameters(tensors: dict[str, Any]) -> int:
+    """The values the tensors hold, a tied tensor (one tensor under two names) counted once."""
+    seen, total = set(), 0
+    for tensor in tensors.values():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel()
+    return total
+
+
+def check_card_fits_tensors(
+    source: Path, card: ModelCard, tensors: dict[str, Any], family: FamilyRecord
+) -> torch.nn.Module:
+    """The configuration describes exactly these tensors: the family's count of
+    layers, width and window first (a 4,672-parameter file that claims a billion
+    layers is refused before anything is built), then the network the card
+    builds (within the size limits), name by name and shape by shape, and its
+    parameter count. Returns that network (its weights freshly initialised), for
+    an import that runs it."""
+    problem = family.size_problem(card.config, card.context_length, tensors)
+    if problem:
+        raise ZooError(f"{source}: {problem}")
     network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
     expected = {n: tuple(t.shape) for n, t in network.state_dict().items()}
     problem = shape_report(source, expected, {n: tuple(t.shape) for n, t in tensors.items()})

@@ -7,9 +7,9 @@ The file is a torch pickle: ``{"model": state_dict, "optimizer": ...,
 containers: a pickle that asks for any other object (and so could run code) is
 refused before anything in it is executed.
 
-nanoGPT's GPT is the zoo's ``gpt`` architecture with GELU, tied embeddings, a
-vocabulary head without bias and its ``bias`` flag for every linear layer and
-LayerNorm; the tensors are renamed, never changed.
+nanoGPT's GPT is GPT-2's layout (its names, in torch's Linear shapes): the family
+record that reads it (`ReadsNanoGPT`, GPT-2's) gives the config and the tensors'
+names; the tensors are renamed, never changed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from typing import Any
 import torch
 
 from ..catalogue.cards import ModelCard, Recipe
-from ..errors import ZooError, printable
+from ..errors import ZooError
+from ..plugin_api import families
+from ..plugin_api.families import ReadsNanoGPT
 from ..storage.checkpoints import sha256_file
 from ..storage.files import describe_os_error, open_regular
 from .imports import (
@@ -32,24 +34,12 @@ from .imports import (
     check_name_is_free,
     check_tensors_are_dense,
     check_tokenizer,
+    count_parameters,
     imported_card,
     publish_import,
     tokenizer_for_vocabulary,
 )
 
-# nanoGPT name (after "transformer.") -> the zoo's gpt name; {i} is the layer.
-_RENAMES = [
-    (r"wte\.weight", "token_embedding.weight"),
-    (r"wpe\.weight", "positions.table.weight"),
-    (r"h\.(\d+)\.ln_1\.(weight|bias)", r"blocks.\1.norm1.\2"),
-    (r"h\.(\d+)\.attn\.c_attn\.(weight|bias)", r"blocks.\1.attention.qkv.\2"),
-    (r"h\.(\d+)\.attn\.c_proj\.(weight|bias)", r"blocks.\1.attention.proj.\2"),
-    (r"h\.(\d+)\.ln_2\.(weight|bias)", r"blocks.\1.norm2.\2"),
-    (r"h\.(\d+)\.mlp\.c_fc\.(weight|bias)", r"blocks.\1.feed_forward.up.\2"),
-    (r"h\.(\d+)\.mlp\.c_proj\.(weight|bias)", r"blocks.\1.feed_forward.down.\2"),
-    (r"ln_f\.(weight|bias)", r"final_norm.\1"),
-]
-_MASK_BUFFER = re.compile(r"transformer\.h\.\d+\.attn\.bias")  # the causal mask of nanoGPT without flash attention
 MAX_CHECKPOINT_BYTES = 8 * 1024**3
 
 
@@ -101,52 +91,12 @@ def _unsupported_global(message: str) -> str:
     return f"'{found.group(1)}'" if found else "an object that is not plain data"
 
 
-def rename_state_dict(state: dict[str, Any]) -> dict[str, Any]:
-    renamed = {}
-    for name, tensor in state.items():
-        name = name.removeprefix("_orig_mod.")  # saved from a torch.compile'd model
-        if _MASK_BUFFER.fullmatch(name):
-            continue
-        if name == "lm_head.weight":
-            renamed["lm_head.weight"] = tensor
-            continue
-        inner = name.removeprefix("transformer.")
-        for pattern, replacement in _RENAMES:
-            if re.fullmatch(pattern, inner):
-                renamed[re.sub(pattern, replacement, inner)] = tensor
-                break
-        else:
-            raise ZooError(f"tensor '{name}' is not part of nanoGPT's GPT; the checkpoint has another layout")
-    return renamed
-
-
-def nanogpt_config(model_args: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The zoo ``gpt`` config for nanoGPT's ``model_args``, and the context length."""
-    sizes = {}
-    for key in ("n_embd", "n_layer", "n_head", "block_size"):
-        value = model_args.get(key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ZooError(
-                f"model_args {key} is {printable(repr(value))[:60]}, not a whole number; not a nanoGPT checkpoint"
-            )
-        sizes[key] = value
-    n_embd, n_layer, n_head, block_size = sizes["n_embd"], sizes["n_layer"], sizes["n_head"], sizes["block_size"]
-    bias = bool(model_args.get("bias", False))
-    config = {
-        "d_model": n_embd,
-        "n_layer": n_layer,
-        "n_head": n_head,
-        "d_ff": 4 * n_embd,
-        "dropout": 0.0,
-        "positions": "learned",
-        "block": "pre-norm",
-        "norm": "layernorm",
-        "mlp": "gelu",
-        "layer_bias": bias,
-        "tie_embeddings": True,
-        "bias": False,
-    }
-    return config, block_size
+def nanogpt_family() -> ReadsNanoGPT:
+    """The registered family that reads nanoGPT's checkpoints."""
+    for record in families.records():
+        if isinstance(record, ReadsNanoGPT):
+            return record
+    raise ZooError("no installed family reads nanoGPT checkpoints (the built-in plugins register GPT-2's)")
 
 
 def nanogpt_recipe(checkpoint: dict[str, Any]) -> Recipe:
@@ -195,32 +145,29 @@ def import_nanogpt(
     check_name_is_free(name, replace)
     checkpoint = read_nanogpt_checkpoint(path)
     check_tensors_are_dense(path, checkpoint["model"])
+    record = nanogpt_family()
     try:
-        config, context = nanogpt_config(checkpoint["model_args"])
+        config, context = record.config_from_nanogpt(checkpoint["model_args"])
     except ZooError as exc:
         raise ZooError(f"{path}: {exc}") from None
-    tensors = rename_state_dict(checkpoint["model"])
-    if "token_embedding.weight" not in tensors or tensors["token_embedding.weight"].dim() != 2:
-        raise ZooError(f"{path}: the checkpoint has no token embedding table (transformer.wte.weight)")
-    vocab = tensors["token_embedding.weight"].shape[0]
-    tensors.setdefault("lm_head.weight", tensors["token_embedding.weight"])
-    if not torch.equal(tensors["lm_head.weight"], tensors["token_embedding.weight"]):
-        raise ZooError(f"{path}: lm_head and wte differ; nanoGPT ties them, so this is another layout")
+    tensors = record.tensors_from_nanogpt(config, checkpoint["model"], path)
+    vocab = record.vocab_size(tensors)
     spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
     check_tokenizer(spec, tokenizer_path)
     source_sha256 = sha256_file(path, "checkpoint")  # in pieces: the file may be large
-    parameters = sum(t.numel() for n, t in tensors.items() if n != "lm_head.weight")  # tied: counted once
     card = imported_card(
         name,
         config,
         context,
         spec,
-        parameters,
+        count_parameters(tensors),
         path,
         source_sha256,
         "nanoGPT",
         nanogpt_recipe(checkpoint),
         license=license,
+        architecture=record.architectures[0],
+        family=record.name,
     )
-    check_card_fits_tensors(path, card, tensors)
+    check_card_fits_tensors(path, card, tensors, record)
     return card, publish_import(card, tensors, tokenizer_path)

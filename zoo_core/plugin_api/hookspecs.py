@@ -125,6 +125,25 @@ def register_models(register):
 
 
 @hookspec
+def register_families(register):
+    """Register model families: ``register(name, record)``.
+
+    A family record is everything the zoo knows of one family of published
+    models (Llama, Qwen2, GPT-2, ...), in one place: the Hugging Face
+    ``model_type``s it imports and how their config fields become a card's
+    config and back, its GGUF architecture and metadata keys, its tensors keyed
+    on llama.cpp's canonical names (``gguf.MODEL_TENSOR``), the transforms
+    between its layouts and the zoo's, what it refuses, and how TransformerLens
+    names its heads. ``record`` (an object or ``"module:attribute"``, imported
+    only when a converter needs it) satisfies
+    ``zoo_core.plugin_api.families.FamilyRecord``; the converters (`zoo import
+    hf|gguf`, `zoo export --format hf|gguf|transformer-lens`) read nothing
+    else. An imported card records its family's name in ``family``.
+    docs/plugins.md, "Adding a family", has a worked example.
+    """
+
+
+@hookspec
 def register_trainers(register):
     """Register trainers: ``register(name, factory)``.
 

@@ -39,7 +39,7 @@ from .protocols import conformance_problem
 
 BUILTIN_DISTRIBUTION = "zoo-lm"
 GROUP = "zoo"
-COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers", "adapters")
+COMPONENT_KINDS = ("tokenizers", "positions", "blocks", "models", "trainers", "adapters", "families")
 
 
 @dataclass
@@ -149,6 +149,10 @@ class Components:
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+    def names_in_order(self) -> list[str]:
+        """The usable names in the order they were registered (built-in plugins first)."""
+        return list(self._entries)
 
     def plugin_of(self, name: str) -> str:
         return self._entries[name].plugin
