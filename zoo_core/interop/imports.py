@@ -109,9 +109,10 @@ def imported_card(
     source_sha256: str,
     origin: str,
     recipe: Recipe,
-    license: str = "unspecified",
-    architecture: str = "gpt",
+    *,
+    architecture: str,
     family: str | None = None,
+    license: str = "unspecified",
 ) -> ModelCard:
     """The card of an import, validated as any card is: an impossible
     configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line."""

@@ -30,7 +30,7 @@ from zoo_core.plugin_api.components import PositionEncodingBase
 from zoo_core.plugin_api.families import HFExport
 
 from .base import Family
-from .layout import HF_ACTIVATIONS, card_layout, hf_activation, zoo_activation
+from .layout import HF_ACTIVATIONS, UNMAPPED_SETTINGS, card_layout, hf_activation, zoo_activation
 from .tensors import Heads, HFTensor, canonical_from_family, zoo_from_canonical
 
 _LAYER = "transformer.h.{i}"
@@ -60,6 +60,7 @@ UNMAPPED = (
     "rope_base",
     "rope_scaling",
     "rotary_fraction",
+    *UNMAPPED_SETTINGS,
 )
 PLAIN = ("relu", "gelu", "gelu-tanh")  # the feed-forwards GPT-2's activation_function names
 
@@ -287,9 +288,7 @@ class GPT2Family(Family):
             raise ZooError(f"tensor '{name}' is not part of nanoGPT's GPT; the checkpoint has another layout")
 
         heads = Heads.of(config)
-        ours = zoo_from_canonical(
-            canonical_from_family(named, NANOGPT_TENSORS, heads, None, refuse), heads
-        )
+        ours = zoo_from_canonical(canonical_from_family(named, NANOGPT_TENSORS, heads, None, refuse), heads)
         embedding = ours.get("token_embedding.weight")
         if embedding is None or embedding.dim() != 2:
             raise ZooError(f"{path}: the checkpoint has no token embedding table (transformer.wte.weight)")

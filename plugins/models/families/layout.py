@@ -29,6 +29,18 @@ LENS_ACTIVATIONS = {
 }
 
 
+# Settings of the typed config no built-in family (nor TransformerLens) has a place for yet:
+# Gemma-style sandwich norms, unit-offset RMSNorm, attention soft-capping, a query scale, layer groups.
+UNMAPPED_SETTINGS = ("layers", "norm_placement", "attention_softcap", "query_scale")
+
+
+def unmapped_setting(config: dict[str, Any]) -> str | None:
+    """The first setting the card sets that no built-in family writes, or None."""
+    if config.get("norm") not in (None, "layernorm", "rmsnorm"):
+        return "norm"
+    return next((key for key in UNMAPPED_SETTINGS if key in config), None)
+
+
 def zoo_activation(hidden_act: str, gated: bool) -> str | None:
     """The zoo's kind for transformers' ``hidden_act`` (gated or plain), or None."""
     for kind, names in HF_ACTIVATIONS.items():

@@ -18,7 +18,7 @@ import torch
 
 from zoo_core.plugin_api.components import PositionEncodingBase
 
-from .layout import GATED_KINDS, LENS_ACTIVATIONS, card_layout, resolved
+from .layout import GATED_KINDS, LENS_ACTIVATIONS, card_layout, resolved, unmapped_setting
 
 
 def refusal(model) -> str | None:
@@ -30,6 +30,8 @@ def refusal(model) -> str | None:
         return f"'{name}' has {config['block']} blocks; HookedTransformer normalises before each sublayer only"
     if config["norm"] not in ("layernorm", "rmsnorm"):
         return f"'{name}': norm '{config['norm']}' has no HookedTransformer counterpart"
+    if unmapped_setting(config):
+        return f"'{name}' sets {unmapped_setting(config)}, which HookedTransformer's blocks have no place for"
     encoding = type(network.positions)
     if encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' biases attention scores; HookedTransformer has no such step"

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from zoo_core.errors import ZooError, printable
 
 from .base import Family, GGUFKey
-from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, plain_hf_names, zoo_activation
+from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, plain_hf_names, unmapped_setting, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
 
@@ -155,6 +155,8 @@ def choose(config: dict[str, Any]) -> tuple[str | None, str]:
     or None and why none fits."""
     if config["block"] != "pre-norm":
         return None, f"{config['block']} blocks; every RoPE family in transformers normalises before each sublayer"
+    if unmapped_setting(config):
+        return None, f"it sets {unmapped_setting(config)}, which none of the built-in families writes"
     if config.get("bias", True):
         return None, "Llama's layout has RoPE and RMSNorm, but no bias on its vocabulary head, which this variant has"
     if config.get("embedding_scale") not in (None, 1, 1.0) or config.get("logit_softcap") is not None:
