@@ -1,4 +1,4 @@
-"""Cached decoding and row batching: this checkout against an earlier commit, alternated.
+"""Loading, cached decoding and row batching: this checkout against an earlier commit, alternated.
 
     .venv/bin/python -m benchmarks.bench_decoding_against_commit main [--rounds 8]
 
@@ -7,6 +7,8 @@ Each side runs in a fresh process that imports its own sources (as
 (seed 0, one thread) and measures, in CPU seconds of the process (this machine
 is shared: wall-clock time counts the neighbours' work too):
 
+- loading the shipped variant (`zoo_core.load`: build, verify, load its weights),
+  card cache and file checks warm: the best of 5, milliseconds;
 - cached sampling, 63 tokens from one, seeded: the best of 15 runs, per token;
 - a row batch (`make_row_batch`, what `zoo serve` steps) of 1 and of 16 rows,
   40 greedy-fed steps after 3-token prompts: the best of 3, tokens per second.
@@ -27,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.bench_against_commit import _side_path
-from benchmarks.common import ROOT, median_interval
+from benchmarks.common import ROOT, machine_load, median_interval
 
 VARIANT = "gpt-char-mini"
 TOKENS = 63
@@ -45,6 +47,12 @@ def _side() -> dict:
     from zoo_core.loading.api import build_network
 
     torch.set_num_threads(1)
+    zoo_core.load(VARIANT)  # warm: the card cache, the verified-file cache, bytecode
+    load_ms = []
+    for _ in range(5):
+        began = time.process_time()
+        zoo_core.load(VARIANT)
+        load_ms.append((time.process_time() - began) * 1e3)
     torch.manual_seed(0)
     model = build_network(zoo_core.get_variant(VARIANT)).eval()
     start = torch.zeros(1, 1, dtype=torch.long)
@@ -72,6 +80,7 @@ def _side() -> dict:
             return STEPS * rows / (time.process_time() - began)
 
     return {
+        "load_ms": min(load_ms),
         "us_per_token": min(per_token) * 1e6,
         "one_row_tokens_per_second": max(rows_per_second(1) for _ in range(3)),
         "sixteen_rows_tokens_per_second": max(rows_per_second(16) for _ in range(3)),
@@ -110,6 +119,7 @@ def measure(commit: str, rounds: int) -> dict:
                 commit: _side_path(earlier, Path(scratch) / "then"),
             }
             runs: dict[str, list[dict]] = {side: [] for side in sides}
+            load_before = machine_load()
             for round_ in range(rounds):
                 for side in list(sides) if round_ % 2 == 0 else list(reversed(sides)):
                     runs[side].append(_run_side(sides[side]))
@@ -120,10 +130,11 @@ def measure(commit: str, rounds: int) -> dict:
     now, then = runs["this checkout"], runs[commit]
     report: dict = {
         "commit": commit,
+        "load": (load_before, machine_load()),
         "rounds": rounds,
         "same_tokens": all(a["tokens"] == b["tokens"] for a, b in zip(now, then)),
     }
-    for key in ("us_per_token", "one_row_tokens_per_second", "sixteen_rows_tokens_per_second"):
+    for key in ("load_ms", "us_per_token", "one_row_tokens_per_second", "sixteen_rows_tokens_per_second"):
         report[key] = {
             "this checkout": statistics.median(r[key] for r in now),
             commit: statistics.median(r[key] for r in then),
