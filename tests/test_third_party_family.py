@@ -202,6 +202,11 @@ def test_phi_imports_samples_and_exports_with_transformers_logits(with_plugin, p
     assert _largest_difference(exported, model.network, rows) <= TOLERANCE
     assert set(exported.state_dict()) == set(reference.state_dict())
 
+    # TransformerLens names the parts of every family alike; Phi's one norm feeds both sublayers
+    # (parallel-shared-norm), written as ln1 and a copy as ln2. The export checks its own logits.
+    lens = zoo("export", "tiny-phi", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert lens.code == 0 and "checked: logits" in lens.out, lens.err
+
 
 def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(with_plugin, phi, zoo):
     """`zoo serve` in a process of its own, which finds the plugin on its PYTHONPATH as an

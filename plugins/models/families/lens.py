@@ -129,7 +129,10 @@ def state(network, fields: dict) -> dict:
     for i in range(fields["n_layers"]):
         ours, theirs = f"blocks.{i}", f"blocks.{i}"
         out.update(norm(f"{theirs}.ln1", f"{ours}.norm1"))
-        out.update(norm(f"{theirs}.ln2", f"{ours}.norm2" if f"{ours}.norm2.weight" in zoo else f"{ours}.norm1"))
+        if f"{ours}.norm2.weight" in zoo:
+            out.update(norm(f"{theirs}.ln2", f"{ours}.norm2"))
+        else:  # parallel-shared-norm: ln2 is a copy of ln1 (safetensors writes no tensor twice)
+            out.update({k: v.clone() for k, v in norm(f"{theirs}.ln2", f"{ours}.norm1").items()})
         qkv = zoo[f"{ours}.attention.qkv.weight"].split(split)  # queries, keys, values, heads side by side
         qkv_bias = zoo.get(f"{ours}.attention.qkv.bias", torch.zeros(sum(split))).split(split)
         for part, weight, bias in zip("QKV", qkv, qkv_bias):
