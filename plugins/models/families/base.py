@@ -28,6 +28,7 @@ from .tensors import (
     EMBEDDING,
     HEAD,
     PER_LAYER,
+    ZOO_MODULES,
     Heads,
     HFTensor,
     Key,
@@ -296,8 +297,6 @@ def size_problem(config: Mapping[str, Any], context_length: int, tensors: Mappin
 
 
 def _zoo_name(canonical: str) -> str:
-    from .tensors import ZOO_MODULES
-
     return ZOO_MODULES[canonical]
 
 
