@@ -22,6 +22,7 @@ EXTRAS = {
     "starlette", "uvicorn", "jinja2", "markdown", "prometheus_client",  # web
     "tensorboard", "torch.utils.tensorboard", "mlflow",  # run logs (TensorBoard's writer is torch's, on the extra)
     "matplotlib",  # plots
+    "gguf",  # zoo import gguf and export --format gguf
 }
 
 # Every area, by file pattern (relative to the checkout; the first that matches

@@ -357,7 +357,8 @@ def test_a_misspelled_hook_is_reported_instead_of_silently_doing_nothing(broken)
     report = run_zoo("plugins", "--json", path=(broken,), ZOO_PLUGINS="typo-hook").json()
     assert _plugins(report)["typo-hook"]["errors"] == [
         "'register_position' is not a zoo hook and is never called "
-        "(hooks: register_adapters, register_blocks, register_datasets, register_models, register_positions, register_tokenizers, register_trainers, register_variants)"
+        "(hooks: register_adapters, register_blocks, register_datasets, register_families, register_models, "
+        "register_positions, register_tokenizers, register_trainers, register_variants)"
     ]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
+import numpy as np
 import torch
 
 from zoo_core.errors import ZooError, printable
@@ -77,7 +78,8 @@ class Family:
     gguf_architecture: str | None = None
     gguf_pairs: bool = False  # llama.cpp stores query/key rows in adjacent pairs (its "normal" RoPE)
     gguf_keys: tuple[GGUFKey, ...] = ()
-    gguf_checks: Callable[[Any, Mapping[str, Any], Path], None] | None = None  # refusals the fields cannot say
+    # refusals the fields cannot say: (config so far, metadata, the file, key("Rope.DIMENSION_COUNT") -> its key)
+    gguf_checks: Callable[[Any, Mapping[str, Any], Path, Callable[[str], str]], None] | None = None
     file_names: dict[str, str] = field(default_factory=dict)  # older name prefixes a checkpoint may use -> today's
     chooses: Callable[[dict[str, Any]], tuple[str | None, str]] | None = None  # which family a RoPE config is
     refuses_gguf: Callable[[dict[str, Any]], str | None] | None = None
@@ -167,7 +169,7 @@ class Family:
             values[spec.field] = read(path, metadata, key, default)
         hf = SimpleNamespace(**values)
         if self.gguf_checks is not None:
-            self.gguf_checks(hf, metadata, path)
+            self.gguf_checks(hf, metadata, path, lambda name: _attribute(keys, name).format(arch=arch))
         return self.settings(hf), int(hf.max_position_embeddings)
 
     def _gguf_names(self) -> dict[str, str]:
@@ -314,8 +316,6 @@ def _whole(path: Path, metadata: Mapping[str, Any], key: str, default: Any = Non
 
 
 def _positive(path: Path, metadata: Mapping[str, Any], key: str, default: Any = None) -> float:
-    import numpy as np
-
     value = metadata.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ZooError(f"{path}: {key} is {printable(repr(value))}, not a finite number above 0")

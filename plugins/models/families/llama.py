@@ -112,36 +112,28 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def gguf_checks(hf, metadata: Mapping[str, Any], path: Path) -> None:
-    """What the file's numbers must agree on, and the fields its keys do not hold directly."""
-    import gguf
-
-    arch = metadata.get(gguf.Keys.General.ARCHITECTURE)
-
-    def key(template: str) -> str:
-        return template.format(arch=arch)
-
+def gguf_checks(hf, metadata: Mapping[str, Any], path: Path, key) -> None:
+    """What the file's numbers must agree on, and the fields its keys do not hold directly
+    (``key("Rope.SCALING_TYPE")``: the architecture's key of that name in ``gguf.Keys``)."""
     if hf.num_attention_heads % hf.num_key_value_heads:
         raise ZooError(
             f"{path}: {hf.num_attention_heads} query heads do not share {hf.num_key_value_heads} key/value heads evenly"
         )
-    for template, what in (
-        (gguf.Keys.Attention.VALUE_LENGTH, "keys and values of different widths; the zoo's heads have one head size"),
-        (gguf.Keys.Rope.DIMENSION_COUNT, "RoPE rotates part of each head; Llama's family rotates all of it"),
+    for name, what in (
+        ("Attention.VALUE_LENGTH", "keys and values of different widths; the zoo's heads have one head size"),
+        ("Rope.DIMENSION_COUNT", "RoPE rotates part of each head; Llama's family rotates all of it"),
     ):
-        value = metadata.get(key(template), hf.head_dim)
+        value = metadata.get(key(name), hf.head_dim)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ZooError(f"{path}: {key(template)} is {printable(repr(value))}, not a whole number above 0")
+            raise ZooError(f"{path}: {key(name)} is {printable(repr(value))}, not a whole number above 0")
         if value != hf.head_dim:
             raise ZooError(f"{path}: {what}")
     rope: dict[str, Any] = {"rope_theta": hf.rope_theta}
-    scaling = metadata.get(key(gguf.Keys.Rope.SCALING_TYPE), "none")
+    scaling = metadata.get(key("Rope.SCALING_TYPE"), "none")
     if scaling == "linear":
-        factor = metadata.get(key(gguf.Keys.Rope.SCALING_FACTOR))
+        factor = metadata.get(key("Rope.SCALING_FACTOR"))
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-            raise ZooError(
-                f"{path}: {key(gguf.Keys.Rope.SCALING_FACTOR)} is {printable(repr(factor))}, not a finite number above 0"
-            )
+            raise ZooError(f"{path}: {key('Rope.SCALING_FACTOR')} is {printable(repr(factor))}, not a number above 0")
         rope.update(rope_type="linear", factor=float(factor))
     elif scaling != "none":
         raise ZooError(f"{path}: RoPE scaling '{printable(str(scaling))}' (none and linear import)")
