@@ -46,6 +46,7 @@ TENSORS = (
     HFTensor("transformer.ln_f", ("OUTPUT_NORM",)),
     HFTensor("lm_head", ("OUTPUT",)),
 )
+_MODULES = {part: rule.module for rule in TENSORS for part in rule.parts}  # canonical -> GPT-2's module
 NANOGPT_TENSORS = tuple(dataclasses.replace(rule, transposed=False) for rule in TENSORS)
 # The causal masks older GPT-2 files and nanoGPT (without flash attention) saved as buffers.
 _MASKS = re.compile(r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias")
@@ -121,14 +122,18 @@ def _state(network, context_length: int, activation: str):
 
     with torch.no_grad():
         positions = network.positions.embed(torch.zeros(1, context_length, d_model), torch.arange(context_length))[0]
+
+    def named(canonical: str, layer: int | None = None) -> str:  # GPT-2's module holding it
+        return _MODULES[canonical].format(i=layer)
+
     state = {
-        "transformer.wte.weight": widen(zoo["token_embedding.weight"]),
-        "transformer.wpe.weight": widen(positions.to(torch.float64)),
+        f"{named('TOKEN_EMBD')}.weight": widen(zoo["token_embedding.weight"]),
+        f"{named('POS_EMBD')}.weight": widen(positions.to(torch.float64)),
     }
     for i in range(n_layer):
-        ours, theirs = f"blocks.{i}", f"transformer.h.{i}"
-        state.update(norm(f"{theirs}.ln_1", f"{ours}.norm1"))
-        state.update(norm(f"{theirs}.ln_2", f"{ours}.norm2"))
+        ours = f"blocks.{i}"
+        state.update(norm(named("ATTN_NORM", i), f"{ours}.norm1"))
+        state.update(norm(named("FFN_NORM", i), f"{ours}.norm2"))
         qkv = zoo[f"{ours}.attention.qkv.weight"]  # (3C, C): queries, keys, values, heads side by side
         qkv_bias = zoo.get(f"{ours}.attention.qkv.bias", torch.zeros(3 * d_model))
         c_attn = torch.zeros(width, 3 * width, dtype=torch.float64)
@@ -136,25 +141,25 @@ def _state(network, context_length: int, activation: str):
         for part in range(3):  # the extra head's queries, keys and values stay zero
             c_attn[:d_model, part * width : part * width + d_model] = qkv[part * d_model : (part + 1) * d_model].T
             c_attn_bias[part * width : part * width + d_model] = qkv_bias[part * d_model : (part + 1) * d_model]
-        state[f"{theirs}.attn.c_attn.weight"], state[f"{theirs}.attn.c_attn.bias"] = c_attn, c_attn_bias
+        state[f"{named('ATTN_QKV', i)}.weight"], state[f"{named('ATTN_QKV', i)}.bias"] = c_attn, c_attn_bias
         proj = torch.zeros(width, d_model, dtype=torch.float64)
         proj[:d_model] = zoo[f"{ours}.attention.proj.weight"].T
-        state[f"{theirs}.attn.c_proj.weight"], state[f"{theirs}.attn.c_proj.bias"] = into_residual(
+        state[f"{named('ATTN_OUT', i)}.weight"], state[f"{named('ATTN_OUT', i)}.bias"] = into_residual(
             proj, zoo.get(f"{ours}.attention.proj.bias", torch.zeros(d_model))
         )
         up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C)
         d_ff = up.shape[0]
-        state[f"{theirs}.mlp.c_fc.weight"] = torch.cat([up.T, torch.zeros(extra, d_ff, dtype=up.dtype)])
-        state[f"{theirs}.mlp.c_fc.bias"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(d_ff))
-        state[f"{theirs}.mlp.c_proj.weight"], state[f"{theirs}.mlp.c_proj.bias"] = into_residual(
+        state[f"{named('FFN_UP', i)}.weight"] = torch.cat([up.T, torch.zeros(extra, d_ff, dtype=up.dtype)])
+        state[f"{named('FFN_UP', i)}.bias"] = zoo.get(f"{ours}.feed_forward.up.bias", torch.zeros(d_ff))
+        state[f"{named('FFN_DOWN', i)}.weight"], state[f"{named('FFN_DOWN', i)}.bias"] = into_residual(
             zoo[f"{ours}.feed_forward.down.weight"].T, zoo.get(f"{ours}.feed_forward.down.bias", torch.zeros(d_model))
         )
-    state.update(norm("transformer.ln_f", "final_norm", constant_channel=True))
+    state.update(norm(named("OUTPUT_NORM"), "final_norm", constant_channel=True))
     head_weight = torch.zeros(zoo["lm_head.weight"].shape[0], width, dtype=torch.float64)
     head_weight[:, :d_model] = zoo["lm_head.weight"]
     if head_bias is not None:
         head_weight[:, d_model] = head_bias
-    state["lm_head.weight"] = head_weight
+    state[f"{named('OUTPUT')}.weight"] = head_weight
     fields = dict(
         vocab_size=head_weight.shape[0],
         n_positions=context_length,
@@ -248,7 +253,7 @@ class GPT2Family(Family):
         layers = {int(found.group(1)) for key in named if (found := re.match(r"transformer\.h\.(\d+)\.", key))}
         if len(layers) != n_layer or layers != set(range(len(layers))):  # counted, never a range of n_layer
             raise ZooError(f"{path}: config.json says n_layer {n_layer}, the file holds {len(layers)} layers")
-        if "transformer.wte.weight" not in named or "transformer.wpe.weight" not in named:
+        if any(f"{_MODULES[part]}.weight" not in named for part in ("TOKEN_EMBD", "POS_EMBD")):
             raise ZooError(f"{path}: missing tensor 'wte.weight' or 'wpe.weight'; not GPT-2's layout")
         heads = Heads.of(config)
         state = canonical_from_family(named, self.tensors, heads, n_layer, self._refuser(path, n_layer))
