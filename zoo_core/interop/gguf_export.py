@@ -50,7 +50,9 @@ def gguf_family(model) -> families.FamilyRecord:
         record = families.for_variant(model, "GGUF")
         reason = record.gguf_refusal(model, writers)
     except (KeyError, AttributeError) as exc:  # a plugin's block with other tensor names
-        raise ZooError(f"cannot export to GGUF: '{model.name}' is not laid out like the zoo's transformer (no {exc})")
+        raise ZooError(
+            f"cannot export to GGUF: '{model.name}' is not laid out like the zoo's transformer (no {exc})"
+        ) from None
     except ZooError as exc:
         raise ZooError(f"cannot export to GGUF: {exc}") from None
     if reason is None and record.gguf_architecture is None:
