@@ -31,7 +31,7 @@ from zoo_core.corpus.datasets import read_text_file  # noqa: E402
 from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
-from .tiny_hf import LLAMA3_ROPE, byte_level_tokenizer  # noqa: E402
+from .tiny_hf import LLAMA3_ROPE, byte_level_tokenizer, largest_difference, left_padded  # noqa: E402
 
 TEXT = read_text_file(ROOT / "data" / "tinyshakespeare.txt").text
 PROMPTS = ["ROMEO: What light", "First Citizen:\nBefore we proceed any further, hear me", "KING"]
@@ -176,26 +176,6 @@ def folders(tmp_path_factory):
     return _Folders(tmp_path_factory)
 
 
-def _left_padded(rows: list[list[int]]):
-    """ids, attention mask and positions of rows left-padded to one length (pad id 0)."""
-    width = max(map(len, rows))
-    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def _largest_difference(hf_model, zoo_network, rows: list[list[int]]) -> float:
-    """transformers on the padded batch against the zoo on each row alone, over the real tokens."""
-    ids, mask, positions = _left_padded(rows)
-    with torch.no_grad():
-        theirs = hf_model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        worst = 0.0
-        for r, row in enumerate(rows):
-            ours, _ = zoo_network(torch.tensor([row]))
-            worst = max(worst, float((theirs[r, -len(row) :] - ours[0]).abs().max()))
-    return worst
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_a_family_imports_generates_and_exports_with_transformers_logits(folders, zoo, tmp_path, family):
     folder, reference = folders[family]
@@ -214,9 +194,9 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
     rows = [model.tokenizer.encode(p) for p in PROMPTS]
     assert rows == [theirs.encode(p, add_special_tokens=False).ids for p in PROMPTS]
     assert model.tokenizer.decode(rows[1]) == theirs.decode(rows[1])
-    assert _largest_difference(reference, model.network, rows) <= TOLERANCE
+    assert largest_difference(reference, model.network, rows) <= TOLERANCE
 
-    ids, mask, _ = _left_padded(rows)
+    ids, mask, _ = left_padded(rows)
     with torch.no_grad():
         generated = reference.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
@@ -229,7 +209,7 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
     assert done.code == 0, done.err
     assert json.loads((out / "config.json").read_text())["architectures"] == [type(reference).__name__]
     exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    assert _largest_difference(exported, model.network, rows) <= TOLERANCE
+    assert largest_difference(exported, model.network, rows) <= TOLERANCE
     again = transformers.AutoTokenizer.from_pretrained(out)
     assert again(PROMPTS[1], add_special_tokens=False)["input_ids"] == rows[1]
 
@@ -249,7 +229,7 @@ def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(
         folder, reference = folders[family]
         assert zoo("import", "hf", str(folder), "--name", family).code == 0
         model = zoo_core.load(family)
-        ids, mask, _ = _left_padded([model.tokenizer.encode(p) for p in PROMPTS])
+        ids, mask, _ = left_padded([model.tokenizer.encode(p) for p in PROMPTS])
         with torch.no_grad():
             generated = reference.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
@@ -326,9 +306,9 @@ def test_the_docs_commands_run_and_a_cached_repository_imports_with_the_network_
     get_plugins(reload=True)
     ids = [zoo_core.load("tiny-llama").tokenizer.encode(p) for p in PROMPTS]
     for name in ("tiny-llama", "tiny-llama-cached"):
-        assert _largest_difference(reference, zoo_core.load(name).network, ids) <= TOLERANCE
+        assert largest_difference(reference, zoo_core.load(name).network, ids) <= TOLERANCE
     exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "tiny-llama-hf").eval()
-    assert _largest_difference(exported, zoo_core.load("tiny-llama").network, ids) <= TOLERANCE
+    assert largest_difference(exported, zoo_core.load("tiny-llama").network, ids) <= TOLERANCE
 
 
 def test_a_repository_id_not_in_the_cache_is_one_line(zoo):
@@ -426,7 +406,7 @@ def test_a_model_saved_in_shards_imports_with_transformers_logits(folders, zoo, 
     model = zoo_core.load("sharded")
     assert model.card.parameters == sum(p.numel() for p in reference.parameters())
     rows = [model.tokenizer.encode(p) for p in PROMPTS]
-    assert _largest_difference(reference, model.network, rows) <= TOLERANCE
+    assert largest_difference(reference, model.network, rows) <= TOLERANCE
 
 
 @pytest.mark.parametrize("damage, refusal", [

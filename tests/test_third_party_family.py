@@ -39,7 +39,7 @@ from zoo_core.plugin_api.manager import get_plugins  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 from .test_third_party_plugins import pip_install, run_zoo  # noqa: E402
-from .tiny_hf import byte_level_tokenizer  # noqa: E402
+from .tiny_hf import byte_level_tokenizer, largest_difference, left_padded  # noqa: E402
 
 PLUGIN = ROOT / "tests" / "plugins" / "zoo-phi"
 PROMPTS = ["ROMEO: What light", "First Citizen:\nBefore we proceed any further, hear me", "KING"]
@@ -117,27 +117,8 @@ def with_plugin(site):
         yield site
 
 
-def _left_padded(rows: list[list[int]]):
-    width = max(map(len, rows))
-    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def _largest_difference(hf_model, zoo_network, rows: list[list[int]]) -> float:
-    """transformers on the left-padded batch against the zoo on each row alone, over the real tokens."""
-    ids, mask, positions = _left_padded(rows)
-    with torch.no_grad():
-        theirs = hf_model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        worst = 0.0
-        for r, row in enumerate(rows):
-            ours, _ = zoo_network(torch.tensor([row]))
-            worst = max(worst, float((theirs[r, -len(row) :] - ours[0]).abs().max()))
-    return worst
-
-
 def _greedy(reference, rows: list[list[int]]) -> list[list[int]]:
-    ids, mask, _ = _left_padded(rows)
+    ids, mask, _ = left_padded(rows)
     with torch.no_grad():
         generated = reference.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
@@ -187,7 +168,7 @@ def test_phi_imports_samples_and_exports_with_transformers_logits(with_plugin, p
     assert model.card.tokenizer.vocab_size == 320
 
     rows = [model.tokenizer.encode(p) for p in PROMPTS]
-    assert _largest_difference(reference, model.network, rows) <= TOLERANCE
+    assert largest_difference(reference, model.network, rows) <= TOLERANCE
     assert model.network.supports_kv_cache
     drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
     assert [s.tokens for s in drawn] == _greedy(reference, rows)
@@ -199,7 +180,7 @@ def test_phi_imports_samples_and_exports_with_transformers_logits(with_plugin, p
     assert (written["model_type"], written["architectures"]) == ("phi", ["PhiForCausalLM"])
     exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(exported).__name__ == "PhiForCausalLM"
-    assert _largest_difference(exported, model.network, rows) <= TOLERANCE
+    assert largest_difference(exported, model.network, rows) <= TOLERANCE
     assert set(exported.state_dict()) == set(reference.state_dict())
 
     # TransformerLens names the parts of every family alike; Phi's one norm feeds both sublayers

@@ -142,6 +142,11 @@ def imported_card(
     return card.model_copy(update={"components": imported_components(card)})
 
 
+def _storage_key(tensor: torch.Tensor) -> tuple:
+    """What one tensor under two names (a tied head) shares: its storage, offset and shape."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+
+
 def check_tensors_are_dense(source: Path, tensors: dict[str, Any]) -> None:
     """Refuse, before any tensor is copied, what would make a small file a huge
     checkpoint: a sparse tensor, or a view larger than the data stored for it
@@ -161,7 +166,7 @@ def check_tensors_are_dense(source: Path, tensors: dict[str, Any]) -> None:
                 f"{source}: tensor '{shown}' is a view of {view:,} bytes over {stored:,} bytes of data "
                 f"(an expanded tensor); refused rather than made whole"
             )
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        key = _storage_key(tensor)
         if key not in seen:  # tied weights are one tensor under two names
             seen.add(key)
             total += tensor.numel()
@@ -176,7 +181,7 @@ def count_parameters(tensors: dict[str, Any]) -> int:
     """The values the tensors hold, a tied tensor (one tensor under two names) counted once."""
     seen, total = set(), 0
     for tensor in tensors.values():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        key = _storage_key(tensor)
         if key not in seen:
             seen.add(key)
             total += tensor.numel()

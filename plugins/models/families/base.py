@@ -181,9 +181,10 @@ class Family:
         n_layer = config["n_layer"]
         heads = Heads.of(config)
         file_heads = Heads(heads.n_head, heads.n_kv_head, heads.head_size, heads.head_size)  # llama.cpp rotates all
+        names = self._gguf_names()
         patterns = [
             (re.compile(re.escape(template).replace(r"\{bid\}", r"(\d+)") + r"\.(weight|bias)"), canonical)
-            for canonical, template in self._gguf_names().items()
+            for canonical, template in names.items()
         ]
         found: dict[Key, Any] = {}
         for name, tensor in tensors.items():
@@ -199,7 +200,6 @@ class Family:
                 raise ZooError(
                     f"{path}: tensor '{printable(name)}' is not in {self.gguf_architecture}'s {n_layer}-layer layout"
                 )
-        names = self._gguf_names()
         for canonical in names:
             wanted = range(n_layer) if canonical in PER_LAYER else [None]
             if canonical == HEAD or not any(canonical in rule.parts for rule in self.tensors):

@@ -30,7 +30,7 @@ from zoo_core.plugin_api.components import PositionEncodingBase
 from zoo_core.plugin_api.families import HFExport
 
 from .base import Family
-from .layout import HF_ACTIVATIONS, UNMAPPED_SETTINGS, card_layout, hf_activation, zoo_activation
+from .layout import GATED_KINDS, HF_ACTIVATIONS, UNMAPPED_SETTINGS, card_layout, hf_activation, zoo_activation
 from .tensors import Heads, HFTensor, canonical_from_family, zoo_from_canonical
 
 _LAYER = "transformer.h.{i}"
@@ -63,7 +63,7 @@ UNMAPPED = (
     "rotary_fraction",
     *UNMAPPED_SETTINGS,
 )
-PLAIN = ("relu", "gelu", "gelu-tanh")  # the feed-forwards GPT-2's activation_function names
+PLAIN = tuple(kind for kind in HF_ACTIVATIONS if kind not in GATED_KINDS)  # what activation_function names
 
 
 def _refusal(model) -> str | None:
@@ -313,5 +313,3 @@ GPT2 = GPT2Family(
     settings=lambda hf: {},  # read from config.json itself: config_from_hf
     fields=lambda config: {},  # written by to_hf
 )
-
-__all__ = ["GPT2", "HF_ACTIVATIONS"]

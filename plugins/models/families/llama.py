@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from zoo_core.errors import ZooError, printable
 
 from .base import Family, GGUFKey
-from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, plain_hf_names, unmapped_setting, zoo_activation
+from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, unmapped_setting, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
 
@@ -262,5 +262,3 @@ QWEN3 = dataclasses.replace(
     gguf_checks=None,
     refuses_gguf=None,
 )
-
-__all__ = ["LLAMA", "MISTRAL", "QWEN2", "QWEN3", "choose", "plain_hf_names"]
