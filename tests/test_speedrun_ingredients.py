@@ -59,6 +59,15 @@ def test_soft_capped_logits_stay_inside_the_cap():
     torch.testing.assert_close(capped, 2.0 * torch.tanh(raw / 2.0))
 
 
+def test_a_logit_scale_multiplies_the_head_output_before_the_cap():
+    plain, scaled = _gpt(), _gpt(logit_scale=0.25, logit_softcap=2.0)
+    scaled.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, VOCAB, (2, WINDOW), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(scaled(ids)[0], 2.0 * torch.tanh(plain(ids)[0] * 0.25 / 2.0))
+    with pytest.raises(Exception, match="logit_scale must be a positive number"):
+        _gpt(logit_scale=-1.0)
+
+
 def test_a_cap_that_is_not_positive_is_refused():
     with pytest.raises(Exception, match="logit_softcap must be a positive number"):
         _gpt(logit_softcap=0.0)

@@ -300,6 +300,11 @@ class _ModelWide(_Strict):
     embedding_scale: float | None = Field(
         None, description="token embeddings are multiplied by it (Gemma: sqrt(`d_model`))"
     )
+    logit_scale: Annotated[float | None, _positive("logit_scale")] = Field(
+        None,
+        description="s > 0: the vocabulary head's output multiplied by it, before any soft-cap (Cohere's "
+        "`logit_scale`; Granite's `logits_scaling` L as 1 / L)",
+    )
     logit_softcap: Annotated[float | None, _positive("logit_softcap")] = Field(
         None, description="C > 0: logits bounded to C tanh(logits / C)"
     )

@@ -210,6 +210,7 @@ class TransformerLanguageModel(nn.Module):
         # logit_softcap bounds the logits smoothly to (-cap, cap), cap * tanh(logits / cap),
         # as the nanoGPT speedrun does against over-confident early predictions.
         self.logit_softcap = config.logit_softcap
+        self.logit_scale = config.logit_scale
         self.embedding_scale = config.embedding_scale
         self.context_length = config.context_length
         d_model = config.d_model
@@ -330,7 +331,9 @@ class TransformerLanguageModel(nn.Module):
         return self.logits(self.cap_logits(self.lm_head(x))), maps  # (B, T, V)
 
     def cap_logits(self, head_output: torch.Tensor) -> torch.Tensor:
-        """The vocabulary head's output, soft-capped where the config says so."""
+        """The vocabulary head's output, scaled and soft-capped where the config says so."""
+        if self.logit_scale is not None:
+            head_output = head_output * self.logit_scale
         if self.logit_softcap is None:
             return head_output
         return self.logit_softcap * torch.tanh(head_output / self.logit_softcap)

@@ -58,6 +58,7 @@ UNMAPPED = (
     "residual",
     "sliding_window",
     "embedding_scale",
+    "logit_scale",
     "rope_base",
     "rope_scaling",
     "rotary_fraction",

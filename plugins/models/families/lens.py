@@ -41,6 +41,8 @@ def refusal(model) -> str | None:
         return f"'{name}': mlp '{config['mlp']}' has no HookedTransformer counterpart"
     if config.get("embedding_scale") not in (None, 1, 1.0):
         return f"'{name}' scales its embeddings (embedding_scale); HookedTransformer has no such step"
+    if config.get("logit_scale") not in (None, 1, 1.0):
+        return f"'{name}' scales its logits (logit_scale); HookedTransformer has no such step"
     if (config.get("rope_scaling") or {}).get("kind", "llama3") != "llama3":
         return f"'{name}': rope_scaling '{config['rope_scaling']['kind']}'; HookedTransformer scales RoPE as Llama 3 does only"
     if config.get("mlp") in GATED_KINDS and "blocks.0.feed_forward.up.bias" in network.state_dict():

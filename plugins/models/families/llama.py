@@ -153,6 +153,8 @@ def choose(config: dict[str, Any]) -> tuple[str | None, str]:
         return None, "Llama's layout has RoPE and RMSNorm, but no bias on its vocabulary head, which this variant has"
     if config.get("embedding_scale") not in (None, 1, 1.0) or config.get("logit_softcap") is not None:
         return None, "an embedding scale or logit soft-cap, which none of Llama, Mistral, Qwen and GPT-NeoX has"
+    if config.get("logit_scale") not in (None, 1, 1.0):
+        return None, "a logit scale, which none of Llama, Mistral, Qwen and GPT-NeoX has"
     if config["norm"] == "layernorm" and config["mlp"] not in GATED_KINDS:
         if config["mlp"] not in HF_ACTIVATIONS:
             return None, f"a {config['mlp']} feed-forward, which GPT-NeoX's hidden_act has no name for"
