@@ -103,7 +103,9 @@ class CausalSelfAttention(nn.Module):
     before positions rotate them, as the nanoGPT speedrun does: the attention
     logits stay bounded however large the projections grow, which lets a high
     learning rate train without the softmax saturating. ``"rmsnorm"`` gives that
-    norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``).
+    norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``);
+    ``"rmsnorm-whole"`` normalises all of a token's queries together (and all its
+    keys), over the whole projected width, with a scale per channel (OLMo 2).
     ``query_scale`` multiplies the scores q.k instead of head_size**-0.5 (Gemma's
     query_pre_attn_scalar**-0.5); ``softcap`` C bounds them to C tanh(scores / C) before
     the mask (Gemma 2), which `scaled_dot_product_attention` cannot do: such a layer
@@ -140,8 +142,8 @@ class CausalSelfAttention(nn.Module):
             if d_model % n_head:
                 raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
             head_size = d_model // n_head
-        if qk_norm not in (False, True, "rmsnorm"):
-            raise ValueError(f"qk_norm is false, true or 'rmsnorm', not {qk_norm!r}")
+        if qk_norm not in (False, True, "rmsnorm", "rmsnorm-whole"):
+            raise ValueError(f"qk_norm is false, true, 'rmsnorm' or 'rmsnorm-whole', not {qk_norm!r}")
         if sliding_window is not None and sliding_window < 1:
             raise ValueError(f"a sliding window holds at least 1 token, not {sliding_window}")
         self.n_head, self.n_kv_head, self.head_size = n_head, n_kv_head, head_size
@@ -150,6 +152,9 @@ class CausalSelfAttention(nn.Module):
         if qk_norm == "rmsnorm":
             self.q_norm = nn.RMSNorm(head_size, eps=norm_eps)
             self.k_norm = nn.RMSNorm(head_size, eps=norm_eps)
+        elif qk_norm == "rmsnorm-whole":
+            self.q_norm = nn.RMSNorm(n_head * head_size, eps=norm_eps)
+            self.k_norm = nn.RMSNorm(n_kv_head * head_size, eps=norm_eps)
         self.pattern = HookPoint()
         self.heads = HookPoint()
         self.proj = nn.Linear(n_head * head_size, d_model, bias=bias)
@@ -167,6 +172,9 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         D = self.head_size
         projected = self.qkv(x)
+        if self.qk_norm == "rmsnorm-whole":  # before the heads are split: each norm spans all of them
+            q, k, v = projected.split_with_sizes(self._split, dim=-1)
+            projected = torch.cat((self.q_norm(q), self.k_norm(k), v), dim=-1)
         if T == 1:  # one token per row (decoding): its heads are (B, heads, 1, D) views as it stands
             q, k, v = projected.view(B, -1, 1, D).split_with_sizes(self._heads, dim=1)
         else:
@@ -176,7 +184,7 @@ class CausalSelfAttention(nn.Module):
             q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in projected.split_with_sizes(self._split, dim=2))
         if self.qk_norm == "rmsnorm":
             q, k = self.q_norm(q), self.k_norm(k)
-        elif self.qk_norm:
+        elif self.qk_norm is True:
             q, k = normalise_heads(q), normalise_heads(k)
         if encoding_does(encoding, "rotates"):  # most encodings do not: skip the identity call
             q, k = rotate_rows(encoding, q, k, positions)  # new keys rotate before joining the cache

@@ -94,6 +94,8 @@ class _Block(nn.Module):
     "before" normalises each sublayer's input; "after" its output instead, before the
     residual add (OLMo 2: no ``norm1``/``norm2``, ``post_attention_norm`` and
     ``post_feed_forward_norm`` instead); "both" does both (Gemma 2 and 3).
+    ``residual_scale`` s multiplies each sublayer's output before the residual add,
+    x + s f(x) (Granite's residual_multiplier).
 
     Hook points on the residual stream, (B, T, C): ``resid_pre`` (the block's
     input), ``resid_mid`` (after the attention update) and ``resid_post`` (the
@@ -125,6 +127,7 @@ class _Block(nn.Module):
         norm_placement: str = "before",
         attention_softcap: float | None = None,
         query_scale: float | None = None,
+        residual_scale: float | None = None,
     ):
         super().__init__()
         if residual not in self.residuals:
@@ -174,6 +177,11 @@ class _Block(nn.Module):
         if norms_out:
             self.post_feed_forward_norm = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.resid_post = HookPoint()
+        self.residual_scale = residual_scale
+
+    def scaled(self, update: torch.Tensor) -> torch.Tensor:
+        """A sublayer's output as the residual add takes it."""
+        return update if self.residual_scale is None else update * self.residual_scale
 
 
 class PreNormBlock(_Block):
@@ -195,18 +203,18 @@ class PreNormBlock(_Block):
         update, weights = self.attention(normed, positions, encoding, need_weights, cache)
         if self.parallel:
             ffn_input = normed if self.shared_norm else self.norm2(x)
-            x = self.resid_mid(x + update) + self.feed_forward(ffn_input)
+            x = self.resid_mid(x + self.scaled(update)) + self.scaled(self.feed_forward(ffn_input))
         else:
-            x = self.resid_mid(x + update)
-            x = x + self.feed_forward(self.norm2(x))
+            x = self.resid_mid(x + self.scaled(update))
+            x = x + self.scaled(self.feed_forward(self.norm2(x)))
         return self.resid_post(x), weights
 
     def _normalised_outputs(self, x, positions, encoding, need_weights, cache):
         # x + norm_out(f(norm_in(x))) per sublayer, norm_in only with "both".
         both = self.norm_placement == "both"
         update, weights = self.attention(self.norm1(x) if both else x, positions, encoding, need_weights, cache)
-        x = self.resid_mid(x + self.post_attention_norm(update))
-        x = x + self.post_feed_forward_norm(self.feed_forward(self.norm2(x) if both else x))
+        x = self.resid_mid(x + self.scaled(self.post_attention_norm(update)))
+        x = x + self.scaled(self.post_feed_forward_norm(self.feed_forward(self.norm2(x) if both else x)))
         return self.resid_post(x), weights
 
 
@@ -219,6 +227,6 @@ class PostNormBlock(_Block):
     def forward(self, x, positions, encoding, need_weights: bool = False, cache=None):
         x = self.resid_pre(x)
         update, weights = self.attention(x, positions, encoding, need_weights, cache)
-        x = self.resid_mid(self.norm1(x + update))
-        x = self.norm2(x + self.feed_forward(x))
+        x = self.resid_mid(self.norm1(x + self.scaled(update)))
+        x = self.norm2(x + self.scaled(self.feed_forward(x)))
         return self.resid_post(x), weights

@@ -41,3 +41,6 @@ def register_families(register):
     register("qwen2", "zoo_plugins.models.families.llama:QWEN2")
     register("qwen3", "zoo_plugins.models.families.llama:QWEN3")
     register("gpt_neox", "zoo_plugins.models.families.gpt_neox:GPT_NEOX")
+    register("olmo2", "zoo_plugins.models.families.olmo2:OLMO2")
+    register("granite", "zoo_plugins.models.families.granite:GRANITE")
+    register("smollm3", "zoo_plugins.models.families.smollm3:SMOLLM3")

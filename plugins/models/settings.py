@@ -52,6 +52,9 @@ own fields.
 | Mistral (`mistralai/Mistral-7B-v0.1`) | n_layer 32, d_model 4096, n_head 32, n_kv_head 8, d_ff 14336, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, sliding_window 4096, layer_bias false, tie_embeddings false, bias false |
 | Pythia (`EleutherAI/pythia-160m`) | n_layer 12, d_model 768, n_head 12, d_ff 3072, mlp gelu, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.25, rope_base 10000, residual parallel, layer_bias true, tie_embeddings false, bias false |
 | GPT-2 (`openai-community/gpt2`) | n_layer 12, d_model 768, n_head 12, d_ff 3072, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions learned, layer_bias true, tie_embeddings true, bias false |
+| OLMo 2 (`allenai/OLMo-2-0425-1B`) | n_layer 16, d_model 2048, n_head 16, n_kv_head 16, d_ff 8192, mlp swiglu, norm rmsnorm, norm_eps 1e-6, norm_placement after, qk_norm rmsnorm-whole, positions rope, rope_base 500000, layer_bias false, attention_bias none, tie_embeddings false, bias false |
+| Granite 3.0 (`ibm-granite/granite-3.0-2b-base`) | n_layer 40, d_model 2048, n_head 32, n_kv_head 8, d_ff 8192, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, embedding_scale 12, query_scale 0.015625, residual_scale 0.22, logit_scale 0.125 (its `logits_scaling` 8), layer_bias false, tie_embeddings true, bias false |
+| SmolLM3 (`HuggingFaceTB/SmolLM3-3B`) | n_layer 36, d_model 2048, n_head 16, n_kv_head 4, d_ff 11008, mlp swiglu, norm rmsnorm, norm_eps 1e-6, positions rope, rope_base 5000000, layers [{repeat 3}, {rope false}] (its `no_rope_layer_interval` 4), layer_bias false, tie_embeddings true, bias false |
 """
 
 
@@ -149,11 +152,12 @@ class LayerSettings(_Strict):
         "outputs are the gate and the next `d_ff` the up projection; hidden = act(gate) * up, act SiLU (`swiglu`) "
         "or exact GELU (`geglu`). Older cards' `activation` reads as `mlp`",
     )
-    qk_norm: bool | Literal["rmsnorm"] | None = Field(
+    qk_norm: bool | Literal["rmsnorm", "rmsnorm-whole"] | None = Field(
         None,
         description="false (default); true: each head's queries and keys RMS-normalised without a scale (the "
         "speedrun); `rmsnorm`: with a learned scale per head channel, `attention.q_norm` and `attention.k_norm`, "
-        "epsilon `norm_eps` (Qwen3, OLMo 2)",
+        "epsilon `norm_eps` (Qwen3); `rmsnorm-whole`: all the queries (and all the keys) of a token normalised "
+        "together, over the whole projected width, a learned scale per channel (OLMo 2)",
     )
     layer_bias: bool | None = Field(
         None,
@@ -172,6 +176,11 @@ class LayerSettings(_Strict):
         None,
         description="what the scores q.k are multiplied by instead of `head_size`^-0.5 (Gemma: "
         "query_pre_attn_scalar^-0.5)",
+    )
+    rope: bool | None = Field(
+        None,
+        description="true (default); false: the layer's queries and keys are not rotated, its attention sees no "
+        'positions (SmolLM3\'s `no_rope_layers`); only with `positions = "rope"`',
     )
 
 
@@ -201,6 +210,7 @@ class RotarySpec:
     base: float | None = None
     scaling: dict[str, Any] | None = None
     fraction: float | None = None
+    rotates: bool = True  # False: the layer's `rope = false`, no rotation at all
 
     def encoding_settings(self) -> dict[str, Any]:
         """The card's names of the settings that are set, as the encoding is handed them."""
@@ -308,6 +318,11 @@ class _ModelWide(_Strict):
     logit_softcap: Annotated[float | None, _positive("logit_softcap")] = Field(
         None, description="C > 0: logits bounded to C tanh(logits / C)"
     )
+    residual_scale: Annotated[float | None, _positive("residual_scale")] = Field(
+        None,
+        description="s > 0: each sublayer's output multiplied by it before the residual add, x + s f(x) "
+        "(Granite's `residual_multiplier`)",
+    )
 
 
 class TransformerConfig(LayerSettings, _ModelWide):
@@ -338,6 +353,8 @@ class TransformerConfig(LayerSettings, _ModelWide):
             raise SettingError(
                 "n_kv_head", f"{self.n_head} query heads do not share {self.n_kv_head} key/value heads evenly"
             )
+        if self.positions != "rope" and any(g.rope is not None for g in [self, *(self.layers or [])]):
+            raise SettingError("rope", f"rope switches RoPE on or off in a layer; positions is '{self.positions}'")
         return self
 
     def layer_specs(self) -> list[LayerSpec]:
@@ -355,7 +372,9 @@ class TransformerConfig(LayerSettings, _ModelWide):
             return LAYER_DEFAULTS.get(name)
 
         window = setting("sliding_window")
-        rotary = RotarySpec(setting("rope_base"), setting("rope_scaling"), setting("rotary_fraction"))
+        rotary = RotarySpec(
+            setting("rope_base"), setting("rope_scaling"), setting("rotary_fraction"), setting("rope") is not False
+        )
         return LayerSpec(
             sliding_window=None if window is False else window,
             rotary=rotary if rotary != RotarySpec() else None,

@@ -276,9 +276,11 @@ class TransformerLanguageModel(nn.Module):
         per_layer = []
         for spec in specs:
             rotary = spec.rotary or RotarySpec()
+            if not rotary.rotates:  # `rope = false`: the layer's queries and keys stay as projected
+                rotary = RotarySpec(rotates=False)
             encoding = next((e for settings, e in made if settings == rotary), None)
             if encoding is None:
-                encoding = create(rotary.encoding_settings())
+                encoding = create(rotary.encoding_settings()) if rotary.rotates else no_positions(config, components)
                 made.append((rotary, encoding))
             per_layer.append(encoding)
         return made[0][1], per_layer
@@ -300,8 +302,9 @@ class TransformerLanguageModel(nn.Module):
             "norm_placement": spec.norm_placement,
             "attention_softcap": spec.attention_softcap,
             "query_scale": spec.query_scale,
+            "residual_scale": config.residual_scale,
         }
-        defaults = {**LAYER_DEFAULTS, "bias": None, "n_kv_head": None, "head_size": None}
+        defaults = {**LAYER_DEFAULTS, "bias": None, "n_kv_head": None, "head_size": None, "residual_scale": None}
         return {name: value for name, value in values.items() if value != defaults[name]}
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | RowBatch | None = None):
@@ -360,6 +363,13 @@ def final_norm(kind: str, d_model: int, layer_bias: bool | None, eps: float | No
     if kind in ("rmsnorm", "rmsnorm-unit-offset"):
         return make_norm(kind, d_model, eps=eps)
     return nn.LayerNorm(d_model, bias=layer_bias is not False, eps=1e-5 if eps is None else eps)
+
+
+def no_positions(config: TransformerConfig, components) -> nn.Module:
+    """The encoding of a layer that rotates nothing (`rope = false`): the registered "none"."""
+    return components["positions"].create(
+        "none", d_model=config.d_model, n_head=config.n_head, context_length=config.context_length
+    )
 
 
 def build_transformer(config, components):

@@ -4,6 +4,7 @@ and value rows side by side."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from zoo_core.errors import ZooError
@@ -36,8 +37,50 @@ def settings(hf) -> dict[str, Any]:
         "attention_bias": "all" if hf.attention_bias else "none",
         "bias": False,
         "tie_embeddings": bool(hf.tie_word_embeddings),
-        **rope_settings(hf.rope_parameters),
+        **_rotary(hf.hidden_size // hf.num_attention_heads, hf.rope_parameters),
     }
+
+
+def _rotary(head_size: int, rope: dict[str, Any]) -> dict[str, Any]:
+    """The zoo's RoPE settings of GPT-NeoX's, rotating what transformers rotates.
+
+    transformers rotates int(head_size x partial_rotary_factor) = d channels with the
+    frequencies base^(-2i/d), i < d/2 rounded up, each used twice (cos and sin are
+    the frequencies concatenated with themselves), so an odd d rotates d + 1
+    channels: 3 of a head of 12 are 2 pairs at base^0 and base^(-2/3). The zoo's
+    RoPE over d + 1 channels computes base'^(-2i/(d + 1)), the same frequencies for
+    base' = base^((d + 1)/d), which the card records."""
+    settings = rope_settings(rope)
+    factor = float(rope.get("partial_rotary_factor", 1.0))
+    channels = int(head_size * factor)
+    if channels == 0:
+        raise ZooError(f"partial_rotary_factor {factor} rotates none of a head's {head_size} channels")
+    rotated = channels + channels % 2
+    if rotated > head_size:
+        raise ZooError(
+            f"partial_rotary_factor {factor} rotates all {head_size} channels of a head, an odd number: "
+            "transformers' RoPE pairs them and cannot run it either"
+        )
+    if rotated != channels:
+        settings["rope_base"] = settings["rope_base"] ** (rotated / channels)
+    settings.pop("rotary_fraction", None)
+    if rotated != head_size:
+        settings["rotary_fraction"] = rotated / head_size
+    return settings
+
+
+def _rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
+    """transformers' rope_parameters, with a partial_rotary_factor whose int(head_size x factor)
+    (transformers' count) is the zoo's round(head_size x rotary_fraction)."""
+    rope = rope_parameters(config)
+    if "partial_rotary_factor" in rope:
+        head_size = config["d_model"] // config["n_head"]
+        rotated = round(config["rotary_fraction"] * head_size)
+        factor = rotated / head_size
+        while int(head_size * factor) < rotated:  # 1/3 x 12 may come out just under 4
+            factor = math.nextafter(factor, 1.0)
+        rope["partial_rotary_factor"] = factor
+    return rope
 
 
 def fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +94,7 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
         "use_parallel_residual": config["residual"] == "parallel",
         "attention_bias": config["attention_bias"] == "all",
         "tie_word_embeddings": config["tie_embeddings"],
-        "rope_parameters": rope_parameters(config),
+        "rope_parameters": _rope_parameters(config),
     }
 
 

@@ -32,6 +32,8 @@ def refusal(model) -> str | None:
         return f"'{name}': norm '{config['norm']}' has no HookedTransformer counterpart"
     if unmapped_setting(config):
         return f"'{name}' sets {unmapped_setting(config)}, which HookedTransformer's blocks have no place for"
+    if config.get("qk_norm") == "rmsnorm-whole":
+        return f"'{name}' normalises queries and keys across all heads at once; HookedTransformer's QK-norm is per head"
     encoding = type(network.positions)
     if encoding.bias is not PositionEncodingBase.bias:
         return f"'{name}': position encoding '{config['positions']}' biases attention scores; HookedTransformer has no such step"

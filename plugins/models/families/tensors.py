@@ -41,6 +41,8 @@ ZOO_MODULES = {
     "ATTN_K_NORM": "blocks.{i}.attention.k_norm",
     "FFN_NORM": "blocks.{i}.norm2",
     "FFN_DOWN": "blocks.{i}.feed_forward.down",
+    "ATTN_POST_NORM": "blocks.{i}.post_attention_norm",  # norm_placement "after" or "both"
+    "FFN_POST_NORM": "blocks.{i}.post_feed_forward_norm",
     "OUTPUT_NORM": "final_norm",
     "OUTPUT": "lm_head",
 }
@@ -50,10 +52,12 @@ ZOO_JOINED = {
     "blocks.{i}.feed_forward.up": ("FFN_GATE", "FFN_UP"),  # a plain feed-forward's is FFN_UP alone
 }
 FUSED_QKV, QKV_MODULE = "ATTN_QKV", "blocks.{i}.attention.qkv"
-# rows rotated per head, and how many heads hold them: query heads, key heads, or one scale
+# rows rotated per head, and how many heads hold them: query heads, key heads, or a QK-norm's
+# scales (None: counted from their length, one head's for a per-head norm, every head's for OLMo 2's)
 ROTATED = {"ATTN_Q": "n_head", "ATTN_K": "n_kv_head", "ATTN_Q_NORM": None, "ATTN_K_NORM": None}
 EMBEDDING, HEAD = "TOKEN_EMBD", "OUTPUT"
 PER_LAYER = ("ATTN_NORM", "ATTN_Q", "ATTN_K", "ATTN_V", "ATTN_OUT", "FFN_NORM", "FFN_GATE", "FFN_UP", "FFN_DOWN")
+PER_LAYER += ("ATTN_Q_NORM", "ATTN_K_NORM", "ATTN_POST_NORM", "FFN_POST_NORM")
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ def rotated(state: dict[Key, torch.Tensor], heads: Heads, to_pairs: bool) -> dic
     out = dict(state)
     for key, tensor in state.items():
         if key[0] in ROTATED:
-            count = {"n_head": heads.n_head, "n_kv_head": heads.n_kv_head, None: 1}[ROTATED[key[0]]]
+            count = {"n_head": heads.n_head, "n_kv_head": heads.n_kv_head}.get(ROTATED[key[0]])
+            count = count or max(1, tensor.shape[0] // max(1, heads.head_size))
             out[key] = reorder_heads(tensor, count, heads, to_pairs)
     return out
 
