@@ -181,3 +181,134 @@ def test_the_continuous_batching_server_answers_every_family_with_transformers_g
     finally:
         server.stop()
     assert [a.choices[0].text for a in answers] == list(expected.values())
+
+
+# --- GGUF: llama.cpp's olmo2, granite and smollm3 -------------------------------------
+
+GGUF_FAMILIES = ["olmo2", "granite", "smollm3"]
+PAIRED = ("granite", "smollm3")  # llama.cpp's NORM RoPE: each head's rows in adjacent pairs, as for llama
+
+
+def _pairs(rows: torch.Tensor, heads: int) -> torch.Tensor:
+    """llama.cpp's converter order of a head's rows: its two halves interleaved."""
+    half = rows.shape[0] // heads // 2
+    return rows.reshape(heads, 2, half, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
+
+
+def write_llama_cpp_gguf(path, model) -> None:
+    """``model`` as llama.cpp's converter lays it out, written by `gguf`'s own writer in F32: the
+    tensor names from the package's name map for the architecture, the query and key rows of
+    granite and smollm3 in pairs, the architecture's keys (granite's four scales among them)."""
+    import gguf
+
+    config, arch = model.config, model.config.model_type
+    head_size = config.hidden_size // config.num_attention_heads
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(f"Tiny {arch}")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_dimension_count(head_size)
+    writer.add_vocab_size(config.vocab_size)
+    if arch == "granite":
+        writer.add_embedding_scale(config.embedding_multiplier)
+        writer.add_residual_scale(config.residual_multiplier)
+        writer.add_logit_scale(config.logits_scaling)
+        writer.add_attention_scale(config.attention_multiplier)
+    tokenizer = byte_level_tokenizer("<|endoftext|>")
+    described = json.loads(tokenizer.to_str())
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    tokens = [token for token, _ in vocab] + [f"[PAD{i}]" for i in range(len(vocab), config.vocab_size)]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(
+        [gguf.TokenType.CONTROL if t == "<|endoftext|>" else gguf.TokenType.NORMAL for t, _ in vocab]
+        + [gguf.TokenType.UNUSED] * (config.vocab_size - len(vocab))
+    )
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in described["model"]["merges"]])
+    arch_id = next(key for key, text in gguf.MODEL_ARCH_NAMES.items() if text == arch)
+    names = gguf.get_tensor_name_map(arch_id, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        if config.tie_word_embeddings and name == "lm_head.weight":
+            continue  # llama.cpp reads the embedding where output.weight is absent
+        values = tensor.detach().float()
+        if arch in PAIRED and ".q_proj." in name:
+            values = _pairs(values, config.num_attention_heads)
+        elif arch in PAIRED and ".k_proj." in name:
+            values = _pairs(values, config.num_key_value_heads)
+        writer.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), values.numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("family", GGUF_FAMILIES)
+def test_a_llama_cpp_layout_file_imports_with_transformers_logits_and_exports_the_same_file(
+    folders, zoo, tmp_path, family
+):
+    """A file written in llama.cpp's layout imports with transformers' logits and greedy
+    tokens; the zoo's export of it holds the same metadata and tensors, bit for bit."""
+    import gguf
+
+    _, reference = folders[family]
+    written = tmp_path / "written.gguf"
+    write_llama_cpp_gguf(written, reference)
+    done = zoo("import", "gguf", str(written), "--name", "from-gguf")
+    assert done.code == 0, done.err
+    model = zoo_core.load("from-gguf")
+    assert model.card.family == family
+    rows = [model.tokenizer.encode(p) for p in PROMPTS]
+    assert largest_difference(reference, model.network, rows) <= 1e-4  # the scales stored as float32
+    drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+    assert [s.tokens for s in drawn] == greedy(reference, rows)
+
+    done = zoo("export", "from-gguf", "--format", "gguf", "--gguf-type", "f32", "--out", str(tmp_path / "out"))
+    assert done.code == 0, done.err
+    theirs, ours = gguf.GGUFReader(written), gguf.GGUFReader(tmp_path / "out" / "from-gguf.gguf")
+    held = {t.name: t.data for t in ours.tensors}
+    assert set(held) == {t.name for t in theirs.tensors}
+    for tensor in theirs.tensors:
+        assert (held[tensor.name] == tensor.data).all(), tensor.name
+    for key, field in theirs.fields.items():
+        if key.startswith(f"{family}."):
+            assert ours.fields[key].contents() == pytest.approx(field.contents()), key
+
+
+def test_what_llama_cpp_and_transformer_lens_cannot_run_is_refused_in_one_line(folders, zoo, tmp_path):
+    pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
+    cases = [
+        ("smollm3-nope-sliding", "gguf", "has sliding-window layers; llama.cpp's smollm3 has no key for a window"),
+        ("granite", "transformer-lens", "which HookedTransformer's blocks have no place for"),
+        ("smollm3", "transformer-lens", "sets layers, which HookedTransformer's blocks have no place for"),
+    ]
+    for family, kind, refusal in cases:
+        folder, _ = folders[family]
+        assert zoo("import", "hf", str(folder), "--name", family).code == 0
+        done = zoo("export", family, "--format", kind, "--out", str(tmp_path / family))
+        assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
+@pytest.mark.slow
+def test_llama_cpp_continues_the_gguf_exports_with_transformers_greedy_tokens(folders, zoo, tmp_path):
+    """llama.cpp itself (node-llama-cpp's prebuilt CPU build) runs each family's F32 export:
+    its greedy tokens are transformers' (and so the zoo's), from the prompt's ids."""
+    from .test_interop_gguf_export import llama_cpp_greedy
+
+    jobs, expected = [], []
+    for family in GGUF_FAMILIES:
+        folder, reference = folders[family]
+        assert zoo("import", "hf", str(folder), "--name", family).code == 0
+        out = tmp_path / family
+        done = zoo("export", family, "--format", "gguf", "--gguf-type", "f32", "--out", str(out))
+        assert done.code == 0, done.err
+        ids = zoo_core.load(family).tokenizer.encode(PROMPTS[1])
+        jobs.append({"model": str(out / f"{family}.gguf"), "ids": ids, "count": NEW_TOKENS})
+        expected.append({"greedy": greedy(reference, [ids])[0]})
+    assert llama_cpp_greedy(jobs) == expected

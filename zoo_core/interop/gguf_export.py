@@ -89,7 +89,7 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    checks = _check_logits(model, path, tensor_type)
+    checks = _check_logits(model, path, tensor_type, exported.architecture)
     return [path], checks
 
 
@@ -213,17 +213,25 @@ def _single_digits(step: dict) -> bool:
 # --- the check -----------------------------------------------------------------
 
 
-def _check_logits(model, path: Path, tensor_type: str) -> dict:
+def _check_logits(model, path: Path, tensor_type: str, architecture: str) -> dict:
     """The file read back by transformers' GGUF loader (its own dequantising, its
-    own undoing of the Q/K permutation), its logits against the zoo's."""
+    own undoing of the Q/K permutation), its logits against the zoo's. An
+    architecture that loader does not read (olmo2, granite, smollm3) is read
+    back as `zoo import gguf` reads it instead (tests run those files in llama.cpp)."""
     transformers = _require_transformers()
     quiet_transformers()
     ids, _ = verification_ids(model)
-    # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
-    with contextlib.redirect_stderr(io.StringIO()):
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    if architecture in GGUF_SUPPORTED_ARCHITECTURES:
+        # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
+        with contextlib.redirect_stderr(io.StringIO()):
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
+    else:
+        loaded = _read_as_imported(model, path, architecture)
     with torch.no_grad():
-        theirs = loaded(torch.tensor([ids])).logits
+        theirs = loaded(torch.tensor([ids]))
+        theirs = theirs.logits if hasattr(theirs, "logits") else theirs[0]
         ours, _ = model.network(torch.tensor([ids]))
     difference = float((theirs - ours).abs().max())
     largest = float(ours.abs().max())
@@ -234,3 +242,25 @@ def _check_logits(model, path: Path, tensor_type: str) -> dict:
             f"{tensor_type}, the largest logit {largest:.2f}); nothing usable was written"
         )
     return {"max_logit_difference": difference, "logit_tokens": len(ids)}
+
+
+def _read_as_imported(model, path: Path, architecture: str) -> torch.nn.Module:
+    """The network `zoo import gguf` builds from the file: its metadata and tensors
+    through the family's record, dequantised as the import dequantises them."""
+    from . import gguf_import
+    from .imports import check_card_fits_tensors
+
+    record = families.for_gguf_architecture(architecture)
+    if record is None:
+        raise ZooError(f"cannot read back the GGUF file: no family reads '{architecture}'")
+    reader = gguf.GGUFReader(path)
+    metadata = gguf_import._metadata(path, reader)
+    settings, context_length = record.config_from_gguf(metadata, path)
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    settings, state = record.tensors_from_gguf(
+        settings, tensors, lambda tensor: gguf_import._dequantized(path, tensor), path
+    )
+    card = model.card.model_copy(update={"config": settings, "context_length": context_length})
+    network = check_card_fits_tensors(path, card, state, record)
+    network.load_state_dict(state)
+    return network.eval()

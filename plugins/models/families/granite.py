@@ -78,7 +78,8 @@ GRANITE = dataclasses.replace(
     gguf_keys=(
         *GGUF_KEYS,
         GGUFKey("embedding_multiplier", "LLM.EMBEDDING_SCALE", "positive", default=1.0),
-        GGUFKey("attention_multiplier", "Attention.SCALE", "positive", default=1.0),
+        # llama.cpp scales by head_size^-0.5 where the file has no attention.scale
+        GGUFKey("attention_multiplier", "Attention.SCALE", "positive", default=lambda read: read["head_dim"] ** -0.5),
         GGUFKey("residual_multiplier", "LLM.RESIDUAL_SCALE", "positive", default=1.0),
         GGUFKey("logits_scaling", "LLM.LOGIT_SCALE", "positive", default=1.0),
     ),
