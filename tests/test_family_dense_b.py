@@ -312,3 +312,33 @@ def test_llama_cpp_continues_the_gguf_exports_with_transformers_greedy_tokens(fo
         jobs.append({"model": str(out / f"{family}.gguf"), "ids": ids, "count": NEW_TOKENS})
         expected.append({"greedy": greedy(reference, [ids])[0]})
     assert llama_cpp_greedy(jobs) == expected
+
+
+def test_transformer_lens_and_the_inspect_views_read_olmo2(folders, zoo, tmp_path):
+    """TransformerLens has OLMo 2 (its own post-norm block and whole-width query/key norms):
+    the converted HookedTransformer gives the zoo's logits, and every inspect view runs."""
+    pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
+    from zoo_core.interop.transformer_lens import hooked_transformer
+
+    folder, reference = folders["olmo2"]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    model = zoo_core.load("imported")
+    lens = hooked_transformer(model)
+    assert lens.cfg.original_architecture == "Olmo2ForCausalLM" and lens.cfg.n_key_value_heads == 2
+    ids = torch.tensor([model.tokenizer.encode(PROMPTS[1])])
+    with torch.no_grad():
+        logits, cache = lens.run_with_cache(ids)
+        theirs = reference(ids).logits
+    assert float((logits - theirs).abs().max()) <= 1e-4
+    assert cache["blocks.1.attn.hook_pattern"].shape == (1, 6, ids.shape[1], ids.shape[1])
+    done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert done.code == 0 and "checked: logits" in done.out, done.err
+    clean = "ROMEO: What light"
+    corrupt = next(  # patching compares position by position: as many tokens as the clean prompt
+        text
+        for text in ("ROMEO: What night", "ROMEO: What fight", "ROMEO: That light", "JULIET: What light")
+        if len(model.tokenizer.encode(text)) == len(model.tokenizer.encode(clean))
+    )
+    for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
+        shown = zoo("inspect", "imported", "--prompt", clean, *view)
+        assert shown.code == 0, (view, shown.err)
