@@ -29,6 +29,7 @@ from .tensors import (
     EMBEDDING,
     HEAD,
     PER_LAYER,
+    PER_LAYER_NORMS,
     ZOO_MODULES,
     Heads,
     HFTensor,
@@ -201,7 +202,7 @@ class Family:
                     f"{path}: tensor '{printable(name)}' is not in {self.gguf_architecture}'s {n_layer}-layer layout"
                 )
         for canonical in names:
-            wanted = range(n_layer) if canonical in PER_LAYER else [None]
+            wanted = range(n_layer) if canonical in (*PER_LAYER, *PER_LAYER_NORMS) else [None]
             if canonical == HEAD or not any(canonical in rule.parts for rule in self.tensors):
                 continue
             for layer in wanted:

@@ -31,9 +31,8 @@ LENS_ACTIVATIONS = {
 
 # Settings of the typed config no built-in family (nor TransformerLens) has a place for yet:
 # Gemma-style sandwich norms, unit-offset RMSNorm, attention soft-capping, a query scale, layer groups.
-UNMAPPED_SETTINGS = ("layers", "norm_placement", "attention_softcap", "query_scale")
 # Granite's residual multiplier and SmolLM3's layers without RoPE: only their own families write them.
-UNMAPPED_SETTINGS += ("residual_scale", "rope")
+UNMAPPED_SETTINGS = ("layers", "norm_placement", "attention_softcap", "query_scale", "residual_scale", "rope")
 
 
 def unmapped_setting(config: dict[str, Any]) -> str | None:

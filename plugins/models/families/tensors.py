@@ -57,7 +57,7 @@ FUSED_QKV, QKV_MODULE = "ATTN_QKV", "blocks.{i}.attention.qkv"
 ROTATED = {"ATTN_Q": "n_head", "ATTN_K": "n_kv_head", "ATTN_Q_NORM": None, "ATTN_K_NORM": None}
 EMBEDDING, HEAD = "TOKEN_EMBD", "OUTPUT"
 PER_LAYER = ("ATTN_NORM", "ATTN_Q", "ATTN_K", "ATTN_V", "ATTN_OUT", "FFN_NORM", "FFN_GATE", "FFN_UP", "FFN_DOWN")
-PER_LAYER += ("ATTN_Q_NORM", "ATTN_K_NORM", "ATTN_POST_NORM", "FFN_POST_NORM")
+PER_LAYER_NORMS = ("ATTN_Q_NORM", "ATTN_K_NORM", "ATTN_POST_NORM", "FFN_POST_NORM")  # in the layers that have them
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,11 @@ def rotated(state: dict[Key, torch.Tensor], heads: Heads, to_pairs: bool) -> dic
     out = dict(state)
     for key, tensor in state.items():
         if key[0] in ROTATED:
-            count = {"n_head": heads.n_head, "n_kv_head": heads.n_kv_head}.get(ROTATED[key[0]])
-            count = count or max(1, tensor.shape[0] // max(1, heads.head_size))
+            held_by = ROTATED[key[0]]
+            if held_by is None:
+                count = max(1, tensor.shape[0] // max(1, heads.head_size))
+            else:
+                count = heads.n_head if held_by == "n_head" else heads.n_kv_head
             out[key] = reorder_heads(tensor, count, heads, to_pairs)
     return out
 
