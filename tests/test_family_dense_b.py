@@ -342,3 +342,45 @@ def test_transformer_lens_and_the_inspect_views_read_olmo2(folders, zoo, tmp_pat
     for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
         shown = zoo("inspect", "imported", "--prompt", clean, *view)
         assert shown.code == 0, (view, shown.err)
+
+
+@pytest.mark.parametrize(
+    "family, change, refusal",
+    [
+        (
+            "neox-even-rotary",
+            {
+                "num_attention_heads": 4,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+            },
+            "rotates all 9 channels of a head, an odd number",
+        ),
+        (
+            "neox-even-rotary",
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.05}},
+            "rotates none of a head's 12 channels",
+        ),
+        ("smollm3", {"no_rope_layers": [1, 0]}, "no_rope_layers and layer_types need one entry per layer (4)"),
+    ],
+)
+def test_what_transformers_cannot_run_either_is_refused_in_one_line(folders, zoo, tmp_path, family, change, refusal):
+    import shutil
+
+    folder, _ = folders[family]
+    copy = tmp_path / "changed"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, **change}))
+    done = zoo("import", "hf", str(copy), "--name", "refused")
+    assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
+def test_a_layer_without_rope_needs_rope_positions():
+    from zoo_core.errors import ZooError
+    from zoo_plugins.models.settings import TransformerConfig
+
+    sizes = dict(d_model=8, n_layer=2, n_head=2)
+    specs = TransformerConfig.read({**sizes, "positions": "rope", "layers": [{}, {"rope": False}]}, "x").layer_specs()
+    assert [spec.rotary is None or spec.rotary.rotates for spec in specs] == [True, False]
+    with pytest.raises(ZooError, match="config.rope: rope switches RoPE on or off in a layer; positions is 'learned'"):
+        TransformerConfig.read({**sizes, "layers": [{"rope": False}]}, "x")
