@@ -153,18 +153,25 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
     assert largest_difference(exported, model.network, rows) <= TOLERANCE
 
 
-def test_the_continuous_batching_server_answers_every_family_with_transformers_greedy_tokens(folders, zoo):
+def test_the_continuous_batching_server_answers_every_family_with_transformers_greedy_tokens(folders, zoo, tmp_path):
+    """Every family imported from its transformers folder, and the GGUF families from files in
+    llama.cpp's layout too, served together, every prompt asked at once, greedy: each answer
+    is transformers' own greedy continuation."""
     pytest.importorskip("starlette", reason="the web tests need the web extra: pip install 'zoo-lm[web]'")
     openai = pytest.importorskip("openai", reason="these tests need the web-test extra: pip install 'zoo-lm[web-test]'")
     from tests.web_support import Server
 
+    sources = [(family, "hf", folders[family][0]) for family in FAMILIES]
+    for family in GGUF_FAMILIES:
+        write_llama_cpp_gguf(tmp_path / f"{family}.gguf", folders[family][1])
+        sources.append((family, "gguf", tmp_path / f"{family}.gguf"))
     expected = {}
-    for family in FAMILIES:
-        folder, reference = folders[family]
-        assert zoo("import", "hf", str(folder), "--name", family).code == 0
-        tokenizer = zoo_core.load(family).tokenizer
-        continuations = greedy(reference, [tokenizer.encode(p) for p in PROMPTS])
-        expected.update({(family, p): tokenizer.decode(c) for p, c in zip(PROMPTS, continuations)})
+    for family, kind, source in sources:
+        name = f"{family}-{kind}"
+        assert zoo("import", kind, str(source), "--name", name).code == 0
+        tokenizer = zoo_core.load(name).tokenizer
+        continuations = greedy(folders[family][1], [tokenizer.encode(p) for p in PROMPTS])
+        expected.update({(name, p): tokenizer.decode(c) for p, c in zip(PROMPTS, continuations)})
 
     async def ask_all(url):
         async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300) as client:
@@ -175,7 +182,7 @@ def test_the_continuous_batching_server_answers_every_family_with_transformers_g
                 ]
             )
 
-    server = Server("--max-concurrent", "32")
+    server = Server("--max-concurrent", "64")
     try:
         answers = asyncio.run(ask_all(server.url))
     finally:
