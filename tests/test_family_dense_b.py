@@ -6,11 +6,13 @@ query/key norm under grouped heads; Granite's four multipliers, none of them 1;
 SmolLM3's layers without RoPE and sliding-window layers shorter than the prompts;
 NeoX rotating 3 or int(4.8) = 4 channels of a 12-channel head), imports with logits
 equal to transformers' within 1e-5 over a left-padded batch, greedy tokens equal,
-and its export loads back in transformers with the same logits. The continuous-
-batching server answers every family's prompts at once with transformers' greedy
-tokens. GGUF: files the export writes in llama.cpp's layout (olmo2, granite,
-smollm3) are read back by `zoo import gguf` with transformers' logits, and by
-llama.cpp itself (slow lane) with the same greedy tokens.
+and its export loads back in transformers with the same logits. GGUF: a file written
+in llama.cpp's layout by `gguf`'s own writer (olmo2, granite, smollm3) imports with
+transformers' logits and greedy tokens, the zoo's export of it is the same file, and
+llama.cpp itself (slow lane) continues the exports with transformers' greedy tokens.
+The continuous-batching server answers every family's prompts at once (imported from
+its folder, and from a GGUF file where llama.cpp has the family) with transformers'
+greedy tokens. TransformerLens, which has OLMo 2, gives its logits and inspect views.
 """
 
 from __future__ import annotations
