@@ -393,3 +393,17 @@ def test_a_layer_without_rope_needs_rope_positions():
     assert [spec.rotary is None or spec.rotary.rotates for spec in specs] == [True, False]
     with pytest.raises(ZooError, match="config.rope: rope switches RoPE on or off in a layer; positions is 'learned'"):
         TransformerConfig.read({**sizes, "layers": [{"rope": False}]}, "x")
+
+
+def test_transformer_lens_rotates_an_odd_neox_rotary_part_as_transformers_does(folders, zoo):
+    pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
+    from zoo_core.interop.transformer_lens import hooked_transformer
+
+    folder, reference = folders["neox-odd-rotary"]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    model = zoo_core.load("imported")
+    lens = hooked_transformer(model)
+    assert lens.cfg.rotary_dim == 4
+    ids = torch.tensor([model.tokenizer.encode(PROMPTS[1])])
+    with torch.no_grad():
+        assert float((lens(ids) - reference(ids).logits).abs().max()) <= 1e-4
