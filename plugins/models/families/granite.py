@@ -54,15 +54,17 @@ def choose_granite(config: dict[str, Any]) -> tuple[str | None, str]:
     return "granite", ""
 
 
-def _gguf_refusal(config: dict[str, Any]) -> str | None:
+def llama_layout_gguf_refusal(config: dict[str, Any], architecture: str) -> str | None:
+    """What llama.cpp's Llama-layout graphs (granite, smollm3) cannot run as the export writes them:
+    a window, another gate than SiLU, scaled RoPE, biases (written unreordered)."""
     if config.get("sliding_window"):
-        return "sets sliding_window; llama.cpp's granite has no key for a window"
+        return f"sets sliding_window; llama.cpp's {architecture} has no key for a window"
     if config["mlp"] != "swiglu":
-        return f"has mlp '{config['mlp']}'; llama.cpp's granite gates with SiLU (swiglu)"
+        return f"has mlp '{config['mlp']}'; llama.cpp's {architecture} gates with SiLU (swiglu)"
     if config.get("rope_scaling"):
         return "sets rope_scaling; the GGUF export writes plain RoPE only"
-    if config["attention_bias"] not in ("none", "all") or config["layer_bias"]:
-        return "sets layer_bias or query/key/value-only biases; llama.cpp's granite has neither"
+    if config["attention_bias"] != "none" or config["layer_bias"]:
+        return f"sets attention_bias or layer_bias; the GGUF export writes {architecture} without biases"
     return None
 
 
@@ -84,5 +86,5 @@ GRANITE = dataclasses.replace(
         GGUFKey("logits_scaling", "LLM.LOGIT_SCALE", "positive", default=1.0),
     ),
     chooses=choose_granite,
-    refuses_gguf=_gguf_refusal,
+    refuses_gguf=lambda config: llama_layout_gguf_refusal(config, "granite"),
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
+from .granite import llama_layout_gguf_refusal
 from .llama import LLAMA, choose, fields, settings
 
 # llama.cpp's smollm3 graph: layer i rotates unless (i + 1) is a multiple of 4 (n_no_rope_layer_step).
@@ -100,13 +101,7 @@ def _gguf_refusal(config: dict[str, Any]) -> str | None:
         return "has sliding-window layers; llama.cpp's smollm3 has no key for a window"
     if [int(rotates) for rotates, _ in specs] != default_pattern(len(specs)):
         return f"skips RoPE in layers other than every {LLAMA_CPP_NOPE_STEP}th; llama.cpp's smollm3 skips exactly those"
-    if config["mlp"] != "swiglu":
-        return f"has mlp '{config['mlp']}'; llama.cpp's smollm3 gates with SiLU (swiglu)"
-    if config.get("rope_scaling"):
-        return "sets rope_scaling; the GGUF export writes plain RoPE only"
-    if config["attention_bias"] != "none" or config["layer_bias"]:
-        return "sets attention_bias or layer_bias; llama.cpp's smollm3 has no biases"
-    return None
+    return llama_layout_gguf_refusal(config, "smollm3")
 
 
 SMOLLM3 = dataclasses.replace(
