@@ -41,3 +41,5 @@ def register_families(register):
     register("qwen2", "zoo_plugins.models.families.llama:QWEN2")
     register("qwen3", "zoo_plugins.models.families.llama:QWEN3")
     register("gpt_neox", "zoo_plugins.models.families.gpt_neox:GPT_NEOX")
+    register("mixtral", "zoo_plugins.models.families.moe:MIXTRAL")
+    register("qwen2_moe", "zoo_plugins.models.families.moe:QWEN2_MOE")

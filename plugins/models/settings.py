@@ -52,6 +52,8 @@ own fields.
 | Mistral (`mistralai/Mistral-7B-v0.1`) | n_layer 32, d_model 4096, n_head 32, n_kv_head 8, d_ff 14336, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, sliding_window 4096, layer_bias false, tie_embeddings false, bias false |
 | Pythia (`EleutherAI/pythia-160m`) | n_layer 12, d_model 768, n_head 12, d_ff 3072, mlp gelu, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.25, rope_base 10000, residual parallel, layer_bias true, tie_embeddings false, bias false |
 | GPT-2 (`openai-community/gpt2`) | n_layer 12, d_model 768, n_head 12, d_ff 3072, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions learned, layer_bias true, tie_embeddings true, bias false |
+| Mixtral (`mistralai/Mixtral-8x7B-v0.1`) | n_layer 32, d_model 4096, n_head 32, n_kv_head 8, d_ff 14336, experts 8, experts_per_token 2, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 1000000, layer_bias false, tie_embeddings false, bias false (its `sliding_window` is null) |
+| Qwen1.5-MoE (`Qwen/Qwen1.5-MoE-A2.7B`) | n_layer 24, d_model 2048, n_head 16, n_kv_head 16, d_ff 5632, experts 60, experts_per_token 4, expert_d_ff 1408, shared_expert_d_ff 5632, norm_topk_prob false, mlp swiglu, norm rmsnorm, norm_eps 1e-6, positions rope, rope_base 1000000, attention_bias qkv, layer_bias false, tie_embeddings false, bias false (`decoder_sparse_step` 1 and no `mlp_only_layers`: every layer has experts) |
 """
 
 
@@ -173,6 +175,13 @@ class LayerSettings(_Strict):
         description="what the scores q.k are multiplied by instead of `head_size`^-0.5 (Gemma: "
         "query_pre_attn_scalar^-0.5)",
     )
+    experts: Annotated[int | Literal[False] | None, BeforeValidator(_window)] = Field(
+        None,
+        description="E: the feed-forward is a mixture of E experts (`feed_forward.router`, `experts_up.weight` (E, 2 "
+        "`expert_d_ff`, `d_model`) for a gated kind, `experts_down.weight` (E, `d_model`, `expert_d_ff`)), each token "
+        "sent to `experts_per_token` of them (Mixtral, Qwen2-MoE); unset or false: one dense feed-forward "
+        "(Qwen2-MoE's `mlp_only_layers`)",
+    )
 
 
 class LayerGroup(LayerSettings):
@@ -224,6 +233,7 @@ class LayerSpec:
     attention_bias: str | None
     attention_softcap: float | None
     query_scale: float | None
+    experts: int | None  # None: a dense feed-forward
 
     # Biases per projection, as the built-in block resolves layer_bias and attention_bias.
     @property
@@ -264,6 +274,7 @@ LAYER_DEFAULTS: dict[str, Any] = {
     "attention_bias": None,
     "attention_softcap": None,
     "query_scale": None,
+    "experts": None,
 }
 
 
@@ -308,6 +319,23 @@ class _ModelWide(_Strict):
     logit_softcap: Annotated[float | None, _positive("logit_softcap")] = Field(
         None, description="C > 0: logits bounded to C tanh(logits / C)"
     )
+    experts_per_token: Whole | None = Field(
+        None,
+        description="k (required with `experts`): each token goes to the k experts of highest router "
+        "probability (softmax over all experts' logits), its output their outputs weighted by those probabilities",
+    )
+    expert_d_ff: Whole | None = Field(None, description="each expert's hidden width (default `d_ff`)")
+    norm_topk_prob: bool | None = Field(
+        None,
+        description="true (default, Mixtral): the k chosen probabilities are rescaled to sum to 1; false: used "
+        "as they are (Qwen2-MoE's `norm_topk_prob` false)",
+    )
+    shared_expert_d_ff: Whole | None = Field(
+        None,
+        description="W: beside the experts, a shared feed-forward of hidden width W that every token takes, "
+        "its output multiplied by sigmoid(x . g) (`feed_forward.shared`, `feed_forward.shared_gate`: "
+        "Qwen2-MoE's shared expert)",
+    )
 
 
 class TransformerConfig(LayerSettings, _ModelWide):
@@ -338,7 +366,24 @@ class TransformerConfig(LayerSettings, _ModelWide):
             raise SettingError(
                 "n_kv_head", f"{self.n_head} query heads do not share {self.n_kv_head} key/value heads evenly"
             )
+        self._possible_experts()
         return self
+
+    def _possible_experts(self) -> None:
+        counts = {spec.experts for spec in self.layer_specs() if spec.experts is not None}
+        if not counts:
+            for name in ("experts_per_token", "expert_d_ff", "norm_topk_prob", "shared_expert_d_ff"):
+                if getattr(self, name) is not None:
+                    raise SettingError(name, f"{name} is a setting of experts, and no layer sets experts")
+            return
+        if self.experts_per_token is None:
+            raise SettingError("experts_per_token", "experts need experts_per_token, how many each token goes to")
+        if self.experts_per_token > min(counts):
+            raise SettingError(
+                "experts_per_token", f"{self.experts_per_token} experts per token, but a layer has {min(counts)}"
+            )
+        if self.layer_bias:
+            raise SettingError("layer_bias", "experts have no biases; set layer_bias false or leave it unset")
 
     def layer_specs(self) -> list[LayerSpec]:
         """Each layer's settings: the `layers` groups (each ``repeat`` times) cycled until ``n_layer``."""
@@ -358,8 +403,9 @@ class TransformerConfig(LayerSettings, _ModelWide):
         rotary = RotarySpec(setting("rope_base"), setting("rope_scaling"), setting("rotary_fraction"))
         return LayerSpec(
             sliding_window=None if window is False else window,
+            experts=setting("experts") or None,
             rotary=rotary if rotary != RotarySpec() else None,
-            **{name: setting(name) for name in LAYER_DEFAULTS if name != "sliding_window"},
+            **{name: setting(name) for name in LAYER_DEFAULTS if name not in ("sliding_window", "experts")},
         )
 
     @classmethod
@@ -392,11 +438,21 @@ class TransformerConfig(LayerSettings, _ModelWide):
         norms = 9 * C + (4 * C if any(g.get("norm_placement") in ("after", "both") for g in groups) else 0)
         # q, k, v, out; up, down; biases and norms
         per_layer = C * (2 * heads + 2 * keys) + C * (up + F) + up + norms
+        # Experts: E feed-forwards of expert_d_ff and a router (C, E) replace the dense one, beside
+        # any shared expert and its gate; counted in every layer, an upper bound where some are dense.
+        E = max([int(g.get("experts") or 0) for g in groups if not isinstance(g.get("experts"), bool)] or [0])
+        routed = 0  # hidden values per token beyond a dense layer's
+        if E:
+            expert = int(config.get("expert_d_ff") or F)
+            shared = int(config.get("shared_expert_d_ff") or 0)
+            widths = (2 if gated else 1) + 1
+            per_layer += max(0, E * C * widths * expert + C * E + widths * C * shared + C - C * (up + F))
+            routed = int(config.get("experts_per_token") or 1) * expert + shared + E
         # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
         learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
         parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
         # Per layer, scores, logits, KV cache, positions.
-        activations = L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C + T * C
+        activations = L * T * (4 * C + F + routed) + H * T * T + T * V + 2 * L * T * C + T * C
         return parameters, activations
 
     reference_notes: ClassVar[str] = REFERENCE_NOTES  # docs/cards.md, after the tables

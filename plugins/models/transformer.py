@@ -300,9 +300,15 @@ class TransformerLanguageModel(nn.Module):
             "norm_placement": spec.norm_placement,
             "attention_softcap": spec.attention_softcap,
             "query_scale": spec.query_scale,
+            "experts": spec.experts,
         }
         defaults = {**LAYER_DEFAULTS, "bias": None, "n_kv_head": None, "head_size": None}
-        return {name: value for name, value in values.items() if value != defaults[name]}
+        chosen = {name: value for name, value in values.items() if value != defaults[name]}
+        if spec.experts:  # the experts' model-wide settings, for the layers that have experts
+            for name in ("experts_per_token", "expert_d_ff", "norm_topk_prob", "shared_expert_d_ff"):
+                if getattr(config, name) is not None:
+                    chosen[name] = getattr(config, name)
+        return chosen
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | RowBatch | None = None):
         B, T = idx.shape

@@ -28,6 +28,8 @@ def refusal(model) -> str | None:
     name = card.name
     if config["block"] != "pre-norm":
         return f"'{name}' has {config['block']} blocks; HookedTransformer normalises before each sublayer only"
+    if any(hasattr(block.feed_forward, "router") for block in network.blocks):
+        return f"'{name}' has a mixture of experts; the HookedTransformer export writes dense feed-forwards only"
     if config["norm"] not in ("layernorm", "rmsnorm"):
         return f"'{name}': norm '{config['norm']}' has no HookedTransformer counterpart"
     if unmapped_setting(config):
