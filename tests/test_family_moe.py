@@ -313,13 +313,20 @@ GGUF_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(GGUF_CASES))
-def test_a_gguf_file_in_llama_cpp_layout_imports_with_transformers_logits(zoo, tmp_path, case):
+def _gguf_reference(case: str):
     config_class = "MixtralConfig" if case.startswith("mixtral") else "Qwen2MoeConfig"
     torch.manual_seed(1)
-    reference = transformers.AutoModelForCausalLM.from_config(
-        getattr(transformers, config_class)(**GGUF_CASES[case])
-    ).eval()
+    return transformers.AutoModelForCausalLM.from_config(getattr(transformers, config_class)(**GGUF_CASES[case])).eval()
+
+
+def _read_gguf(path) -> dict[str, np.ndarray]:
+    reader = gguf.GGUFReader(path)
+    return {t.name: np.array(gguf.quants.dequantize(t.data, t.tensor_type)) for t in reader.tensors}
+
+
+@pytest.mark.parametrize("case", list(GGUF_CASES))
+def test_a_gguf_file_in_llama_cpp_layout_imports_with_transformers_logits_and_exports_the_same(zoo, tmp_path, case):
+    reference = _gguf_reference(case)
     tokenizer = byte_level_tokenizer(*SPECIALS)
     path = tmp_path / "tiny-moe.gguf"
     _write_gguf(path, reference, tokenizer)
@@ -332,6 +339,39 @@ def test_a_gguf_file_in_llama_cpp_layout_imports_with_transformers_logits(zoo, t
     assert largest_difference(reference, model.network, rows) <= TOLERANCE
     drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
     assert [s.tokens for s in drawn] == _greedy(reference, rows)
+
+    # Exported again in F32: llama.cpp's names, shapes and row orders, every value as the file had it.
+    done = zoo("export", "from-gguf", "--format", "gguf", "--gguf-type", "f32", "--out", str(tmp_path / "out"))
+    assert done.code == 0, done.err
+    written, original = _read_gguf(tmp_path / "out" / "from-gguf.gguf"), _read_gguf(path)
+    assert sorted(written) == sorted(original)
+    assert all(np.array_equal(written[name], original[name]) for name in original)
+    fields = gguf.GGUFReader(tmp_path / "out" / "from-gguf.gguf").fields
+    arch = "llama" if case.startswith("mixtral") else "qwen2moe"
+    assert fields["general.architecture"].contents() == arch
+    assert fields[f"{arch}.expert_count"].contents() == model.card.config["experts"]
+    assert fields[f"{arch}.expert_used_count"].contents() == model.card.config["experts_per_token"]
+
+
+@pytest.mark.slow
+def test_llama_cpp_continues_the_gguf_exports_with_the_zoos_greedy_tokens(zoo, tmp_path):
+    """llama.cpp itself (node-llama-cpp's CPU build) runs the exported Mixtral (llama with
+    experts) and Qwen2-MoE files: its greedy tokens are the zoo's."""
+    from .test_interop_gguf_export import llama_cpp_greedy
+
+    tokenizer = byte_level_tokenizer(*SPECIALS)
+    jobs, expected = [], []
+    for case in GGUF_CASES:
+        _write_gguf(tmp_path / f"{case}.gguf", _gguf_reference(case), tokenizer)
+        assert zoo("import", "gguf", str(tmp_path / f"{case}.gguf"), "--name", case).code == 0
+        done = zoo("export", case, "--format", "gguf", "--gguf-type", "f16", "--out", str(tmp_path / "out"))
+        assert done.code == 0, done.err
+        model = zoo_core.load(case)
+        ids = model.tokenizer.encode(PROMPTS[1])
+        (drawn,) = model.sample([PROMPTS[1]], max_new_tokens=NEW_TOKENS, temperature=0)
+        jobs.append({"model": str(tmp_path / "out" / f"{case}.gguf"), "ids": ids, "count": NEW_TOKENS})
+        expected.append(drawn.tokens)
+    assert [answer["greedy"] for answer in llama_cpp_greedy(jobs)] == expected
 
 
 # --- refusals ------------------------------------------------------------------------

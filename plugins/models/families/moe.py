@@ -47,6 +47,9 @@ class ExpertFamily(Family):
 
     experts: Mapping[str, str] = dataclasses.field(default_factory=dict)
     moe_module: tuple[str, str] = ("", "")  # the experts' module in the files, and in transformers' memory
+    # transformers' GGUF loader reads neither (Mixtral's llama files with experts; qwen2moe's expert
+    # widths): the GGUF export checks its file through this record's own GGUF import instead
+    transformers_reads_gguf: bool = False
 
     def _per_expert(self) -> list[tuple[re.Pattern[str], str]]:
         """Each per-expert module's pattern and the name its stack goes under (the rule's)."""
