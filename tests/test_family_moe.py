@@ -229,7 +229,10 @@ def test_transformer_lens_reads_mixtral_and_the_inspect_views_run(folders, zoo, 
     assert cache["blocks.1.mlp.hook_expert_indices"].shape == (ids.shape[1], k)
     done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
     assert done.code == 0 and "checked: logits" in done.out, done.err
-    for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", "ROMEO: That light"]):
+    if case != "mixtral-4-experts-top-2":
+        return  # the views read the zoo's own hook points: one Mixtral shows they run
+    ablate = ["--ablate", "0.1,1.2", "--windows", "4", "--context", "16"]
+    for view in (["--logit-lens"], ablate, ["--patch", "--corrupt", "ROMEO: That light"]):
         shown = zoo("inspect", "imported", "--prompt", "ROMEO: What light", *view)
         assert shown.code == 0, (view, shown.err)
 
