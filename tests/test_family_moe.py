@@ -23,6 +23,8 @@ transformers = pytest.importorskip(
 )
 
 import zoo_core  # noqa: E402
+from zoo_core.errors import ZooError  # noqa: E402
+from zoo_plugins.models.settings import TransformerConfig  # noqa: E402
 
 from .gguf_support import CHAT_TEMPLATE, SPECIALS  # noqa: E402
 from .tiny_hf import byte_level_tokenizer, largest_difference, left_padded  # noqa: E402
@@ -115,6 +117,10 @@ def test_a_mixture_of_experts_imports_generates_and_exports_with_transformers_lo
     for key, value in FAMILIES[case][2].items():
         assert model.card.config[key] == value, key
     assert model.card.parameters == sum(p.numel() for p in reference.parameters())
+    # The size budget's estimate counts the experts: an upper bound, and not a loose one.
+    sized = {**model.card.config, "vocab_size": reference.config.vocab_size, "context_length": 64}
+    estimate, _ = TransformerConfig.estimate_sizes(sized)
+    assert model.card.parameters <= estimate <= 1.5 * model.card.parameters
     rows = [model.tokenizer.encode(p) for p in PROMPTS]
     assert largest_difference(reference, model.network, rows) <= TOLERANCE
     drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
@@ -415,3 +421,43 @@ def test_what_a_mixture_of_experts_cannot_do_is_refused_in_one_line(folders, zoo
     ):
         done = zoo(*command)
         assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
+@pytest.mark.parametrize("change, refusal", [
+    ({"experts": 4}, "experts need experts_per_token"),
+    ({"experts": 3, "experts_per_token": 4}, "4 experts per token, but a layer has 3"),
+    ({"experts_per_token": 2}, "experts_per_token is a setting of experts, and no layer sets experts"),
+    ({"experts": 4, "experts_per_token": 2, "layer_bias": True}, "experts have no biases"),
+    ({"experts": 0, "experts_per_token": 1}, "config.experts: must be at least 1, not 0"),
+])
+def test_an_impossible_mixture_of_experts_is_one_line_naming_the_setting(change, refusal):
+    base = {"d_model": 16, "n_layer": 2, "n_head": 2, "vocab_size": 10, "context_length": 8, "mlp": "swiglu"}
+    with pytest.raises(ZooError) as raised:
+        TransformerConfig.read({**base, **change}, "transformer")
+    assert refusal in str(raised.value) and "\n" not in str(raised.value)
+
+
+LLAMA_LIKE = {
+    "block": "pre-norm", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "positions": "rope",
+    "attention_bias": "none", "layer_bias": False, "bias": False, "d_model": 16, "n_layer": 2, "n_head": 2,
+    "n_kv_head": 2, "head_size": 8, "experts": 4, "experts_per_token": 2,
+}
+
+
+@pytest.mark.parametrize("change, family, reason", [
+    ({}, "mixtral", ""),
+    ({"sliding_window": 4}, "mixtral", ""),
+    ({"shared_expert_d_ff": 8, "attention_bias": "qkv", "norm_topk_prob": False}, "qwen2_moe", ""),
+    ({"shared_expert_d_ff": 8, "layers": [{}, {"experts": False}]}, "qwen2_moe", ""),
+    ({"layers": [{}, {"experts": False}]}, None, "dense layers; Mixtral has none"),
+    ({"norm_topk_prob": False}, None, "Mixtral rescales them"),
+    ({"attention_bias": "all"}, None, "Mixtral and Qwen2-MoE have none"),
+    ({"qk_norm": "rmsnorm"}, None, "experts in a qwen3 layout"),
+    ({"layers": [{}, {"experts": False, "sliding_window": 2}]}, None, "sets layers"),
+])
+def test_a_variant_with_experts_and_no_recorded_family_is_written_as_the_family_that_has_them(change, family, reason):
+    """What an export of the zoo's own variant (no family on its card) is written as."""
+    from zoo_plugins.models.families.llama import choose
+
+    chosen, why = choose({**LLAMA_LIKE, **change})
+    assert chosen == family and reason in why, why
