@@ -5,8 +5,9 @@ dense layers and shared expert) import with transformers' logits within 1e-5 ove
 left-padded batch and its greedy tokens, export and load back in transformers with
 the same logits, answer through the continuous-batching server with transformers'
 greedy tokens, and import from GGUF files written by `gguf`'s writer in llama.cpp's
-layout; `zoo inspect --experts` counts the tokens each expert took as transformers'
-router chooses them."""
+layout (stacked experts in F32 and Q8_0), exporting them back value for value, which
+llama.cpp itself runs with the zoo's greedy tokens (slow lane); `zoo inspect --experts`
+counts the tokens each expert took as transformers' router chooses them."""
 
 from __future__ import annotations
 
@@ -329,7 +330,10 @@ def _write_gguf(path, reference, tokenizer) -> None:
     writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
     writer.add_chat_template(CHAT_TEMPLATE)
     for name, values in _gguf_tensors(reference).items():
-        writer.add_tensor(name, values.astype(np.float32))
+        if name.endswith("ffn_down_exps.weight") and values.shape[-1] % 32 == 0:  # stacked experts in Q8_0
+            writer.add_tensor(name, gguf.quants.quantize(values, Q8_0), raw_dtype=Q8_0)
+        else:
+            writer.add_tensor(name, values.astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -340,16 +344,32 @@ GGUF_CASES = {
     "mixtral-4-experts-top-2": dict(
         FAMILIES["mixtral-4-experts-top-2"][1], vocab_size=320, num_local_experts=4, num_experts_per_tok=2
     ),
-    "qwen2moe-every-layer": dict(
-        FAMILIES["qwen2moe-shared-dense-layer"][1], mlp_only_layers=[], num_experts=3, num_experts_per_tok=1
+    # its experts' down projections have rows of 32, and are written in Q8_0
+    "qwen2moe-every-layer-q8-experts": dict(
+        FAMILIES["qwen2moe-shared-dense-layer"][1],
+        mlp_only_layers=[],
+        num_experts=3,
+        num_experts_per_tok=1,
+        moe_intermediate_size=32,
     ),
 }
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
 
 
 def _gguf_reference(case: str):
+    """The case's transformers model, its Q8_0 tensors holding the values the file will
+    (Q8_0 of values already on its grid gives them back exactly)."""
     config_class = "MixtralConfig" if case.startswith("mixtral") else "Qwen2MoeConfig"
     torch.manual_seed(1)
-    return transformers.AutoModelForCausalLM.from_config(getattr(transformers, config_class)(**GGUF_CASES[case])).eval()
+    config = getattr(transformers, config_class)(**GGUF_CASES[case])
+    reference = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for layer in reference.model.layers:
+            down = layer.mlp.experts.down_proj
+            if down.shape[-1] % 32 == 0:
+                rounded = gguf.quants.dequantize(gguf.quants.quantize(down.numpy(), Q8_0), Q8_0)
+                down.copy_(torch.from_numpy(np.array(rounded, dtype=np.float32).reshape(down.shape)))
+    return reference
 
 
 def _read_gguf(path) -> dict[str, np.ndarray]:
@@ -396,7 +416,8 @@ def test_llama_cpp_continues_the_gguf_exports_with_the_zoos_greedy_tokens(zoo, t
     jobs, expected = [], []
     for case in GGUF_CASES:
         _write_gguf(tmp_path / f"{case}.gguf", _gguf_reference(case), tokenizer)
-        assert zoo("import", "gguf", str(tmp_path / f"{case}.gguf"), "--name", case).code == 0
+        done = zoo("import", "gguf", str(tmp_path / f"{case}.gguf"), "--name", case)
+        assert done.code == 0, done.err
         done = zoo("export", case, "--format", "gguf", "--gguf-type", "f16", "--out", str(tmp_path / "out"))
         assert done.code == 0, done.err
         model = zoo_core.load(case)
