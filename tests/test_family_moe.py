@@ -482,3 +482,26 @@ def test_a_variant_with_experts_and_no_recorded_family_is_written_as_the_family_
 
     chosen, why = choose({**LLAMA_LIKE, **change})
     assert chosen == family and reason in why, why
+
+
+def test_hooks_on_the_router_re_route_tokens_and_a_bad_id_is_one_line(folders, zoo):
+    from zoo_core.plugin_api.hook_points import hooks, run_with_cache
+
+    folder, _ = folders["mixtral-4-experts-top-2"]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    network = zoo_core.load("imported").network
+    ids = torch.tensor([[5, 17, 42, 99, 3, 250, 7]])
+
+    def without_expert_0(probabilities, name):
+        return probabilities.index_fill(-1, torch.tensor([0]), 0.0)
+
+    with torch.no_grad():
+        plain, cache = run_with_cache(network, ids, "blocks.*.feed_forward.chosen")
+        assert any((chosen == 0).any() for chosen in cache.values())  # expert 0 takes tokens unhooked
+        with hooks(network, {"blocks.*.feed_forward.probabilities": without_expert_0}):
+            rerouted, cache = run_with_cache(network, ids, "blocks.*.feed_forward.chosen")
+        assert not any((chosen == 0).any() for chosen in cache.values())
+        assert not torch.equal(plain, rerouted)
+        with hooks(network, {"blocks.0.feed_forward.chosen": lambda chosen, name: chosen + 4}):
+            with pytest.raises(ZooError, match="expert ids 0 to 3"):
+                network(ids)

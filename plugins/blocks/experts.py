@@ -5,10 +5,11 @@ over all E scores gives probabilities, the k highest choose the token's
 experts, and the token's output is their outputs weighted by those
 probabilities (rescaled to sum to 1 with ``norm_topk_prob``, as Mixtral always
 does and Qwen2-MoE does when its config says so). Each expert is a feed-forward
-like blocks.py's `FeedForward` (the block hands over its activation); their weights are stacked, one tensor for all experts, as
-llama.cpp stores them (``ffn_gate_exps``/``ffn_up_exps`` (E, F, C) joined as
-``experts_up.weight``, ``ffn_down_exps`` as ``experts_down.weight``). Qwen2-MoE adds a shared
-expert every token takes, scaled by sigmoid(x . g).
+like blocks.py's `FeedForward` (the block hands over its activation), without
+biases; their weights are stacked, one tensor for all experts, as llama.cpp
+stores them (``ffn_gate_exps`` and ``ffn_up_exps`` (E, F, C) joined per expert
+as ``experts_up.weight``, ``ffn_down_exps`` as ``experts_down.weight``).
+Qwen2-MoE adds a shared expert every token takes, scaled by sigmoid(x . g).
 
 Dispatch is by expert: the (token, choice) pairs are sorted by expert, and each
 expert that was chosen runs once on its own tokens' rows.
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo_core.errors import ZooError
 from zoo_core.plugin_api.hook_points import HookPoint
 
 
@@ -41,7 +43,7 @@ class SharedExpert(nn.Module):
     Linear(C, 2 F) for a gated kind (gate rows, then up rows) and ``down`` Linear(F, C),
     no biases; `Experts` runs it."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: Callable[[torch.Tensor], torch.Tensor], gated: bool):
+    def __init__(self, d_model: int, d_ff: int, gated: bool):
         super().__init__()
         self.up = nn.Linear(d_model, (2 if gated else 1) * d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model, bias=False)
@@ -78,7 +80,7 @@ class Experts(nn.Module):
         self.experts_up = StackedLinear(experts, d_model, (2 if self.gated else 1) * d_ff)
         self.experts_down = StackedLinear(experts, d_ff, d_model)
         if shared_d_ff:
-            self.shared = SharedExpert(d_model, shared_d_ff, activation, gated)
+            self.shared = SharedExpert(d_model, shared_d_ff, gated)
             self.shared_gate = nn.Linear(d_model, 1, bias=False)
         self.dropout = nn.Dropout(dropout)
         self.output = HookPoint()
@@ -109,6 +111,8 @@ class Experts(nn.Module):
         chosen, weights = self.route(rows, shape)
         if self.chosen.functions:  # hooks see (B, T, k), as every other point is shaped
             chosen = self.chosen(chosen.view(*shape[:-1], -1)).reshape(chosen.shape)
+            if chosen.dtype != torch.long or chosen.min() < 0 or chosen.max() >= self.count:
+                raise ZooError(f"a hook on 'chosen' must give expert ids 0 to {self.count - 1} (torch.long)")
         out = torch.zeros_like(rows)
         # Sort the (row, choice) pairs by expert: each expert's pairs are then one slice.
         flat = chosen.flatten()
