@@ -40,6 +40,16 @@ DENSE_PARTS = ("FFN_GATE", "FFN_UP", "FFN_DOWN")
 SHARED_GATE = "ffn_gate_inp_shexp"  # llama.cpp's (C,) for transformers' (1, C)
 
 
+def _pattern(module: str, suffix: str = r"\.(weight|bias)") -> re.Pattern[str]:
+    """A module template's names: "{i}" (layer) and "{e}" (expert) matched as numbers."""
+    return re.compile(re.escape(module).replace(r"\{i\}", r"(\d+)").replace(r"\{e\}", r"(\d+)") + suffix)
+
+
+def _stacked(template: str) -> str:
+    """The module a per-expert template's stack goes under (the record's rule): no "{e}"."""
+    return template.replace(".{e}", "")
+
+
 @dataclass(frozen=True)
 class ExpertFamily(Family):
     """A Llama-like record whose checkpoints keep one tensor per expert.
@@ -51,18 +61,10 @@ class ExpertFamily(Family):
     # widths): the GGUF export checks its file through this record's own GGUF import instead
     transformers_reads_gguf: bool = False
 
-    def _per_expert(self) -> list[tuple[re.Pattern[str], str]]:
-        """Each per-expert module's pattern and the name its stack goes under (the rule's)."""
-        found = []
-        for template in self.experts.values():
-            pattern = re.escape(template).replace(r"\{i\}", r"(\d+)").replace(r"\{e\}", r"(\d+)")
-            found.append((re.compile(pattern + r"\.(weight|bias)"), template.replace(".{e}", "")))
-        return found
-
     def tensors_from_hf(self, config, tensors, path: Path):
         stacks: dict[str, dict[int, torch.Tensor]] = {}
         others = {}
-        patterns = self._per_expert()
+        patterns = [(_pattern(template), _stacked(template)) for template in self.experts.values()]
         for name, tensor in tensors.items():
             for pattern, stacked in patterns:
                 found = pattern.fullmatch(name)
@@ -85,11 +87,8 @@ class ExpertFamily(Family):
         tensor per expert: ``{moe}.gate``, ``{moe}.experts.gate_up_proj`` (E, 2F, C: each expert's
         gate rows, then its up rows, as the zoo's ``experts_up``) and ``{moe}.experts.down_proj``."""
         exported = super().to_hf(model)
-        stacked = {
-            canonical: re.compile(re.escape(template.replace(".{e}", "")).replace(r"\{i\}", r"(\d+)") + r"\.weight")
-            for canonical, template in self.experts.items()
-        }
-        moe_file = re.compile(re.escape(self.moe_module[0]).replace(r"\{i\}", r"(\d+)") + r"\.")
+        stacked = {canonical: _pattern(_stacked(template), r"\.weight") for canonical, template in self.experts.items()}
+        moe_file = _pattern(self.moe_module[0], r"\.")
         state: dict[str, torch.Tensor] = {}
         layers: dict[int, dict[str, torch.Tensor]] = {}
         for name, tensor in exported.state.items():
@@ -146,7 +145,7 @@ _ATTENTION = tuple(rule for rule in llama.TENSORS if not set(rule.parts) & set(D
 
 
 def _stacked_rules(experts: Mapping[str, str]) -> tuple[HFTensor, ...]:
-    return tuple(HFTensor(template.replace(".{e}", ""), (canonical,)) for canonical, template in experts.items())
+    return tuple(HFTensor(_stacked(template), (canonical,)) for canonical, template in experts.items())
 
 
 def mixtral_settings(hf) -> dict[str, Any]:
