@@ -505,3 +505,23 @@ def test_hooks_on_the_router_re_route_tokens_and_a_bad_id_is_one_line(folders, z
         with hooks(network, {"blocks.0.feed_forward.chosen": lambda chosen, name: chosen + 4}):
             with pytest.raises(ZooError, match="expert ids 0 to 3"):
                 network(ids)
+
+
+@pytest.mark.parametrize("dropped, refusal", [
+    ("model.layers.0.block_sparse_moe.experts.1.w1.weight", "the experts are not numbered 0 to 2"),
+    ("model.layers.1.block_sparse_moe.experts.3.w2.weight", "(the configuration does not describe this checkpoint)"),
+])
+def test_a_checkpoint_missing_an_expert_is_refused_in_one_line(folders, zoo, tmp_path, dropped, refusal):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = folders["mixtral-4-experts-top-2"]
+    copy = tmp_path / "missing"
+    shutil.copytree(folder, copy)
+    tensors = load_file(copy / "model.safetensors")
+    del tensors[dropped]
+    save_file(tensors, copy / "model.safetensors")
+    done = zoo("import", "hf", str(copy), "--name", "refused")
+    assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    assert zoo("show", "refused").code == 1  # nothing half-written in the catalogue
