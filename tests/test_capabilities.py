@@ -90,7 +90,8 @@ def _names(network) -> list[str]:
 
 def test_each_built_in_architecture_offers_what_the_core_relies_on():
     transformer = testing.tiny_transformer_builder()()
-    assert _names(transformer) == ["CachedDecoding", "RowBatching", "Inspectable", "CappedLogits"]
+    assert _names(transformer) == [
+        "CachedDecoding", "RowBatching", "Inspectable", "CappedLogits", "RoutedExperts"]
     assert _names(TinyGRU()) == ["UnboundedContext"]
     assert _names(load("bigram").network) == []
     assert _names(load("puzzle-disobeys").network) == [
@@ -197,7 +198,7 @@ def test_check_plugin_fails_the_protocol_line_of_a_half_capability_and_names_tho
     assert lines["model 'plain'"].status == "ok"
     assert lines["model 'plain'"].detail == "no capability beyond LanguageModel"
     transformer = testing.check_model_protocols("transformer", testing.tiny_transformer_builder())
-    assert (transformer.status, transformer.detail) == ("ok", "offers CachedDecoding, RowBatching, Inspectable, CappedLogits")
+    assert (transformer.status, transformer.detail) == ("ok", "offers CachedDecoding, RowBatching, Inspectable, CappedLogits, RoutedExperts")
 
 
 def test_the_core_asks_the_protocols_never_hasattr_on_a_network():

@@ -58,7 +58,7 @@ CONFIG = dict(
     eos_token_id=None,
     pad_token_id=None,
 )
-BUILT_IN_TYPES = "gpt2, llama, mistral, qwen2, qwen3, gpt_neox, olmo2, granite, smollm3"
+BUILT_IN_TYPES = "gpt2, llama, mistral, qwen2, qwen3, gpt_neox, olmo2, granite, smollm3, mixtral, qwen2_moe"
 
 
 def _phi_folder(folder: Path, **changes) -> transformers.PreTrainedModel:

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from zoo_core.plugin_api.hook_points import HookPoint
 
 from .attention import CausalSelfAttention
+from .experts import Experts
 from .norms import make_norm
 
 
@@ -90,7 +91,9 @@ class _Block(nn.Module):
     ("all", "qkv": the query/key/value projection only, as Qwen2; "none")
     overrides it for the attention. ``mlp``, ``n_kv_head``, ``head_size``,
     ``qk_norm``, ``sliding_window``, ``attention_softcap`` and ``query_scale`` are
-    FeedForward's and CausalSelfAttention's. ``norm_placement`` (pre-norm blocks):
+    FeedForward's and CausalSelfAttention's; ``experts`` makes the feed-forward a
+    mixture of experts (experts.py) with ``experts_per_token``, ``expert_d_ff``,
+    ``norm_topk_prob`` and ``shared_expert_d_ff``. ``norm_placement`` (pre-norm blocks):
     "before" normalises each sublayer's input; "after" its output instead, before the
     residual add (OLMo 2: no ``norm1``/``norm2``, ``post_attention_norm`` and
     ``post_feed_forward_norm`` instead); "both" does both (Gemma 2 and 3).
@@ -128,6 +131,11 @@ class _Block(nn.Module):
         attention_softcap: float | None = None,
         query_scale: float | None = None,
         residual_scale: float | None = None,
+        experts: int | None = None,
+        experts_per_token: int | None = None,
+        expert_d_ff: int | None = None,
+        norm_topk_prob: bool | None = None,
+        shared_expert_d_ff: int | None = None,
     ):
         super().__init__()
         if residual not in self.residuals:
@@ -173,7 +181,23 @@ class _Block(nn.Module):
         self.shared_norm = residual == "parallel-shared-norm"
         if not self.shared_norm and norms_in:  # one norm feeds both: no norm2 tensor at all
             self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
-        self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, mlp, bias=bias is not False)
+        self.feed_forward: nn.Module
+        if experts:
+            if mlp not in MLP_KINDS:
+                raise ValueError(f"unknown mlp '{mlp}' (known: {', '.join(MLP_KINDS)})")
+            self.feed_forward = Experts(
+                d_model,
+                expert_d_ff or d_ff or 4 * d_model,
+                experts,
+                experts_per_token or 1,
+                GATED[mlp] if mlp in GATED else ACTIVATIONS[mlp],
+                mlp in GATED,
+                norm_topk_prob is not False,
+                shared_expert_d_ff,
+                dropout,
+            )
+        else:
+            self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, mlp, bias=bias is not False)
         if norms_out:
             self.post_feed_forward_norm = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
         self.resid_post = HookPoint()

@@ -44,3 +44,5 @@ def register_families(register):
     register("olmo2", "zoo_plugins.models.families.olmo2:OLMO2")
     register("granite", "zoo_plugins.models.families.granite:GRANITE")
     register("smollm3", "zoo_plugins.models.families.smollm3:SMOLLM3")
+    register("mixtral", "zoo_plugins.models.families.moe:MIXTRAL")
+    register("qwen2_moe", "zoo_plugins.models.families.moe:QWEN2_MOE")

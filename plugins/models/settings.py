@@ -55,6 +55,8 @@ own fields.
 | OLMo 2 (`allenai/OLMo-2-0425-1B`) | n_layer 16, d_model 2048, n_head 16, n_kv_head 16, d_ff 8192, mlp swiglu, norm rmsnorm, norm_eps 1e-6, norm_placement after, qk_norm rmsnorm-whole, positions rope, rope_base 500000, layer_bias false, attention_bias none, tie_embeddings false, bias false |
 | Granite 3.0 (`ibm-granite/granite-3.0-2b-base`) | n_layer 40, d_model 2048, n_head 32, n_kv_head 8, d_ff 8192, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, embedding_scale 12, query_scale 0.015625, residual_scale 0.22, logit_scale 0.125 (its `logits_scaling` 8), layer_bias false, tie_embeddings true, bias false |
 | SmolLM3 (`HuggingFaceTB/SmolLM3-3B`) | n_layer 36, d_model 2048, n_head 16, n_kv_head 4, d_ff 11008, mlp swiglu, norm rmsnorm, norm_eps 1e-6, positions rope, rope_base 5000000, layers [{repeat 3}, {rope false}] (its `no_rope_layer_interval` 4), layer_bias false, tie_embeddings true, bias false |
+| Mixtral (`mistralai/Mixtral-8x7B-v0.1`) | n_layer 32, d_model 4096, n_head 32, n_kv_head 8, d_ff 14336, experts 8, experts_per_token 2, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 1000000, layer_bias false, tie_embeddings false, bias false (its `sliding_window` is null) |
+| Qwen1.5-MoE (`Qwen/Qwen1.5-MoE-A2.7B`) | n_layer 24, d_model 2048, n_head 16, n_kv_head 16, d_ff 5632, experts 60, experts_per_token 4, expert_d_ff 1408, shared_expert_d_ff 5632, norm_topk_prob false, mlp swiglu, norm rmsnorm, norm_eps 1e-6, positions rope, rope_base 1000000, attention_bias qkv, layer_bias false, tie_embeddings false, bias false (`decoder_sparse_step` 1 and no `mlp_only_layers`: every layer has experts) |
 """
 
 
@@ -182,6 +184,13 @@ class LayerSettings(_Strict):
         description="true (default); false: the layer's queries and keys are not rotated, its attention sees no "
         'positions (SmolLM3\'s `no_rope_layers`); only with `positions = "rope"`',
     )
+    experts: Annotated[int | Literal[False] | None, BeforeValidator(_window)] = Field(
+        None,
+        description="E: the feed-forward is a mixture of E experts (`feed_forward.router`, `experts_up.weight` (E, 2 "
+        "`expert_d_ff`, `d_model`) for a gated kind, `experts_down.weight` (E, `d_model`, `expert_d_ff`)), each token "
+        "sent to `experts_per_token` of them (Mixtral, Qwen2-MoE); unset or false: one dense feed-forward "
+        "(Qwen2-MoE's `mlp_only_layers`)",
+    )
 
 
 class LayerGroup(LayerSettings):
@@ -234,6 +243,7 @@ class LayerSpec:
     attention_bias: str | None
     attention_softcap: float | None
     query_scale: float | None
+    experts: int | None  # None: a dense feed-forward
 
     # Biases per projection, as the built-in block resolves layer_bias and attention_bias.
     @property
@@ -274,6 +284,7 @@ LAYER_DEFAULTS: dict[str, Any] = {
     "attention_bias": None,
     "attention_softcap": None,
     "query_scale": None,
+    "experts": None,
 }
 
 
@@ -323,6 +334,23 @@ class _ModelWide(_Strict):
         description="s > 0: each sublayer's output multiplied by it before the residual add, x + s f(x) "
         "(Granite's `residual_multiplier`)",
     )
+    experts_per_token: Whole | None = Field(
+        None,
+        description="k (required with `experts`): each token goes to the k experts of highest router "
+        "probability (softmax over all experts' logits), its output their outputs weighted by those probabilities",
+    )
+    expert_d_ff: Whole | None = Field(None, description="each expert's hidden width (default `d_ff`)")
+    norm_topk_prob: bool | None = Field(
+        None,
+        description="true (default, Mixtral): the k chosen probabilities are rescaled to sum to 1; false: used "
+        "as they are (Qwen2-MoE's `norm_topk_prob` false)",
+    )
+    shared_expert_d_ff: Whole | None = Field(
+        None,
+        description="W: beside the experts, a shared feed-forward of hidden width W that every token takes, "
+        "its output multiplied by sigmoid(x . g) (`feed_forward.shared`, `feed_forward.shared_gate`: "
+        "Qwen2-MoE's shared expert)",
+    )
 
 
 class TransformerConfig(LayerSettings, _ModelWide):
@@ -355,7 +383,24 @@ class TransformerConfig(LayerSettings, _ModelWide):
             )
         if self.positions != "rope" and any(g.rope is not None for g in [self, *(self.layers or [])]):
             raise SettingError("rope", f"rope switches RoPE on or off in a layer; positions is '{self.positions}'")
+        self._possible_experts()
         return self
+
+    def _possible_experts(self) -> None:
+        counts = {spec.experts for spec in self.layer_specs() if spec.experts is not None}
+        if not counts:
+            for name in ("experts_per_token", "expert_d_ff", "norm_topk_prob", "shared_expert_d_ff"):
+                if getattr(self, name) is not None:
+                    raise SettingError(name, f"{name} is a setting of experts, and no layer sets experts")
+            return
+        if self.experts_per_token is None:
+            raise SettingError("experts_per_token", "experts need experts_per_token, how many each token goes to")
+        if self.experts_per_token > min(counts):
+            raise SettingError(
+                "experts_per_token", f"{self.experts_per_token} experts per token, but a layer has {min(counts)}"
+            )
+        if self.layer_bias:
+            raise SettingError("layer_bias", "experts have no biases; set layer_bias false or leave it unset")
 
     def layer_specs(self) -> list[LayerSpec]:
         """Each layer's settings: the `layers` groups (each ``repeat`` times) cycled until ``n_layer``."""
@@ -377,8 +422,9 @@ class TransformerConfig(LayerSettings, _ModelWide):
         )
         return LayerSpec(
             sliding_window=None if window is False else window,
+            experts=setting("experts") or None,
             rotary=rotary if rotary != RotarySpec() else None,
-            **{name: setting(name) for name in LAYER_DEFAULTS if name != "sliding_window"},
+            **{name: setting(name) for name in LAYER_DEFAULTS if name not in ("sliding_window", "experts")},
         )
 
     @classmethod
@@ -411,11 +457,21 @@ class TransformerConfig(LayerSettings, _ModelWide):
         norms = 9 * C + (4 * C if any(g.get("norm_placement") in ("after", "both") for g in groups) else 0)
         # q, k, v, out; up, down; biases and norms
         per_layer = C * (2 * heads + 2 * keys) + C * (up + F) + up + norms
+        # Experts: E feed-forwards of expert_d_ff and a router (C, E) replace the dense one, beside
+        # any shared expert and its gate; counted in every layer, an upper bound where some are dense.
+        E = max([int(g.get("experts") or 0) for g in groups if not isinstance(g.get("experts"), bool)] or [0])
+        routed = 0  # hidden values per token beyond a dense layer's
+        if E:
+            expert = int(config.get("expert_d_ff") or F)
+            shared = int(config.get("shared_expert_d_ff") or 0)
+            widths = (2 if gated else 1) + 1
+            per_layer += max(0, E * C * widths * expert + C * E + widths * C * shared + C - C * (up + F))
+            routed = int(config.get("experts_per_token") or 1) * expert + shared + E
         # A table of T vectors: trained for learned positions, a buffer (RoPE's angles) or nothing otherwise.
         learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
         parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
         # Per layer, scores, logits, KV cache, positions.
-        activations = L * T * (4 * C + F) + H * T * T + T * V + 2 * L * T * C + T * C
+        activations = L * T * (4 * C + F + routed) + H * T * T + T * V + 2 * L * T * C + T * C
         return parameters, activations
 
     reference_notes: ClassVar[str] = REFERENCE_NOTES  # docs/cards.md, after the tables

@@ -25,6 +25,7 @@ from zoo_core.plugin_api.hook_points import HookPoint
 from zoo_core.training.losses import cross_entropy
 
 from ..blocks.attention import KVCache
+from ..blocks.experts import Experts
 from ..blocks.norms import make_norm
 from .config import named_parameters, refuse_unnamed_settings
 from .settings import LAYER_DEFAULTS, LayerSpec, RotarySpec, TransformerConfig
@@ -303,9 +304,15 @@ class TransformerLanguageModel(nn.Module):
             "attention_softcap": spec.attention_softcap,
             "query_scale": spec.query_scale,
             "residual_scale": config.residual_scale,
+            "experts": spec.experts,
         }
         defaults = {**LAYER_DEFAULTS, "bias": None, "n_kv_head": None, "head_size": None, "residual_scale": None}
-        return {name: value for name, value in values.items() if value != defaults[name]}
+        chosen = {name: value for name, value in values.items() if value != defaults[name]}
+        if spec.experts:  # the experts' model-wide settings, for the layers that have experts
+            for name in ("experts_per_token", "expert_d_ff", "norm_topk_prob", "shared_expert_d_ff"):
+                if getattr(config, name) is not None:
+                    chosen[name] = getattr(config, name)
+        return chosen
 
     def _run(self, idx: torch.Tensor, need_weights: bool, cache: GenerationCache | RowBatch | None = None):
         B, T = idx.shape
@@ -340,6 +347,15 @@ class TransformerLanguageModel(nn.Module):
         if self.logit_softcap is None:
             return head_output
         return self.logit_softcap * torch.tanh(head_output / self.logit_softcap)
+
+    def routing_points(self) -> dict[int, tuple[str, str]]:
+        """Per layer whose feed-forward is a mixture of experts, its router's hook points:
+        the probabilities over the experts and the experts each token went to."""
+        return {
+            i: (f"blocks.{i}.feed_forward.probabilities", f"blocks.{i}.feed_forward.chosen")
+            for i, block in enumerate(self.blocks)
+            if isinstance(getattr(block, "feed_forward", None), Experts)
+        }
 
     def make_cache(self) -> GenerationCache:
         """An empty cache for `forward(idx, cache=...)`: feed the prompt, then one token at a time."""

@@ -13,6 +13,7 @@ from ..evaluation.compare import compare_variants
 from ..evaluation.plots import attention_grid_png, grid_png, text_panels_png
 from ..evaluation.scoring import evaluate_language_model, record_bits_per_byte, recordable_registry
 from ..inspection import ablation
+from ..inspection.experts import expert_counts
 from ..inspection.logit_lens import logit_lens
 from ..inspection.patching import patch_residual
 from ..inspection.roles import format_role_report, task_ablation, verify_roles
@@ -204,13 +205,15 @@ def cmd_attention(args) -> int:
 
 
 def _check_inspect_arguments(args) -> None:
-    if not (args.logit_lens or args.ablate or args.patch or args.verify_roles):
+    if not (args.logit_lens or args.ablate or args.patch or args.verify_roles or args.routing):
         raise ZooError(
             "choose a view: --logit-lens, --ablate LAYER.HEAD[,...] or --patch --corrupt TEXT "
-            "(or, for a network that states its heads' roles, --verify-roles)"
+            "(or, for a mixture of experts, --routing; for a network that states its heads' roles, --verify-roles)"
         )
     if (args.logit_lens or args.patch) and not args.prompt:
         raise ZooError("--logit-lens and --patch need --prompt TEXT")
+    if args.routing and not args.prompt:
+        raise ZooError("--routing needs --prompt TEXT")
     if args.patch and not args.corrupt:
         raise ZooError("--patch needs --corrupt TEXT, the prompt to patch the --prompt run into")
     if args.corrupt and not args.patch:
@@ -234,6 +237,8 @@ def cmd_inspect(args) -> int:
         report["logit_lens"] = logit_lens(model, args.prompt).to_dict()
     if args.patch:
         report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
+    if args.routing:
+        report["routing"] = expert_counts(model, args.prompt).to_dict()
     if args.ablate:
         answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
         if answers is not None:
@@ -257,6 +262,7 @@ def cmd_inspect(args) -> int:
     for view, show in (
         ("logit_lens", _show_logit_lens),
         ("patching", _show_patching),
+        ("routing", _show_experts),
         ("ablation", _show_ablation),
         ("answer_ablation", _show_answer_ablation),
     ):
@@ -278,6 +284,15 @@ def _show_logit_lens(lens: dict) -> None:
         )
     ]
     print(render_table(["", *lens["tokens"], "prompt loss"], rows, right={len(lens["tokens"]) + 1}))
+    print()
+
+
+def _show_experts(experts: dict) -> None:
+    tokens = len(experts["tokens"])
+    print(f"experts: how many of the prompt's {tokens} tokens each layer's router sent to each expert")
+    width = max(map(len, experts["counts"]))
+    rows = [[f"layer {layer}", *counts] for layer, counts in zip(experts["layers"], experts["counts"])]
+    print(render_table(["", *(f"expert {e}" for e in range(width))], rows, right=set(range(1, width + 1))))
     print()
 
 

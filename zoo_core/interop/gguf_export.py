@@ -68,7 +68,8 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     returning."""
     if tensor_type not in GGUF_TYPES:
         raise ZooError(f"--gguf-type {tensor_type!r}; choose one of {', '.join(GGUF_TYPES)}")
-    exported = gguf_family(model).to_gguf(model)
+    record = gguf_family(model)
+    exported = record.to_gguf(model)
     path = out / f"{model.name}.gguf"
     writer = _writer(path, exported.architecture)
     writer.add_name(model.name)
@@ -89,7 +90,7 @@ def export_gguf(model, out: Path, tensor_type: str = "f16") -> tuple[list[Path],
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    checks = _check_logits(model, path, tensor_type, exported.architecture)
+    checks = _check_logits(model, path, tensor_type, exported.architecture, record)
     return [path], checks
 
 
@@ -213,26 +214,32 @@ def _single_digits(step: dict) -> bool:
 # --- the check -----------------------------------------------------------------
 
 
-def _check_logits(model, path: Path, tensor_type: str, architecture: str) -> dict:
+def _check_logits(model, path: Path, tensor_type: str, architecture: str, record) -> dict:
     """The file read back by transformers' GGUF loader (its own dequantising, its
-    own undoing of the Q/K permutation), its logits against the zoo's. An
-    architecture that loader does not read (olmo2, granite, smollm3) is read
+    own undoing of the Q/K permutation), its logits against the zoo's. A file that
+    loader does not read (olmo2, granite, smollm3), or reads wrong (Mixtral's llama
+    with experts, whose experts it does not build; qwen2moe, whose expert widths it
+    leaves at their defaults: records with ``transformers_reads_gguf = False``), is read
     back as `zoo import gguf` reads it instead (tests run those files in llama.cpp)."""
     transformers = _require_transformers()
     quiet_transformers()
     ids, _ = verification_ids(model)
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    if architecture in GGUF_SUPPORTED_ARCHITECTURES:
+    if architecture in GGUF_SUPPORTED_ARCHITECTURES and getattr(record, "transformers_reads_gguf", True):
         # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
         with contextlib.redirect_stderr(io.StringIO()):
             loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
     else:
-        loaded = _read_as_imported(model, path, architecture)
+        loaded = _read_as_imported(model, path, record)
     with torch.no_grad():
         theirs = loaded(torch.tensor([ids]))
         theirs = theirs.logits if hasattr(theirs, "logits") else theirs[0]
         ours, _ = model.network(torch.tensor([ids]))
+    return _compared(theirs, ours, tensor_type, ids)
+
+
+def _compared(theirs: torch.Tensor, ours: torch.Tensor, tensor_type: str, ids: list[int]) -> dict:
     difference = float((theirs - ours).abs().max())
     largest = float(ours.abs().max())
     tolerance = LOGIT_TOLERANCE.get(tensor_type) or RELATIVE_TOLERANCE[tensor_type] * largest
@@ -244,15 +251,12 @@ def _check_logits(model, path: Path, tensor_type: str, architecture: str) -> dic
     return {"max_logit_difference": difference, "logit_tokens": len(ids)}
 
 
-def _read_as_imported(model, path: Path, architecture: str) -> torch.nn.Module:
+def _read_as_imported(model, path: Path, record) -> torch.nn.Module:
     """The network `zoo import gguf` builds from the file: its metadata and tensors
     through the family's record, dequantised as the import dequantises them."""
     from . import gguf_import
     from .imports import check_card_fits_tensors
 
-    record = families.for_gguf_architecture(architecture)
-    if record is None:
-        raise ZooError(f"cannot read back the GGUF file: no family reads '{architecture}'")
     reader = gguf.GGUFReader(path)
     metadata = gguf_import._metadata(path, reader)
     settings, context_length = record.config_from_gguf(metadata, path)

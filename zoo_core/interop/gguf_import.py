@@ -62,7 +62,7 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
     reader = _reader(source)
     metadata = _metadata(source, reader)
     architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
-    record = families.for_gguf_architecture(architecture)
+    record = families.for_gguf_architecture(architecture, metadata)
     if record is None:
         raise ZooError(
             f"{source}: architecture '{printable(architecture)}'; the GGUF architectures that import are "
@@ -141,8 +141,8 @@ def _variant_name(source: Path, metadata: Mapping[str, Any]) -> str:
 def _dequantized(source: Path, tensor) -> torch.Tensor:
     """One of the reader's tensors as float32 in torch's shape (ggml lists the row length first)."""
     shape = tuple(int(d) for d in reversed(tensor.shape))
-    if len(shape) > 2:
-        raise ZooError(f"{source}: tensor '{printable(tensor.name)}' has {len(shape)} dimensions (at most 2)")
+    if len(shape) > 3:  # three: experts stacked, (experts, rows, row length)
+        raise ZooError(f"{source}: tensor '{printable(tensor.name)}' has {len(shape)} dimensions (at most 3)")
     # A copy: the reader's arrays are read-only views of the memory-mapped file.
     values = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
     return torch.from_numpy(values.reshape(shape))

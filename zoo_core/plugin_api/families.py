@@ -167,10 +167,15 @@ def for_hf_model_type(model_type: Any, path: Path) -> FamilyRecord:
     raise ZooError(f"{path}: model_type {model_type!r}; the layouts that import are {types}")
 
 
-def for_gguf_architecture(architecture: str) -> FamilyRecord | None:
-    """The family that imports GGUF files of ``architecture`` (the one named
-    after it first: several families may export as llama.cpp's llama)."""
+def for_gguf_architecture(architecture: str, metadata: Mapping[str, Any] | None = None) -> FamilyRecord | None:
+    """The family that imports GGUF files of ``architecture``: the one whose
+    ``gguf_claims(metadata)`` takes the file (Mixtral's llama files with experts),
+    else the one named after it (several families may export as llama.cpp's llama)."""
     known = [record for record in records() if record.gguf_architecture == architecture]
+    for record in known:
+        claims = getattr(record, "gguf_claims", None)
+        if metadata is not None and claims is not None and claims(metadata):
+            return record
     return next((record for record in known if record.name == architecture), known[0] if known else None)
 
 

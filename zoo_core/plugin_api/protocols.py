@@ -290,6 +290,15 @@ class AnswerAblating(Protocol):
         """For each group of heads (LAYER.HEAD pairs; None: each head alone), the answers that change."""
 
 
+@runtime_checkable
+class RoutedExperts(Protocol):
+    """Sends each token to some of its experts (a mixture of experts; `zoo inspect --routing`)."""
+
+    def routing_points(self) -> dict[int, tuple[str, str]]:
+        """Per layer with a router, its hook points: the router's probabilities over the
+        experts (B, T, E) and the experts each token went to (B, T, k), most probable first."""
+
+
 CAPABILITIES: tuple[type, ...] = (
     CachedDecoding,
     RowBatching,
@@ -303,6 +312,7 @@ CAPABILITIES: tuple[type, ...] = (
     NamedSlots,
     RoleVerifying,
     AnswerAblating,
+    RoutedExperts,
 )
 
 

@@ -84,6 +84,8 @@ class Family:
     file_names: dict[str, str] = field(default_factory=dict)  # older name prefixes a checkpoint may use -> today's
     chooses: Callable[[dict[str, Any]], tuple[str | None, str]] | None = None  # which family a RoPE config is
     refuses_gguf: Callable[[dict[str, Any]], str | None] | None = None
+    # a GGUF file of an architecture several records share is this family's (Mixtral's llama with experts)
+    gguf_claims: Callable[[Mapping[str, Any]], bool] | None = None
 
     # -- choosing ----------------------------------------------------------------------
 
@@ -202,11 +204,11 @@ class Family:
                     f"{path}: tensor '{printable(name)}' is not in {self.gguf_architecture}'s {n_layer}-layer layout"
                 )
         for canonical in names:
-            wanted = range(n_layer) if canonical in (*PER_LAYER, *PER_LAYER_NORMS) else [None]
+            wanted = range(n_layer) if canonical in (*PER_LAYER, *PER_LAYER_NORMS) or "{bid}" in names[canonical] else [None]
             if canonical == HEAD or not any(canonical in rule.parts for rule in self.tensors):
                 continue
             for layer in wanted:
-                if (canonical, layer, "weight") not in found:
+                if (canonical, layer, "weight") not in found and self.expects(config, canonical, layer):
                     shown = names[canonical].format(bid=layer)
                     raise ZooError(
                         f"{path}: no tensor '{shown}.weight'; {self.gguf_architecture}'s {n_layer}-layer layout has one"
@@ -224,6 +226,10 @@ class Family:
                 weight = reorder_heads(weight, count, file_heads, to_pairs=False)
             state[key] = weight
         return self._tied(config, zoo_from_canonical(state, heads))
+
+    def expects(self, config: Mapping[str, Any], canonical: str, layer: int | None) -> bool:
+        """Whether the config's layer (None: outside the layers) has the canonical tensor."""
+        return True
 
     def gguf_refusal(self, model, writers: tuple[str, ...]) -> str | None:
         if self.refuses_gguf is None:

@@ -3,7 +3,7 @@ names other libraries give the zoo's feed-forward kinds, written once."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -86,7 +86,7 @@ def resolved(model) -> dict[str, Any]:
         "n_layer": len(network.blocks),
         "head_size": head_size,
         "n_kv_head": (attention.qkv.weight.shape[0] // head_size - config["n_head"]) // 2,
-        "d_ff": network.blocks[0].feed_forward.down.weight.shape[1],
+        "d_ff": _dense_width(network, config),
         "norm_eps": float(torch.finfo(torch.float32).eps if eps is None else eps),
         "mlp": config.get("mlp", "relu"),
         "layer_bias": "blocks.0.feed_forward.down.bias" in has_bias,
@@ -94,3 +94,35 @@ def resolved(model) -> dict[str, Any]:
         "bias": network.lm_head.bias is not None,
         "tie_embeddings": network.lm_head.weight is network.token_embedding.weight,
     }
+
+
+def _dense_width(network, config: dict[str, Any]) -> int:
+    """The dense feed-forward's hidden width: read off a dense layer, else (every layer
+    has experts) the card's ``d_ff`` as the transformer defaults it."""
+    for block in network.blocks:
+        down = getattr(block.feed_forward, "down", None)
+        if down is not None:
+            return down.weight.shape[1]
+    return config.get("d_ff") or 4 * network.token_embedding.weight.shape[1]
+
+
+# The card's settings of experts (plugins/blocks/experts.py), which the dense layouts have no place for.
+EXPERT_SETTINGS = ("experts", "experts_per_token", "expert_d_ff", "norm_topk_prob", "shared_expert_d_ff")
+
+
+def expert_layers(config: Mapping[str, Any]) -> list[bool]:
+    """Whether each layer has experts: its group's ``experts``, else the model-wide one."""
+    pattern = [group for group in config.get("layers") or [] for _ in range(group.get("repeat", 1))] or [{}]
+    layers = []
+    for i in range(config["n_layer"]):
+        value = pattern[i % len(pattern)].get("experts")
+        layers.append(bool(config.get("experts") if value is None else value))
+    return layers
+
+
+def without_experts(config: dict[str, Any]) -> dict[str, Any]:
+    """The config less its experts' settings (and its layer groups, where they set nothing else)."""
+    plain = {key: value for key, value in config.items() if key not in EXPERT_SETTINGS}
+    if all(set(group) <= {"experts", "repeat"} for group in config.get("layers") or []):
+        plain.pop("layers", None)
+    return plain

@@ -28,6 +28,13 @@ def refusal(model) -> str | None:
     name = card.name
     if config["block"] != "pre-norm":
         return f"'{name}' has {config['block']} blocks; HookedTransformer normalises before each sublayer only"
+    routed = [hasattr(block.feed_forward, "router") for block in network.blocks]
+    if any(routed) and not all(routed):
+        return f"'{name}' has layers with experts and layers without; HookedTransformer's MoE is in every layer"
+    if any(hasattr(block.feed_forward, "shared") for block in network.blocks):
+        return f"'{name}' has a shared expert beside its experts (Qwen2-MoE's); HookedTransformer's MoE has none"
+    if any(routed) and config.get("mlp") not in GATED_KINDS:
+        return f"'{name}' has experts with a plain feed-forward; HookedTransformer's experts are gated"
     if config["norm"] not in ("layernorm", "rmsnorm"):
         return f"'{name}': norm '{config['norm']}' has no HookedTransformer counterpart"
     if unmapped_setting(config):
@@ -80,6 +87,14 @@ def config(model) -> dict:
     )
     if layout["n_kv_head"] != layout["n_head"]:
         fields["n_key_value_heads"] = layout["n_kv_head"]
+    experts = getattr(network.blocks[0].feed_forward, "experts_down", None)
+    if experts is not None:  # Mixtral's MoE (TransformerLens' MoE, one MoEGatedMLP per expert)
+        fields.update(
+            num_experts=experts.weight.shape[0],
+            experts_per_token=network.blocks[0].feed_forward.per_token,
+            norm_topk_prob=layout.get("norm_topk_prob") is not False,
+            d_mlp=experts.weight.shape[2],
+        )
     if mlp in GATED_KINDS:
         fields["gated_mlp"] = True
     if layout["residual"] != "sequential":  # parallel-shared-norm: ln2 is given ln1's weights
@@ -149,8 +164,16 @@ def state(network, fields: dict) -> dict:
         if fields.get("use_qk_norm"):  # learned scales (qk_norm "rmsnorm"), or none: ones
             for which in ("q_norm", "k_norm"):
                 out[f"{theirs}.attn.{which}.w"] = zoo.get(f"{ours}.attention.{which}.weight", torch.ones(d_head))
-        up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C), or (2 d_ff, C): gate, then up
         d_mlp = fields["d_mlp"]
+        if fields.get("num_experts"):  # each expert's gate rows, then its up rows
+            out[f"{theirs}.mlp.W_gate.weight"] = zoo[f"{ours}.feed_forward.router.weight"]
+            downs = zoo[f"{ours}.feed_forward.experts_down.weight"]
+            for e, up in enumerate(zoo[f"{ours}.feed_forward.experts_up.weight"]):
+                out[f"{theirs}.mlp.experts.{e}.W_gate.weight"] = up[:d_mlp].contiguous()
+                out[f"{theirs}.mlp.experts.{e}.W_in.weight"] = up[d_mlp:].contiguous()
+                out[f"{theirs}.mlp.experts.{e}.W_out.weight"] = downs[e].contiguous()
+            continue
+        up = zoo[f"{ours}.feed_forward.up.weight"]  # (d_ff, C), or (2 d_ff, C): gate, then up
         if fields.get("gated_mlp"):
             out[f"{theirs}.mlp.W_gate"] = up[:d_mlp].T.contiguous()
             up = up[d_mlp:]

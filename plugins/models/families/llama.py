@@ -17,7 +17,15 @@ from typing import Any, Mapping
 from zoo_core.errors import ZooError, printable
 
 from .base import Family, GGUFKey
-from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, unmapped_setting, zoo_activation
+from .layout import (
+    GATED_KINDS,
+    HF_ACTIVATIONS,
+    expert_layers,
+    hf_activation,
+    unmapped_setting,
+    without_experts,
+    zoo_activation,
+)
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
 
@@ -145,6 +153,8 @@ def gguf_checks(hf, metadata: Mapping[str, Any], path: Path, key) -> None:
 def choose(config: dict[str, Any]) -> tuple[str | None, str]:
     """The family a RoPE variant's config (its defaults filled in) is written as,
     or None and why none fits."""
+    if any(expert_layers(config)):
+        return _choose_with_experts(config)
     if config["block"] != "pre-norm":
         return None, f"{config['block']} blocks; every RoPE family in transformers normalises before each sublayer"
     if unmapped_setting(config):
@@ -187,6 +197,27 @@ def choose(config: dict[str, Any]) -> tuple[str | None, str]:
             return None, "a sliding window with biases; Mistral has none"
         return "mistral", ""
     return "llama", ""
+
+
+def _choose_with_experts(config: dict[str, Any]) -> tuple[str | None, str]:
+    """Mixtral or Qwen2-MoE (families/moe.py): the dense layout the config has without its
+    experts, with the experts as one of them has them; or None and why neither fits."""
+    base, reason = choose(without_experts(config))
+    if base is None:
+        return None, reason
+    if base not in ("llama", "mistral", "qwen2"):
+        return None, f"experts in a {base} layout; Mixtral and Qwen2-MoE are Llama's with experts"
+    if config["attention_bias"] == "all" or config["layer_bias"]:
+        return None, "experts with biases beyond query/key/value; Mixtral and Qwen2-MoE have none"
+    if config.get("shared_expert_d_ff"):
+        if config.get("sliding_window"):
+            return None, "a shared expert with a sliding window; Qwen2-MoE's layers attend fully"
+        return "qwen2_moe", ""
+    if base == "qwen2" or not all(expert_layers(config)):
+        return None, "experts without a shared expert, with query/key/value biases or dense layers; Mixtral has none"
+    if config.get("norm_topk_prob") is False:
+        return None, "experts whose k weights are not rescaled to sum to 1; Mixtral rescales them"
+    return "mixtral", ""
 
 
 def _gguf_refusal(config: dict[str, Any]) -> str | None:

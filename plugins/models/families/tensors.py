@@ -45,12 +45,21 @@ ZOO_MODULES = {
     "FFN_POST_NORM": "blocks.{i}.post_feed_forward_norm",
     "OUTPUT_NORM": "final_norm",
     "OUTPUT": "lm_head",
+    # a mixture of experts (plugins/blocks/experts.py): the router, the stacked experts, the shared expert
+    "FFN_GATE_INP": "blocks.{i}.feed_forward.router",
+    "FFN_DOWN_EXP": "blocks.{i}.feed_forward.experts_down",
+    "FFN_DOWN_SHEXP": "blocks.{i}.feed_forward.shared.down",
+    "FFN_GATE_INP_SHEXP": "blocks.{i}.feed_forward.shared_gate",
 }
 # zoo modules that hold several canonical tensors' rows, in this order
 ZOO_JOINED = {
     "blocks.{i}.attention.qkv": ("ATTN_Q", "ATTN_K", "ATTN_V"),
     "blocks.{i}.feed_forward.up": ("FFN_GATE", "FFN_UP"),  # a plain feed-forward's is FFN_UP alone
+    "blocks.{i}.feed_forward.experts_up": ("FFN_GATE_EXP", "FFN_UP_EXP"),  # (E, rows, C): joined per expert
+    "blocks.{i}.feed_forward.shared.up": ("FFN_GATE_SHEXP", "FFN_UP_SHEXP"),
 }
+EXPERT_PARTS = ("FFN_GATE_INP", "FFN_GATE_EXP", "FFN_UP_EXP", "FFN_DOWN_EXP")
+SHARED_EXPERT_PARTS = ("FFN_GATE_SHEXP", "FFN_UP_SHEXP", "FFN_DOWN_SHEXP", "FFN_GATE_INP_SHEXP")
 FUSED_QKV, QKV_MODULE = "ATTN_QKV", "blocks.{i}.attention.qkv"
 # rows rotated per head, and how many heads hold them: query heads, key heads, or a QK-norm's
 # scales (None: counted from their length, one head's for a per-head norm, every head's for OLMo 2's)
@@ -155,7 +164,9 @@ def zoo_from_canonical(state: Mapping[Key, torch.Tensor], heads: Heads) -> dict[
         present = [piece for piece in pieces if piece is not None]
         if module.endswith("qkv") and len(present) != 3:
             continue  # incomplete: the shape check names what is missing
-        ours[f"{module.format(i=layer)}.{kind}"] = torch.cat(present) if len(present) > 1 else present[0]
+        # Rows join along the row axis: a stacked experts' tensor (E, rows, C) joins within each expert.
+        joined_rows = torch.cat(present, dim=1 if present[0].dim() == 3 else 0) if len(present) > 1 else present[0]
+        ours[f"{module.format(i=layer)}.{kind}"] = joined_rows
     return ours
 
 
@@ -179,9 +190,9 @@ def canonical_from_zoo(ours: Mapping[str, torch.Tensor], heads: Heads, gated: bo
                     if parts[0] == "ATTN_Q":
                         pieces = tensor.split([split[p] * heads.head_size for p in parts])
                     elif gated:
-                        pieces = tensor.chunk(2)
+                        pieces = tensor.chunk(2, dim=1 if tensor.dim() == 3 else 0)
                     else:
-                        parts, pieces = ("FFN_UP",), (tensor,)
+                        parts, pieces = (parts[1],), (tensor,)
                     state.update({(part, layer, kind): piece for part, piece in zip(parts, pieces)})
                     break
             else:

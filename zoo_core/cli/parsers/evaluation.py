@@ -134,6 +134,11 @@ def inspect_arguments(commands) -> None:
     )
     p.add_argument("--corrupt", metavar="TEXT", help="the corrupted prompt of --patch, as many tokens (default: none)")
     p.add_argument(
+        "--routing",
+        action="store_true",
+        help="for a mixture of experts: per layer, how many of the --prompt's tokens each expert took",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         help="also draw the logit lens or the patching grid: .svg (no extra needed) or .png (the plots extra) "
