@@ -52,6 +52,12 @@ own fields.
 | Mistral (`mistralai/Mistral-7B-v0.1`) | n_layer 32, d_model 4096, n_head 32, n_kv_head 8, d_ff 14336, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, sliding_window 4096, layer_bias false, tie_embeddings false, bias false |
 | Pythia (`EleutherAI/pythia-160m`) | n_layer 12, d_model 768, n_head 12, d_ff 3072, mlp gelu, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.25, rope_base 10000, residual parallel, layer_bias true, tie_embeddings false, bias false |
 | GPT-2 (`openai-community/gpt2`) | n_layer 12, d_model 768, n_head 12, d_ff 3072, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions learned, layer_bias true, tie_embeddings true, bias false |
+| Phi-3 (`microsoft/Phi-3-mini-4k-instruct`) | n_layer 32, d_model 3072, n_head 32, n_kv_head 32, d_ff 8192, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, sliding_window 2047, layer_bias false, attention_bias none, tie_embeddings false, bias false |
+| Phi-2 (`microsoft/phi-2`) | n_layer 32, d_model 2560, n_head 32, d_ff 10240, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.4, rope_base 10000, residual parallel-shared-norm, layer_bias true, attention_bias all, tie_embeddings false, bias true |
+| StableLM 2 (`stabilityai/stablelm-2-1_6b`) | n_layer 24, d_model 2048, n_head 32, n_kv_head 32, d_ff 5632, mlp swiglu, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.25, rope_base 10000, layer_bias false, layernorm_bias true, attention_bias qkv, tie_embeddings false, bias false |
+| StarCoder2 (`bigcode/starcoder2-3b`) | n_layer 30, d_model 3072, n_head 24, n_kv_head 2, d_ff 12288, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions rope, rope_base 999999.4420358813, sliding_window 4096, layer_bias true, attention_bias all, tie_embeddings true, bias false |
+| Command-R (`CohereForAI/c4ai-command-r-v01`) | n_layer 40, d_model 8192, n_head 64, n_kv_head 64, d_ff 22528, mlp swiglu, norm layernorm, layernorm_bias false, norm_eps 1e-5, positions rope, rope_base 8000000, residual parallel-shared-norm, logit_scale 0.0625, layer_bias false, attention_bias none, tie_embeddings true, bias false |
+| Falcon (`tiiuae/falcon-7b`) | n_layer 32, d_model 4544, n_head 71, n_kv_head 1 (`multi_query`), d_ff 18176, mlp gelu, norm layernorm, norm_eps 1e-5, positions rope, rope_base 10000, residual parallel-shared-norm, layer_bias false, layernorm_bias true, attention_bias none, tie_embeddings true, bias false |
 """
 
 
@@ -164,6 +170,12 @@ class LayerSettings(_Strict):
         None,
         description="`all`, `qkv` (the query/key/value projection only, Qwen2), `none`; default follows `layer_bias`",
     )
+    layernorm_bias: bool | None = Field(
+        None,
+        description="the LayerNorms' biases (the blocks' and the final norm's) on their own: true with "
+        "`layer_bias` false is StableLM's and Falcon's (biased norms, unbiased linears), false with `layer_bias` "
+        "true a biased network with weight-only norms; default follows `layer_bias`",
+    )
     attention_softcap: Annotated[float | None, _positive("attention_softcap")] = Field(
         None,
         description="C: the attention scores become C tanh(scores / C) before the mask and the softmax (Gemma 2)",
@@ -224,6 +236,7 @@ class LayerSpec:
     attention_bias: str | None
     attention_softcap: float | None
     query_scale: float | None
+    layernorm_bias: bool | None
 
     # Biases per projection, as the built-in block resolves layer_bias and attention_bias.
     @property
@@ -240,7 +253,7 @@ class LayerSpec:
 
     @property
     def norm_bias(self) -> bool:
-        return self.layer_bias is not False
+        return self.layernorm_bias if self.layernorm_bias is not None else self.layer_bias is not False
 
     @property
     def _attention_bias(self) -> str:
@@ -264,6 +277,7 @@ LAYER_DEFAULTS: dict[str, Any] = {
     "attention_bias": None,
     "attention_softcap": None,
     "query_scale": None,
+    "layernorm_bias": None,
 }
 
 

@@ -1,0 +1,82 @@
+"""StableLM (stabilityai/stablelm-2-1_6b, stablelm-3b-4e1t): a gated SiLU feed-forward
+and partial RoPE like Llama's, but LayerNorm with biases while the linear layers
+have none (query/key/value biases optional), and optionally one norm feeding
+the attention and the feed-forward side by side ("parallel-shared-norm").
+
+llama.cpp's ``stablelm`` names the same tensors as ``llama`` and rotates
+NeoX-style, so rows stay in transformers' order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zoo_core.errors import ZooError
+
+from .checked import CheckedFamily, rotary_refusal
+from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, zoo_activation
+from .llama import TENSORS as LLAMA_TENSORS
+from .rope import rope_parameters, rope_settings
+
+TENSORS = LLAMA_TENSORS  # the same names: model.layers.{i}.self_attn.q_proj, mlp.gate_proj, ...
+
+
+def settings(hf) -> dict[str, Any]:
+    """The card's config of transformers' StableLmConfig."""
+    if hf.qk_layernorm:
+        raise ZooError("qk_layernorm: StableLM's LayerNorm of each head's queries and keys has no zoo counterpart")
+    mlp = zoo_activation(hf.hidden_act, gated=True)
+    if mlp is None:
+        gates = " and ".join(names[0] for kind, names in HF_ACTIVATIONS.items() if kind in GATED_KINDS)
+        raise ZooError(f"hidden_act '{hf.hidden_act}' has no zoo counterpart ({gates} map)")
+    rope = rope_settings(hf.rope_parameters)
+    reason = rotary_refusal(hf.hidden_size // hf.num_attention_heads, rope.get("rotary_fraction", 1.0))
+    if reason:
+        raise ZooError(reason)
+    return {
+        "d_model": hf.hidden_size,
+        "n_layer": hf.num_hidden_layers,
+        "n_head": hf.num_attention_heads,
+        "n_kv_head": hf.num_key_value_heads or hf.num_attention_heads,
+        "d_ff": hf.intermediate_size,
+        "dropout": 0.0,
+        "positions": "rope",
+        "norm": "layernorm",
+        "norm_eps": float(hf.layer_norm_eps),
+        "mlp": mlp,
+        "residual": "parallel-shared-norm" if hf.use_parallel_residual else "sequential",
+        "layer_bias": False,
+        "layernorm_bias": True,
+        "attention_bias": "qkv" if hf.use_qkv_bias else "none",
+        "bias": False,
+        "tie_embeddings": bool(hf.tie_word_embeddings),
+        **rope,
+    }
+
+
+def fields(config: dict[str, Any]) -> dict[str, Any]:
+    """StableLmConfig's fields of a card's config (its defaults filled in)."""
+    return {
+        "hidden_size": config["d_model"],
+        "num_hidden_layers": config["n_layer"],
+        "num_attention_heads": config["n_head"],
+        "num_key_value_heads": config["n_kv_head"],
+        "intermediate_size": config["d_ff"],
+        "layer_norm_eps": config["norm_eps"],
+        "hidden_act": hf_activation(config["mlp"]),
+        "use_parallel_residual": config["residual"] != "sequential",
+        "use_qkv_bias": config["attention_bias"] != "none",
+        "tie_word_embeddings": config["tie_embeddings"],
+        "rope_parameters": {"partial_rotary_factor": 1.0, **rope_parameters(config)},
+    }
+
+
+STABLELM = CheckedFamily(
+    name="stablelm",
+    title="StableLM",
+    hf_model_types=("stablelm",),
+    hf_class="StableLmForCausalLM",
+    tensors=TENSORS,
+    settings=settings,
+    fields=fields,
+)

@@ -1,0 +1,260 @@
+"""Phi-3, Phi-2, StableLM, StarCoder2, Cohere and Falcon through `zoo import hf` and
+`zoo export --format hf`, proved as tests/test_interop_hf_families.py proves the
+first families: a tiny random model built by transformers from a config (two
+layers, odd widths, each family's distinctive options on: windows shorter than
+the prompts, partial rotary turning an odd and an even number of pairs, the
+three Falcon attention layouts), saved beside a small tokenizer.json, imports
+with transformers' logits within 1e-5 over a left-padded batch and its greedy
+tokens, and the export loads back in transformers with the same logits again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import pytest
+import torch
+
+transformers = pytest.importorskip(
+    "transformers", reason="the interop extra is not installed: pip install -e '.[interop]'"
+)
+
+import zoo_core  # noqa: E402
+
+from .tiny_hf import byte_level_tokenizer, largest_difference, left_padded  # noqa: E402
+
+PROMPTS = ["ROMEO: What light", "First Citizen:\nBefore we proceed any further, hear me", "KING"]
+TOLERANCE = 1e-5
+NEW_TOKENS = 6
+SMALL = dict(
+    vocab_size=320,
+    hidden_size=48,
+    intermediate_size=80,
+    num_hidden_layers=2,
+    num_attention_heads=6,
+    max_position_embeddings=64,
+    initializer_range=0.1,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+FALCON = {key: value for key, value in SMALL.items() if key != "intermediate_size"} | {"ffn_hidden_size": 80}
+
+
+def _rope(fraction: float) -> dict:
+    return {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": fraction}
+
+
+# name: (config class, fields, the card settings the import must write)
+FAMILIES = {
+    # fused qkv_proj and gate_up_proj; a window of 5 under 13-token prompts; 6 of 8 channels rotate (3 pairs)
+    "phi3-window-partial-rotary": (
+        "Phi3Config",
+        dict(SMALL, num_key_value_heads=2, sliding_window=5, rope_parameters=_rope(0.75)),
+        {"sliding_window": 5, "rotary_fraction": 0.75, "n_kv_head": 2, "mlp": "swiglu"},
+    ),
+    # 4 of 8 channels rotate (2 pairs); biases everywhere, the head's too
+    "phi-parallel-partial-rotary": (
+        "PhiConfig",
+        dict(SMALL, num_key_value_heads=3, rope_parameters=_rope(0.5)),
+        {"residual": "parallel-shared-norm", "bias": True, "rotary_fraction": 0.5, "mlp": "gelu-tanh"},
+    ),
+    "stablelm-qkv-bias": (
+        "StableLmConfig",
+        dict(SMALL, num_key_value_heads=2, use_qkv_bias=True, rope_parameters=_rope(0.25)),
+        {"layernorm_bias": True, "layer_bias": False, "attention_bias": "qkv", "rotary_fraction": 0.25},
+    ),
+    # heads of 10, 6 channels rotating (3 pairs)
+    "stablelm-parallel": (
+        "StableLmConfig",
+        dict(SMALL, hidden_size=60, num_key_value_heads=3, use_parallel_residual=True, rope_parameters=_rope(0.6)),
+        {"residual": "parallel-shared-norm", "attention_bias": "none", "rotary_fraction": 0.6},
+    ),
+    "starcoder2-window": (
+        "Starcoder2Config",
+        dict(SMALL, num_key_value_heads=2, sliding_window=5),
+        {"sliding_window": 5, "mlp": "gelu-tanh", "layer_bias": True, "tie_embeddings": True},
+    ),
+    "cohere-logit-scale": (
+        "CohereConfig",
+        dict(SMALL, num_key_value_heads=3, logit_scale=0.5),
+        {"logit_scale": 0.5, "layernorm_bias": False, "residual": "parallel-shared-norm", "tie_embeddings": True},
+    ),
+    "falcon-multi-query": (
+        "FalconConfig",
+        dict(FALCON, multi_query=True, parallel_attn=True),
+        {"n_kv_head": 1, "residual": "parallel-shared-norm", "layer_bias": False, "layernorm_bias": True},
+    ),
+    "falcon-new-architecture": (
+        "FalconConfig",
+        dict(FALCON, new_decoder_architecture=True, num_kv_heads=2, bias=True),
+        {"n_kv_head": 2, "residual": "parallel", "layer_bias": True},
+    ),
+    "falcon-sequential": (
+        "FalconConfig",
+        dict(FALCON, multi_query=False, parallel_attn=False, tie_word_embeddings=False),
+        {"residual": "sequential", "mlp": "gelu", "tie_embeddings": False},
+    ),
+}
+
+
+class _Folders(dict):
+    """Each case's transformers folder, built once for the module when first asked for."""
+
+    def __init__(self, factory):
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, case):
+        config_class, fields, _ = FAMILIES[case]
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, config_class)(**fields)).eval()
+        with torch.no_grad():  # transformers starts biases at 0 and norms at 1, which would hide a misplaced one
+            for name, parameter in model.named_parameters():
+                base = 1.0 if "norm" in name and name.endswith(".weight") else 0.0
+                parameter.copy_(base + 0.2 * torch.randn_like(parameter))
+        folder = self.factory.mktemp(case)
+        model.save_pretrained(folder)
+        byte_level_tokenizer("<|endoftext|>").save(str(folder / "tokenizer.json"))
+        self[case] = (folder, model)
+        return self[case]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    transformers.utils.logging.set_verbosity_error()
+    return _Folders(tmp_path_factory)
+
+
+def _greedy(reference, rows):
+    ids, mask, _ = left_padded(rows)
+    with torch.no_grad():
+        generated = reference.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
+        )
+    return generated[:, ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("case", list(FAMILIES))
+def test_a_family_imports_generates_and_exports_with_transformers_logits(folders, zoo, tmp_path, case):
+    folder, reference = folders[case]
+    done = zoo("import", "hf", str(folder), "--name", "imported")
+    assert done.code == 0, done.err
+    model = zoo_core.load("imported")
+    assert model.card.family == reference.config.model_type
+    for key, value in FAMILIES[case][2].items():
+        assert model.card.config[key] == value, key
+    assert model.card.parameters == sum(p.numel() for p in reference.parameters())
+    rows = [model.tokenizer.encode(p) for p in PROMPTS]
+    assert max(map(len, rows)) > 5  # longer than the windows
+    assert largest_difference(reference, model.network, rows) <= TOLERANCE
+    drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+    assert [s.tokens for s in drawn] == _greedy(reference, rows)
+
+    out = tmp_path / "export"
+    done = zoo("export", "imported", "--format", "hf", "--out", str(out))
+    assert done.code == 0, done.err
+    assert json.loads((out / "config.json").read_text())["architectures"] == [type(reference).__name__]
+    exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert largest_difference(exported, model.network, rows) <= TOLERANCE
+    for name, tensor in reference.state_dict().items():  # the same tensors under the same names
+        assert torch.equal(exported.state_dict()[name], tensor), name
+
+
+SERVED = ["phi3-window-partial-rotary", "cohere-logit-scale", "falcon-new-architecture", "stablelm-parallel"]
+
+
+def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(folders, zoo):
+    """Families served together, every prompt of every family asked at once, greedy:
+    each answer is transformers' own greedy continuation."""
+    pytest.importorskip("starlette", reason="the web tests need the web extra: pip install 'zoo-lm[web]'")
+    openai = pytest.importorskip("openai", reason="these tests need the web-test extra: pip install 'zoo-lm[web-test]'")
+    from tests.web_support import Server
+
+    expected = {}
+    for case in SERVED:
+        folder, reference = folders[case]
+        assert zoo("import", "hf", str(folder), "--name", case).code == 0
+        tokenizer = zoo_core.load(case).tokenizer
+        greedy = _greedy(reference, [tokenizer.encode(p) for p in PROMPTS])
+        expected.update({(case, prompt): tokenizer.decode(tokens) for prompt, tokens in zip(PROMPTS, greedy)})
+
+    async def ask_all(url):
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300) as client:
+            return await asyncio.gather(
+                *[
+                    client.completions.create(model=case, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0)
+                    for case, prompt in expected
+                ]
+            )
+
+    server = Server("--max-concurrent", "16")
+    try:
+        answers = asyncio.run(ask_all(server.url))
+    finally:
+        server.stop()
+    assert [a.choices[0].text for a in answers] == list(expected.values())
+
+
+@pytest.mark.parametrize(
+    "case", ["phi3-window-partial-rotary", "phi-parallel-partial-rotary", "stablelm-qkv-bias", "starcoder2-window"]
+)
+def test_transformer_lens_reads_the_families_transformer_lens_has(folders, zoo, tmp_path, case):
+    pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
+    from zoo_core.interop.transformer_lens import hooked_transformer
+
+    folder, reference = folders[case]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    model = zoo_core.load("imported")
+    lens = hooked_transformer(model)
+    ids = torch.tensor([model.tokenizer.encode(PROMPTS[1])])
+    with torch.no_grad():
+        logits = lens(ids)
+        theirs = reference(ids).logits
+    assert float((logits - theirs).abs().max()) <= 1e-4
+    done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert done.code == 0 and "checked: logits" in done.out, done.err
+    shown = zoo("inspect", "imported", "--prompt", PROMPTS[0], "--logit-lens")
+    assert shown.code == 0, shown.err
+
+
+def test_cohere_logit_scale_is_refused_by_transformer_lens_in_one_line(folders, zoo, tmp_path):
+    folder, _ = folders["cohere-logit-scale"]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert done.code == 1 and len(done.err.strip().splitlines()) == 1 and "logit_scale" in done.err, done.err
+
+
+@pytest.mark.parametrize(
+    "case, change, refusal",
+    [
+        ("falcon-multi-query", {"alibi": True}, "alibi: Falcon's ALiBi attention has no zoo counterpart"),
+        ("falcon-new-architecture", {"parallel_attn": False}, "new_decoder_architecture without parallel_attn"),
+        ("stablelm-qkv-bias", {"qk_layernorm": True}, "qk_layernorm: StableLM's LayerNorm"),
+        ("cohere-logit-scale", {"use_qk_norm": True}, "use_qk_norm: Cohere's LayerNorm"),
+        ("phi-parallel-partial-rotary", {"qk_layernorm": True}, "qk_layernorm: Phi's LayerNorm"),
+        # 0.3 of 8 channels: transformers rotates int(2.4) = 2, the zoo round(2.4) = 2, but 0.375 rotates 3
+        (
+            "phi-parallel-partial-rotary",
+            {"rope_parameters": _rope(0.375)},
+            "rotates 3 channels, which do not pair",
+        ),
+        (
+            "stablelm-parallel",
+            {"rope_parameters": _rope(0.35)},
+            "rotates 3 channels in transformers and 4 in the zoo",
+        ),
+        ("starcoder2-window", {"rope_parameters": _rope(0.5)}, "StarCoder2's attention rotates every channel"),
+    ],
+)
+def test_what_a_family_cannot_be_is_refused_in_one_line(folders, zoo, tmp_path, case, change, refusal):
+    folder, _ = folders[case]
+    copy = tmp_path / "changed"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, **change}))
+    done = zoo("import", "hf", str(copy), "--name", "refused")
+    assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    assert zoo("list").out.count("refused") == 0  # nothing half-written in the catalogue
