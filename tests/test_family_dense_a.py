@@ -77,14 +77,21 @@ FAMILIES = {
         dict(SMALL, num_key_value_heads=2, sliding_window=5),
         {"sliding_window": 5, "mlp": "gelu-tanh", "layer_bias": True, "tie_embeddings": True},
     ),
+    # no window (llama.cpp's starcoder2 has no key for one), no linear biases, an untied head
+    "starcoder2-unbiased": (
+        "Starcoder2Config",
+        dict(SMALL, num_key_value_heads=3, use_bias=False, tie_word_embeddings=False),
+        {"layer_bias": False, "layernorm_bias": True, "attention_bias": "none", "tie_embeddings": False},
+    ),
     "cohere-logit-scale": (
         "CohereConfig",
         dict(SMALL, num_key_value_heads=3, logit_scale=0.5),
         {"logit_scale": 0.5, "layernorm_bias": False, "residual": "parallel-shared-norm", "tie_embeddings": True},
     ),
+    # falcon-7b's layout, the one transformers' GGUF loader reads (its feed-forward 4 d_model wide)
     "falcon-multi-query": (
         "FalconConfig",
-        dict(FALCON, multi_query=True, parallel_attn=True),
+        dict(FALCON, multi_query=True, parallel_attn=True, ffn_hidden_size=None),
         {"n_kv_head": 1, "residual": "parallel-shared-norm", "layer_bias": False, "layernorm_bias": True},
     ),
     "falcon-new-architecture": (
@@ -258,3 +265,130 @@ def test_what_a_family_cannot_be_is_refused_in_one_line(folders, zoo, tmp_path, 
     done = zoo("import", "hf", str(copy), "--name", "refused")
     assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
     assert zoo("list").out.count("refused") == 0  # nothing half-written in the catalogue
+
+
+# --- GGUF files in llama.cpp's layout -------------------------------------------------
+
+# case: llama.cpp's architecture (each family's one; Falcon's two layouts it runs)
+GGUF_CASES = {
+    "phi3-window-partial-rotary": "phi3",
+    "phi-parallel-partial-rotary": "phi2",
+    "stablelm-qkv-bias": "stablelm",
+    "stablelm-parallel": "stablelm",
+    "starcoder2-unbiased": "starcoder2",
+    "cohere-logit-scale": "command-r",
+    "falcon-multi-query": "falcon",
+    "falcon-new-architecture": "falcon",
+}
+
+
+def _write_llama_cpp_gguf(path, model, architecture: str) -> None:
+    """``model`` as llama.cpp's converter writes it (convert_hf_to_gguf.py): its
+    metadata keys, tensor names from the `gguf` package's map, every tensor float32;
+    Falcon's grouped query_key_value rows as [queries; keys; values]."""
+    import gguf
+
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if architecture == "falcon":
+        kv_heads = config.num_kv_heads if config.new_decoder_architecture else 1
+    head_size = config.hidden_size // heads
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name(f"tiny {architecture}")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(getattr(config, "intermediate_size", None) or config.ffn_hidden_size)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    rope = config.rope_parameters
+    writer.add_rope_freq_base(rope["rope_theta"])
+    if architecture == "phi3":
+        writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+        if config.sliding_window:
+            writer.add_sliding_window(config.sliding_window)
+    else:
+        eps = next(
+            getattr(config, f) for f in ("layer_norm_eps", "norm_epsilon", "layer_norm_epsilon") if hasattr(config, f)
+        )
+        writer.add_layer_norm_eps(eps)
+    if architecture in ("phi3", "phi2", "stablelm"):
+        writer.add_rope_dimension_count(int(head_size * rope.get("partial_rotary_factor", 1.0)))
+    if architecture == "command-r":
+        writer.add_logit_scale(config.logit_scale)
+    tokenizer = byte_level_tokenizer("<|endoftext|>")
+    vocab = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
+    vocab += [f"<|unused{i}|>" for i in range(config.vocab_size - len(vocab))]  # padded as real files pad
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(vocab)
+    writer.add_token_types([gguf.TokenType.CONTROL if t.startswith("<|") else gguf.TokenType.NORMAL for t in vocab])
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    arch = next(a for a, text in gguf.MODEL_ARCH_NAMES.items() if text == architecture)
+    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        values = tensor.detach().float()
+        if architecture == "falcon" and "query_key_value" in name:
+            grouped = values.reshape(kv_heads, heads // kv_heads + 2, head_size, *values.shape[1:])
+            values = torch.cat(
+                [grouped[:, :-2].flatten(0, 2), grouped[:, -2].flatten(0, 1), grouped[:, -1].flatten(0, 1)]
+            )
+        writer.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), values.numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("case", list(GGUF_CASES))
+def test_a_llama_cpp_file_imports_with_transformers_logits(folders, zoo, tmp_path, case):
+    _, reference = folders[case]
+    path = tmp_path / f"{case}.gguf"
+    _write_llama_cpp_gguf(path, reference, GGUF_CASES[case])
+    done = zoo("import", "gguf", str(path), "--name", "from-gguf")
+    assert done.code == 0, done.err
+    model = zoo_core.load("from-gguf")
+    assert model.card.family == reference.config.model_type
+    for key, value in FAMILIES[case][2].items():
+        assert model.card.config[key] == value, key
+    rows = [model.tokenizer.encode(p) for p in PROMPTS]
+    assert largest_difference(reference, model.network, rows) <= TOLERANCE
+    drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+    assert [s.tokens for s in drawn] == _greedy(reference, rows)
+
+
+@pytest.mark.parametrize("case", ["stablelm-qkv-bias", "starcoder2-unbiased", "falcon-multi-query"])
+def test_the_gguf_export_reads_back_in_transformers_and_the_zoo(folders, zoo, tmp_path, case):
+    """The export checks itself against transformers' GGUF loader; the file imports again, equal."""
+    folder, reference = folders[case]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    done = zoo("export", "imported", "--format", "gguf", "--gguf-type", "f32", "--out", str(tmp_path / "out"))
+    assert done.code == 0, done.err
+    (written,) = (tmp_path / "out").glob("*.gguf")
+    done = zoo("import", "gguf", str(written), "--name", "again")
+    assert done.code == 0, done.err
+    again = zoo_core.load("again")
+    rows = [again.tokenizer.encode(p) for p in PROMPTS]
+    assert largest_difference(reference, again.network, rows) <= TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "case, refusal",
+    [
+        ("phi3-window-partial-rotary", "does not read in a phi3 file"),
+        ("phi-parallel-partial-rotary", "does not read phi2 files"),
+        ("cohere-logit-scale", "does not read command-r files"),
+        ("starcoder2-window", "llama.cpp's starcoder2 has no key for one"),
+        ("falcon-new-architecture", "is not laid out as falcon-7b"),
+    ],
+)
+def test_what_a_gguf_file_cannot_hold_is_refused_in_one_line(folders, zoo, tmp_path, case, refusal):
+    folder, _ = folders[case]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    done = zoo("export", "imported", "--format", "gguf", "--out", str(tmp_path / "out"))
+    assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    assert not list(tmp_path.glob("out/*.gguf"))

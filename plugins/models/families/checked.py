@@ -12,13 +12,19 @@ partial rotary turns) is the record's ``settings`` to refuse when it reads.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
-from zoo_core.errors import ZooError
+import torch
 
-from .base import Family
-from .layout import HF_ACTIVATIONS, card_layout, resolved
+from zoo_core.errors import ZooError, printable
+from zoo_core.plugin_api.families import GGUFExport
+
+from .base import Family, _attribute, _gguf, _zoo_name
+from .layout import HF_ACTIVATIONS, card_layout, gated, resolved
+from .tensors import HEAD, PER_LAYER, Heads, Key, canonical_from_zoo, layer_and_kind, rotated, zoo_from_canonical
 
 # Each setting that changes what the network computes, and what leaving it out means.
 ARITHMETIC: dict[str, Any] = {
@@ -98,7 +104,19 @@ def rotary_refusal(head_size: int, fraction: float, truncates: bool = True) -> s
 @dataclass(frozen=True)
 class CheckedFamily(Family):
     """A `Family` that refuses, for Hugging Face and GGUF alike, every variant its
-    config cannot hold exactly (found by the round trip above)."""
+    config cannot hold exactly (found by the round trip above).
+
+    Its GGUF files are in llama.cpp's layout for ``gguf_architecture``, whose rows
+    are transformers' (these architectures rotate NeoX-style, or, Cohere's, in the
+    pairs its transformers rows already have): ``gguf_joined`` names the file's
+    tensors that hold several canonical ones, in row order (Phi-3's ``ATTN_QKV``,
+    its ``FFN_UP`` holding the gate's rows first) or one under another name
+    (Falcon's ``ATTN_NORM_2``); ``gguf_settings`` completes the config from which
+    tensors the file has (biases, a second norm), what no metadata key says."""
+
+    gguf_joined: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    gguf_settings: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
+    gguf_metadata: Callable[[dict[str, Any]], list[tuple[str, Any, str]]] | None = None
 
     def hf_refusal(self, model) -> str | None:
         if card_layout(model.card)["positions"] != "rope":
@@ -128,8 +146,150 @@ class CheckedFamily(Family):
     def gguf_refusal(self, model, writers: tuple[str, ...]) -> str | None:
         return self.hf_refusal(model) or super().gguf_refusal(model, writers)
 
+    # -- GGUF in llama.cpp's layout ---------------------------------------------------
+
+    def _file_names(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """The file's canonical names -> (llama.cpp's name template, the canonical tensors it holds)."""
+        gguf = _gguf()
+        joined = dict(self.gguf_joined)
+        held = {part for parts in joined.values() for part in parts}
+        names = {}
+        for rule in self.tensors:
+            for part in rule.parts:
+                if part not in held:
+                    names[part] = (gguf.TENSOR_NAMES[gguf.MODEL_TENSOR[part]], (part,))
+        for name, parts in joined.items():
+            names[name] = (gguf.TENSOR_NAMES[gguf.MODEL_TENSOR[name]], parts)
+        return names
+
+    def tensors_from_gguf(self, config, tensors, dequantize, path: Path):
+        n_layer = config["n_layer"]
+        names = self._file_names()
+        patterns = [
+            (re.compile(re.escape(template).replace(r"\{bid\}", r"(\d+)") + r"\.(weight|bias)"), name)
+            for name, (template, _) in names.items()
+        ]
+        found: dict[Key, Any] = {}
+        for name, tensor in tensors.items():  # every name is placed before any tensor is read
+            match = next(((p.fullmatch(name), canonical) for p, canonical in patterns if p.fullmatch(name)), None)
+            if match is None:
+                raise ZooError(f"{path}: tensor '{printable(name)}' is not in {self.gguf_architecture}'s layout")
+            layer, kind = layer_and_kind(match[0])
+            if layer is not None and layer >= n_layer:
+                raise ZooError(f"{path}: tensor '{printable(name)}' is past the file's {n_layer} layers")
+            found[(match[1], layer, kind)] = tensor
+        present = {f"{canonical}.{kind}" for canonical, _, kind in found}
+        if self.gguf_settings is not None:
+            config = self.gguf_settings(config, present)
+        heads = Heads.of(config)
+        for canonical, (template, _) in names.items():  # the weights every layer has, named before any is read
+            needed = canonical not in (HEAD, "FFN_NORM", "ATTN_NORM_2") and (canonical != "FFN_GATE" or gated(config))
+            for layer in range(n_layer) if canonical in (*PER_LAYER, "ATTN_QKV", "ATTN_NORM_2") else [None]:
+                if needed and (canonical, layer, "weight") not in found:
+                    shown = template.format(bid=layer)
+                    raise ZooError(f"{path}: no tensor '{shown}.weight'; {self.gguf_architecture}'s layout has one")
+        state: dict[Key, torch.Tensor] = {}
+        for (canonical, layer, kind), tensor in found.items():
+            parts = names[canonical][1]
+            state.update(
+                {
+                    (part, layer, kind): piece
+                    for part, piece in zip(parts, _split(dequantize(tensor), parts, heads, path, canonical))
+                }
+            )
+        if self.hf_pairs:  # the file's rows are already in the zoo's pairs: the canonical form is rotate_half's
+            state = rotated(state, heads, to_pairs=False)
+        return self._tied(config, zoo_from_canonical(state, heads))
+
+    def to_gguf(self, model) -> GGUFExport:
+        gguf = _gguf()
+        config = held(model)
+        heads = Heads.of(config)
+        fields = {**self.fields(config), "max_position_embeddings": model.card.context_length}
+        fields.setdefault("rope_theta", fields.get("rope_parameters", {}).get("rope_theta", 10000.0))
+        arch = self.gguf_architecture
+        metadata = []
+        for spec in self.gguf_keys:
+            value = fields.get(spec.field)
+            if value is None:
+                continue  # optional: the file leaves it out
+            key = _attribute(gguf.Keys, spec.key).format(arch=arch)
+            metadata.append((key, value, "UINT32" if spec.kind == "whole" else "FLOAT32"))
+        if heads.rotary != heads.head_size or any(spec.key == "Rope.DIMENSION_COUNT" for spec in self.gguf_keys):
+            metadata.append((gguf.Keys.Rope.DIMENSION_COUNT.format(arch=arch), heads.rotary, "UINT32"))
+        metadata.append((gguf.Keys.LLM.VOCAB_SIZE.format(arch=arch), model.network.lm_head.weight.shape[0], "UINT32"))
+        metadata.extend(self.gguf_metadata(config) if self.gguf_metadata else [])
+        ours = {name: tensor.detach().to(torch.float32) for name, tensor in model.network.state_dict().items()}
+        if config["tie_embeddings"]:
+            del ours[f"{_zoo_name(HEAD)}.weight"]  # llama.cpp reads the embedding when output.weight is absent
+        state = canonical_from_zoo(ours, heads, gated(config))
+        if self.hf_pairs:
+            state = rotated(state, heads, to_pairs=True)
+        written = {}
+        for canonical, (template, parts) in self._file_names().items():
+            for layer, kind in sorted({(layer, kind) for (c, layer, kind) in state if c == parts[0]}, key=str):
+                pieces = [state.pop((part, layer, kind)) for part in parts]
+                written[f"{template.format(bid=layer)}.{kind}"] = torch.cat(pieces).contiguous()
+        if state:
+            raise ZooError(f"GGUF has no name for the {next(iter(state))[0]} tensor in llama.cpp's {arch}")
+        return GGUFExport(arch or "", metadata, written)
+
+
+def _split(tensor: torch.Tensor, parts: tuple[str, ...], heads: Heads, path: Path, name: str) -> list[torch.Tensor]:
+    """A file's tensor holding several canonical ones, row by row, as its parts."""
+    if len(parts) == 1:
+        return [tensor]
+    if parts == ("FFN_GATE", "FFN_UP"):
+        sizes = [tensor.shape[0] // 2] * 2
+    else:
+        count = {"ATTN_Q": heads.n_head, "ATTN_K": heads.n_kv_head, "ATTN_V": heads.n_kv_head}
+        sizes = [count[part] * heads.head_size for part in parts]
+    if sum(sizes) != tensor.shape[0]:
+        raise ZooError(f"{path}: a {name} tensor has {tensor.shape[0]} rows; the metadata's heads need {sum(sizes)}")
+    return [piece.contiguous() for piece in tensor.split(sizes)]
+
 
 def _transformers_config(model_type: str, fields: dict[str, Any]):
     from transformers import AutoConfig
 
     return AutoConfig.for_model(model_type, **fields)
+
+
+# -- what llama.cpp's files of these architectures say, as transformers' config fields --
+
+
+def gguf_keys(*specs: tuple[str, str] | tuple[str, str, str] | tuple[str, str, str, Any]):
+    """`GGUFKey`s from (field, key[, kind[, default]]) rows."""
+    from .base import GGUFKey
+
+    return tuple(GGUFKey(*spec) for spec in specs)
+
+
+def metadata_whole(path: Path, metadata: Mapping[str, Any], key: str, default: Any) -> Any:
+    """An optional whole-number key: ``default`` when absent, else a whole number above 0."""
+    value = metadata.get(key, default)
+    if value is not default and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ZooError(f"{path}: {key} is {printable(repr(value))}, not a whole number above 0")
+    return value
+
+
+def rope_from_metadata(hf, metadata: Mapping[str, Any], path: Path, key, head_size: int) -> None:
+    """``hf.rope_parameters`` of the file's base and the channels it rotates (``rope.dimension_count``)."""
+    rotary = metadata_whole(path, metadata, key("Rope.DIMENSION_COUNT"), head_size)
+    if rotary > head_size:
+        raise ZooError(f"{path}: {key('Rope.DIMENSION_COUNT')} is {rotary}, more than a head's {head_size} channels")
+    hf.rope_parameters = {"rope_type": "default", "rope_theta": hf.rope_theta}
+    if rotary != head_size:
+        hf.rope_parameters["partial_rotary_factor"] = rotary / head_size
+
+
+def refusing(*checks: tuple[Callable[[dict[str, Any]], bool], str]):
+    """A ``refuses_gguf`` from (does the config have it, why the file cannot hold it) rows."""
+
+    def refuse(config: dict[str, Any]) -> str | None:
+        return next((reason for test, reason in checks if test(config)), None)
+
+    return refuse
+
+
+CHECKED_BY_TRANSFORMERS = "transformers' GGUF loader, which checks every export,"

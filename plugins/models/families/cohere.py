@@ -14,7 +14,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CheckedFamily
+from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
 from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, zoo_activation
 from .llama import TENSORS as LLAMA_TENSORS
 from .rope import rope_parameters, rope_settings
@@ -74,6 +74,25 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+GGUF_KEYS = gguf_keys(
+    ("hidden_size", "LLM.EMBEDDING_LENGTH"),
+    ("num_hidden_layers", "LLM.BLOCK_COUNT"),
+    ("num_attention_heads", "Attention.HEAD_COUNT"),
+    ("num_key_value_heads", "Attention.HEAD_COUNT_KV", "whole", lambda read: read["num_attention_heads"]),
+    ("intermediate_size", "LLM.FEED_FORWARD_LENGTH"),
+    ("max_position_embeddings", "LLM.CONTEXT_LENGTH"),
+    ("layer_norm_eps", "Attention.LAYERNORM_EPS", "positive"),
+    ("rope_theta", "Rope.FREQ_BASE", "positive", 10000.0),
+    ("logit_scale", "LLM.LOGIT_SCALE", "positive", 1.0),
+)
+
+
+def gguf_checks(hf, metadata, path, key) -> None:
+    """The fields llama.cpp's command-r keys do not hold as transformers' fields."""
+    hf.rope_parameters = {"rope_type": "default", "rope_theta": hf.rope_theta}
+    hf.hidden_act, hf.use_qk_norm, hf.attention_bias, hf.tie_word_embeddings = "silu", False, False, True
+
+
 COHERE = CheckedFamily(
     name="cohere",
     title="Cohere",
@@ -83,4 +102,10 @@ COHERE = CheckedFamily(
     settings=settings,
     fields=fields,
     hf_pairs=True,
+    gguf_architecture="command-r",
+    gguf_keys=GGUF_KEYS,
+    gguf_checks=gguf_checks,
+    refuses_gguf=refusing(
+        (lambda c: True, f"is Cohere's, and {CHECKED_BY_TRANSFORMERS} does not read command-r files")
+    ),
 )

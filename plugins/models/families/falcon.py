@@ -20,7 +20,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CheckedFamily
+from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
 from .layout import hf_activation, plain_hf_names, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
@@ -112,9 +112,67 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+GGUF_KEYS = gguf_keys(
+    ("hidden_size", "LLM.EMBEDDING_LENGTH"),
+    ("num_hidden_layers", "LLM.BLOCK_COUNT"),
+    ("num_attention_heads", "Attention.HEAD_COUNT"),
+    ("num_kv_heads", "Attention.HEAD_COUNT_KV", "whole", 1),
+    ("ffn_hidden_size", "LLM.FEED_FORWARD_LENGTH", "whole", lambda read: 4 * read["hidden_size"]),
+    ("max_position_embeddings", "LLM.CONTEXT_LENGTH"),
+    ("layer_norm_epsilon", "Attention.LAYERNORM_EPS", "positive"),
+    ("rope_theta", "Rope.FREQ_BASE", "positive", 10000.0),
+)
+
+
+def gguf_checks(hf, metadata, path, key) -> None:
+    """llama.cpp's falcon runs parallel blocks with RoPE; which norms and biases: `gguf_settings`."""
+    hf.rope_parameters = {"rope_type": "default", "rope_theta": hf.rope_theta}
+    hf.alibi, hf.activation, hf.bias, hf.tie_word_embeddings = False, "gelu", False, False
+    hf.new_decoder_architecture = hf.parallel_attn = True
+    hf.num_ln_in_parallel_attn = 2
+
+
+def gguf_settings(config: dict[str, Any], present: set[str]) -> dict[str, Any]:
+    """Two norms (falcon-40b's ln_attn and ln_mlp) where the file has attn_norm_2; biases where it has them."""
+    biased = "ATTN_QKV.bias" in present
+    residual = "parallel" if "ATTN_NORM_2.weight" in present else "parallel-shared-norm"
+    return {**config, "residual": residual, "layer_bias": biased, "attention_bias": "all" if biased else "none"}
+
+
+def _not_falcon_7b(config: dict[str, Any]) -> bool:
+    return (
+        config["n_kv_head"] != 1
+        or config["residual"] != "parallel-shared-norm"
+        or config["layer_bias"]
+        or not config["tie_embeddings"]
+        or config["norm_eps"] != 1e-5
+        or config["d_ff"] != 4 * config["d_model"]  # transformers reads feed_forward_length as no Falcon field
+    )
+
+
+def _swap_norms(name: str) -> str:
+    """llama.cpp's falcon-40b names: attn_norm_2 is the attention's norm (ln_attn), attn_norm the
+    feed-forward's (ln_mlp); falcon-7b's one norm is attn_norm. The zoo's canonical names are swapped."""
+    for one, other in ((".attn_norm.", ".attn_norm_2."), (".attn_norm_2.", ".attn_norm.")):
+        if one in name:
+            return name.replace(one, other)
+    return name
+
+
 @dataclass(frozen=True)
 class FalconFamily(CheckedFamily):
     """Falcon's norms are named by its kind of block: an export writes that kind's names."""
+
+    def tensors_from_gguf(self, config, tensors, dequantize, path):
+        if any(".attn_norm_2." in name for name in tensors):
+            tensors = {_swap_norms(name): tensor for name, tensor in tensors.items()}
+        return super().tensors_from_gguf(config, tensors, dequantize, path)
+
+    def to_gguf(self, model):
+        exported = super().to_gguf(model)
+        if any(".attn_norm_2." in name for name in exported.tensors):
+            exported = dataclasses.replace(exported, tensors={_swap_norms(n): t for n, t in exported.tensors.items()})
+        return exported
 
     def to_hf(self, model):
         from .checked import held
@@ -135,4 +193,17 @@ FALCON = FalconFamily(
     tensors=(*_SHARED, *NORMS["sequential"], *NORMS["parallel"]),
     settings=settings,
     fields=fields,
+    gguf_architecture="falcon",
+    gguf_keys=GGUF_KEYS,
+    gguf_checks=gguf_checks,
+    gguf_settings=gguf_settings,
+    # llama.cpp's converter writes falcon's groups as [queries; keys; values]; ln_mlp is attn_norm_2.
+    gguf_joined=(("ATTN_QKV", ("ATTN_Q", "ATTN_K", "ATTN_V")), ("ATTN_NORM_2", ("FFN_NORM",))),
+    refuses_gguf=refusing(
+        (
+            _not_falcon_7b,
+            f"is not laid out as falcon-7b (one key/value head, one norm, no linear biases, a tied head, "
+            f"epsilon 1e-5, d_ff 4 d_model), the only falcon file {CHECKED_BY_TRANSFORMERS} reads",
+        ),
+    ),
 )

@@ -14,7 +14,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CheckedFamily, rotary_refusal
+from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing, rope_from_metadata, rotary_refusal
 from .layout import hf_activation, plain_hf_names, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
@@ -80,6 +80,24 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+GGUF_KEYS = gguf_keys(
+    ("hidden_size", "LLM.EMBEDDING_LENGTH"),
+    ("num_hidden_layers", "LLM.BLOCK_COUNT"),
+    ("num_attention_heads", "Attention.HEAD_COUNT"),
+    ("num_key_value_heads", "Attention.HEAD_COUNT_KV", "whole", lambda read: read["num_attention_heads"]),
+    ("intermediate_size", "LLM.FEED_FORWARD_LENGTH"),
+    ("max_position_embeddings", "LLM.CONTEXT_LENGTH"),
+    ("layer_norm_eps", "Attention.LAYERNORM_EPS", "positive"),
+    ("rope_theta", "Rope.FREQ_BASE", "positive", 10000.0),
+)
+
+
+def gguf_checks(hf, metadata, path, key) -> None:
+    """The fields llama.cpp's phi2 keys do not hold as transformers' fields."""
+    rope_from_metadata(hf, metadata, path, key, hf.hidden_size // hf.num_attention_heads)
+    hf.hidden_act, hf.qk_layernorm, hf.tie_word_embeddings = "gelu_new", False, False
+
+
 PHI = CheckedFamily(
     name="phi",
     title="Phi",
@@ -88,4 +106,8 @@ PHI = CheckedFamily(
     tensors=TENSORS,
     settings=settings,
     fields=fields,
+    gguf_architecture="phi2",
+    gguf_keys=GGUF_KEYS,
+    gguf_checks=gguf_checks,
+    refuses_gguf=refusing((lambda c: True, f"is Phi-2, and {CHECKED_BY_TRANSFORMERS} does not read phi2 files")),
 )

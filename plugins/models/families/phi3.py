@@ -14,7 +14,15 @@ from typing import Any
 from zoo_core.errors import ZooError
 
 from . import llama
-from .checked import CheckedFamily, rotary_refusal
+from .checked import (
+    CHECKED_BY_TRANSFORMERS,
+    CheckedFamily,
+    gguf_keys,
+    metadata_whole,
+    refusing,
+    rope_from_metadata,
+    rotary_refusal,
+)
 from .tensors import HFTensor
 
 _LAYER = "model.layers.{i}"
@@ -47,6 +55,25 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     return {**written, "sliding_window": config.get("sliding_window") or None}
 
 
+GGUF_KEYS = gguf_keys(
+    ("hidden_size", "LLM.EMBEDDING_LENGTH"),
+    ("num_hidden_layers", "LLM.BLOCK_COUNT"),
+    ("num_attention_heads", "Attention.HEAD_COUNT"),
+    ("num_key_value_heads", "Attention.HEAD_COUNT_KV", "whole", lambda read: read["num_attention_heads"]),
+    ("intermediate_size", "LLM.FEED_FORWARD_LENGTH"),
+    ("max_position_embeddings", "LLM.CONTEXT_LENGTH"),
+    ("rms_norm_eps", "Attention.LAYERNORM_RMS_EPS", "positive"),
+    ("rope_theta", "Rope.FREQ_BASE", "positive", 10000.0),
+)
+
+
+def gguf_checks(hf, metadata, path, key) -> None:
+    """The fields llama.cpp's phi3 keys do not hold as transformers' fields."""
+    rope_from_metadata(hf, metadata, path, key, hf.hidden_size // hf.num_attention_heads)
+    hf.sliding_window = metadata_whole(path, metadata, key("Attention.SLIDING_WINDOW"), None)
+    hf.hidden_act, hf.tie_word_embeddings = "silu", False
+
+
 PHI3 = CheckedFamily(
     name="phi3",
     title="Phi-3",
@@ -55,4 +82,22 @@ PHI3 = CheckedFamily(
     tensors=TENSORS,
     settings=settings,
     fields=fields,
+    gguf_architecture="phi3",
+    gguf_keys=GGUF_KEYS,
+    gguf_checks=gguf_checks,
+    # llama.cpp's phi3 keeps the fused rows: [queries; keys; values], and [gate; up] in ffn_up.
+    gguf_joined=(("ATTN_QKV", ("ATTN_Q", "ATTN_K", "ATTN_V")), ("FFN_UP", ("FFN_GATE", "FFN_UP"))),
+    gguf_metadata=lambda config: (
+        [("phi3.attention.sliding_window", config["sliding_window"], "UINT32")] if config.get("sliding_window") else []
+    ),
+    refuses_gguf=refusing(
+        (
+            lambda c: c.get("rotary_fraction", 1.0) != 1.0,
+            f"has partial rotary, which {CHECKED_BY_TRANSFORMERS} does not read in a phi3 file",
+        ),
+        (
+            lambda c: bool(c.get("sliding_window")),
+            f"has a sliding window, which {CHECKED_BY_TRANSFORMERS} does not read in a phi3 file",
+        ),
+    ),
 )

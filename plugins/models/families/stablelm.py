@@ -13,7 +13,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CheckedFamily, rotary_refusal
+from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing, rope_from_metadata, rotary_refusal
 from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, zoo_activation
 from .llama import TENSORS as LLAMA_TENSORS
 from .rope import rope_parameters, rope_settings
@@ -71,6 +71,34 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+GGUF_KEYS = gguf_keys(
+    ("hidden_size", "LLM.EMBEDDING_LENGTH"),
+    ("num_hidden_layers", "LLM.BLOCK_COUNT"),
+    ("num_attention_heads", "Attention.HEAD_COUNT"),
+    ("num_key_value_heads", "Attention.HEAD_COUNT_KV", "whole", lambda read: read["num_attention_heads"]),
+    ("intermediate_size", "LLM.FEED_FORWARD_LENGTH"),
+    ("max_position_embeddings", "LLM.CONTEXT_LENGTH"),
+    ("layer_norm_eps", "Attention.LAYERNORM_EPS", "positive"),
+    ("rope_theta", "Rope.FREQ_BASE", "positive", 10000.0),
+)
+
+
+def gguf_checks(hf, metadata, path, key) -> None:
+    """The fields llama.cpp's stablelm keys do not hold (biases and the second norm: `gguf_settings`)."""
+    rope_from_metadata(hf, metadata, path, key, hf.hidden_size // hf.num_attention_heads)
+    hf.hidden_act, hf.qk_layernorm, hf.tie_word_embeddings = "silu", False, False
+    hf.use_qkv_bias = hf.use_parallel_residual = False
+
+
+def gguf_settings(config: dict[str, Any], present: set[str]) -> dict[str, Any]:
+    """Query/key/value biases where the file has them; one norm feeding both sublayers where it has no ffn_norm."""
+    return {
+        **config,
+        "attention_bias": "qkv" if "ATTN_Q.bias" in present else "none",
+        "residual": "sequential" if "FFN_NORM.weight" in present else "parallel-shared-norm",
+    }
+
+
 STABLELM = CheckedFamily(
     name="stablelm",
     title="StableLM",
@@ -79,4 +107,15 @@ STABLELM = CheckedFamily(
     tensors=TENSORS,
     settings=settings,
     fields=fields,
+    gguf_architecture="stablelm",
+    gguf_keys=GGUF_KEYS,
+    gguf_checks=gguf_checks,
+    gguf_settings=gguf_settings,
+    refuses_gguf=refusing(
+        (
+            lambda c: c.get("rotary_fraction", 1.0) != 0.25 or c.get("rope_base", 10000.0) != 10000.0,
+            f"rotates other than a quarter of each head with base 10000, and {CHECKED_BY_TRANSFORMERS} reads "
+            "no other in a stablelm file",
+        ),
+    ),
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CheckedFamily
+from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
 from .layout import hf_activation, plain_hf_names, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
@@ -80,6 +80,29 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+GGUF_KEYS = gguf_keys(
+    ("hidden_size", "LLM.EMBEDDING_LENGTH"),
+    ("num_hidden_layers", "LLM.BLOCK_COUNT"),
+    ("num_attention_heads", "Attention.HEAD_COUNT"),
+    ("num_key_value_heads", "Attention.HEAD_COUNT_KV", "whole", lambda read: read["num_attention_heads"]),
+    ("intermediate_size", "LLM.FEED_FORWARD_LENGTH"),
+    ("max_position_embeddings", "LLM.CONTEXT_LENGTH"),
+    ("norm_epsilon", "Attention.LAYERNORM_EPS", "positive"),
+    ("rope_theta", "Rope.FREQ_BASE", "positive", 10000.0),
+)
+
+
+def gguf_checks(hf, metadata, path, key) -> None:
+    """The fields llama.cpp's starcoder2 keys do not hold (its biases: `gguf_settings`)."""
+    hf.rope_parameters = {"rope_type": "default", "rope_theta": hf.rope_theta}
+    hf.hidden_act, hf.tie_word_embeddings, hf.use_bias, hf.sliding_window = "gelu_pytorch_tanh", False, False, None
+
+
+def gguf_settings(config: dict[str, Any], present: set[str]) -> dict[str, Any]:
+    biased = "ATTN_Q.bias" in present
+    return {**config, "layer_bias": biased, "attention_bias": "all" if biased else "none"}
+
+
 STARCODER2 = CheckedFamily(
     name="starcoder2",
     title="StarCoder2",
@@ -88,4 +111,15 @@ STARCODER2 = CheckedFamily(
     tensors=TENSORS,
     settings=settings,
     fields=fields,
+    gguf_architecture="starcoder2",
+    gguf_keys=GGUF_KEYS,
+    gguf_checks=gguf_checks,
+    gguf_settings=gguf_settings,
+    refuses_gguf=refusing(
+        (lambda c: bool(c.get("sliding_window")), "has a sliding window; llama.cpp's starcoder2 has no key for one"),
+        (
+            lambda c: c.get("rope_base", 10000.0) != 10000.0,
+            f"sets rope_base, which {CHECKED_BY_TRANSFORMERS} does not read in a starcoder2 file",
+        ),
+    ),
 )
