@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 
 import pytest
@@ -66,11 +67,23 @@ FAMILIES = {
         dict(SMALL, num_key_value_heads=2, use_qkv_bias=True, rope_parameters=_rope(0.25)),
         {"layernorm_bias": True, "layer_bias": False, "attention_bias": "qkv", "rotary_fraction": 0.25},
     ),
-    # heads of 10, 6 channels rotating (3 pairs)
-    "stablelm-parallel": (
+    # heads of 10, 6 channels rotating (3 pairs); a LayerNorm of each head's own on its queries and keys
+    "stablelm-parallel-qk-norm": (
         "StableLmConfig",
-        dict(SMALL, hidden_size=60, num_key_value_heads=3, use_parallel_residual=True, rope_parameters=_rope(0.6)),
-        {"residual": "parallel-shared-norm", "attention_bias": "none", "rotary_fraction": 0.6},
+        dict(
+            SMALL,
+            hidden_size=60,
+            num_key_value_heads=3,
+            use_parallel_residual=True,
+            qk_layernorm=True,
+            rope_parameters=_rope(0.6),
+        ),
+        {
+            "residual": "parallel-shared-norm",
+            "attention_bias": "none",
+            "rotary_fraction": 0.6,
+            "qk_norm": "layernorm-per-head",
+        },
     ),
     "starcoder2-window": (
         "Starcoder2Config",
@@ -87,6 +100,18 @@ FAMILIES = {
         "CohereConfig",
         dict(SMALL, num_key_value_heads=3, logit_scale=0.5),
         {"logit_scale": 0.5, "layernorm_bias": False, "residual": "parallel-shared-norm", "tie_embeddings": True},
+    ),
+    # Command R+'s query/key norms: a weight per head, in the pairs Cohere rotates
+    "cohere-qk-norm": (
+        "CohereConfig",
+        dict(SMALL, num_key_value_heads=2, use_qk_norm=True),
+        {"qk_norm": "layernorm-per-head", "n_kv_head": 2},
+    ),
+    # Phi's qk_layernorm: one LayerNorm (weight and bias) all heads share
+    "phi-qk-layernorm": (
+        "PhiConfig",
+        dict(SMALL, qk_layernorm=True, rope_parameters=_rope(0.75)),
+        {"qk_norm": "layernorm", "rotary_fraction": 0.75},
     ),
     # falcon-7b's layout, the one transformers' GGUF loader reads (its feed-forward 4 d_model wide)
     "falcon-multi-query": (
@@ -170,7 +195,7 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
         assert torch.equal(exported.state_dict()[name], tensor), name
 
 
-SERVED = ["phi3-window-partial-rotary", "cohere-logit-scale", "falcon-new-architecture", "stablelm-parallel"]
+SERVED = ["phi3-window-partial-rotary", "cohere-logit-scale", "falcon-new-architecture", "stablelm-parallel-qk-norm"]
 
 
 def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(folders, zoo):
@@ -227,11 +252,15 @@ def test_transformer_lens_reads_the_families_transformer_lens_has(folders, zoo, 
     assert shown.code == 0, shown.err
 
 
-def test_cohere_logit_scale_is_refused_by_transformer_lens_in_one_line(folders, zoo, tmp_path):
-    folder, _ = folders["cohere-logit-scale"]
+@pytest.mark.parametrize(
+    "case, refusal",
+    [("cohere-logit-scale", "logit_scale"), ("phi-qk-layernorm", "HookedTransformer's QK-norm is an RMSNorm")],
+)
+def test_what_transformer_lens_cannot_compute_is_refused_in_one_line(folders, zoo, tmp_path, case, refusal):
+    folder, _ = folders[case]
     assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
     done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
-    assert done.code == 1 and len(done.err.strip().splitlines()) == 1 and "logit_scale" in done.err, done.err
+    assert done.code == 1 and len(done.err.strip().splitlines()) == 1 and refusal in done.err, done.err
 
 
 @pytest.mark.parametrize(
@@ -239,17 +268,14 @@ def test_cohere_logit_scale_is_refused_by_transformer_lens_in_one_line(folders, 
     [
         ("falcon-multi-query", {"alibi": True}, "alibi: Falcon's ALiBi attention has no zoo counterpart"),
         ("falcon-new-architecture", {"parallel_attn": False}, "new_decoder_architecture without parallel_attn"),
-        ("stablelm-qkv-bias", {"qk_layernorm": True}, "qk_layernorm: StableLM's LayerNorm"),
-        ("cohere-logit-scale", {"use_qk_norm": True}, "use_qk_norm: Cohere's LayerNorm"),
-        ("phi-parallel-partial-rotary", {"qk_layernorm": True}, "qk_layernorm: Phi's LayerNorm"),
-        # 0.3 of 8 channels: transformers rotates int(2.4) = 2, the zoo round(2.4) = 2, but 0.375 rotates 3
+        # 0.375 of 8 channels is 3, which do not pair; 0.35 of 10 is int(3.5) = 3 in transformers, round(3.5) = 4 here
         (
             "phi-parallel-partial-rotary",
             {"rope_parameters": _rope(0.375)},
             "rotates 3 channels, which do not pair",
         ),
         (
-            "stablelm-parallel",
+            "stablelm-parallel-qk-norm",
             {"rope_parameters": _rope(0.35)},
             "rotates 3 channels in transformers and 4 in the zoo",
         ),
@@ -274,9 +300,10 @@ GGUF_CASES = {
     "phi3-window-partial-rotary": "phi3",
     "phi-parallel-partial-rotary": "phi2",
     "stablelm-qkv-bias": "stablelm",
-    "stablelm-parallel": "stablelm",
+    "stablelm-parallel-qk-norm": "stablelm",
     "starcoder2-unbiased": "starcoder2",
     "cohere-logit-scale": "command-r",
+    "cohere-qk-norm": "command-r",
     "falcon-multi-query": "falcon",
     "falcon-new-architecture": "falcon",
 }
@@ -332,6 +359,12 @@ def _write_llama_cpp_gguf(path, model, architecture: str) -> None:
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         values = tensor.detach().float()
+        per_head = re.fullmatch(r"(.*\.[qk]_layernorm)\.norms\.(\d+)\.weight", name)
+        if per_head:  # the converter stacks StableLM's per-head norms into one (heads, head size) tensor
+            if per_head.group(2) != "0":
+                continue
+            stacked = [t for n, t in model.state_dict().items() if n.startswith(per_head.group(1) + ".norms.")]
+            name, values = f"{per_head.group(1)}.weight", torch.stack(stacked).float()
         if architecture == "falcon" and "query_key_value" in name:
             grouped = values.reshape(kv_heads, heads // kv_heads + 2, head_size, *values.shape[1:])
             values = torch.cat(

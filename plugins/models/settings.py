@@ -155,11 +155,13 @@ class LayerSettings(_Strict):
         "outputs are the gate and the next `d_ff` the up projection; hidden = act(gate) * up, act SiLU (`swiglu`) "
         "or exact GELU (`geglu`). Older cards' `activation` reads as `mlp`",
     )
-    qk_norm: bool | Literal["rmsnorm"] | None = Field(
+    qk_norm: bool | Literal["rmsnorm", "layernorm", "layernorm-per-head"] | None = Field(
         None,
         description="false (default); true: each head's queries and keys RMS-normalised without a scale (the "
         "speedrun); `rmsnorm`: with a learned scale per head channel, `attention.q_norm` and `attention.k_norm`, "
-        "epsilon `norm_eps` (Qwen3, OLMo 2)",
+        "epsilon `norm_eps` (Qwen3, OLMo 2); `layernorm`: a LayerNorm over each head's channels with a weight and "
+        "bias all heads share (Phi's `qk_layernorm`); `layernorm-per-head`: a LayerNorm whose weight, no bias, is "
+        "each head's own, `q_norm.weight` (`n_head`, `head_size`) (StableLM's `qk_layernorm`, Cohere's `use_qk_norm`)",
     )
     layer_bias: bool | None = Field(
         None,

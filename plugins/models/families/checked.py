@@ -24,7 +24,11 @@ from zoo_core.plugin_api.families import GGUFExport
 
 from .base import Family, _attribute, _gguf, _zoo_name
 from .layout import HF_ACTIVATIONS, card_layout, gated, resolved
-from .tensors import HEAD, PER_LAYER, Heads, Key, canonical_from_zoo, layer_and_kind, rotated, zoo_from_canonical
+from .tensors import HEAD, Heads, Key, canonical_from_zoo, layer_and_kind, rotated, zoo_from_canonical
+
+# The file's tensors every variant has (the head may be the embedding; norms, biases and the gate vary).
+REQUIRED = ("TOKEN_EMBD", "OUTPUT_NORM", "ATTN_NORM", "ATTN_QKV", "ATTN_Q", "ATTN_K", "ATTN_V", "ATTN_OUT")
+REQUIRED += ("FFN_GATE", "FFN_UP", "FFN_DOWN")
 
 # Each setting that changes what the network computes, and what leaving it out means.
 ARITHMETIC: dict[str, Any] = {
@@ -182,10 +186,11 @@ class CheckedFamily(Family):
         if self.gguf_settings is not None:
             config = self.gguf_settings(config, present)
         heads = Heads.of(config)
-        for canonical, (template, _) in names.items():  # the weights every layer has, named before any is read
-            needed = canonical not in (HEAD, "FFN_NORM", "ATTN_NORM_2") and (canonical != "FFN_GATE" or gated(config))
-            for layer in range(n_layer) if canonical in (*PER_LAYER, "ATTN_QKV", "ATTN_NORM_2") else [None]:
-                if needed and (canonical, layer, "weight") not in found:
+        for canonical, (template, _) in names.items():  # the weights every file has, named before any is read
+            if canonical not in REQUIRED or (canonical == "FFN_GATE" and not gated(config)):
+                continue
+            for layer in [None] if canonical in ("TOKEN_EMBD", "OUTPUT_NORM") else range(n_layer):
+                if (canonical, layer, "weight") not in found:
                     shown = template.format(bid=layer)
                     raise ZooError(f"{path}: no tensor '{shown}.weight'; {self.gguf_architecture}'s layout has one")
         state: dict[Key, torch.Tensor] = {}

@@ -18,15 +18,18 @@ from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
 from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, zoo_activation
 from .llama import TENSORS as LLAMA_TENSORS
 from .rope import rope_parameters, rope_settings
+from .tensors import HFTensor
 
 # Llama's names (model.layers.{i}.self_attn.q_proj, mlp.gate_proj, ...), without the second norm.
-TENSORS = tuple(rule for rule in LLAMA_TENSORS if rule.parts != ("FFN_NORM",))
+TENSORS = (
+    *(rule for rule in LLAMA_TENSORS if rule.parts != ("FFN_NORM",)),
+    HFTensor("model.layers.{i}.self_attn.q_norm", ("ATTN_Q_NORM",)),  # use_qk_norm
+    HFTensor("model.layers.{i}.self_attn.k_norm", ("ATTN_K_NORM",)),
+)
 
 
 def settings(hf) -> dict[str, Any]:
     """The card's config of transformers' CohereConfig."""
-    if hf.use_qk_norm:
-        raise ZooError("use_qk_norm: Cohere's LayerNorm of each head's queries and keys has no zoo counterpart")
     mlp = zoo_activation(hf.hidden_act, gated=True)
     if mlp is None:
         gates = " and ".join(names[0] for kind, names in HF_ACTIVATIONS.items() if kind in GATED_KINDS)
@@ -52,6 +55,8 @@ def settings(hf) -> dict[str, Any]:
     }
     if "rotary_fraction" in config:
         raise ZooError("partial_rotary_factor: Cohere's attention rotates every channel")
+    if hf.use_qk_norm:  # a LayerNorm weight per head, (heads, head size)
+        config["qk_norm"] = "layernorm-per-head"
     if float(hf.logit_scale) != 1.0:
         config["logit_scale"] = float(hf.logit_scale)
     return config
@@ -69,6 +74,7 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
         "hidden_act": hf_activation(config["mlp"]),
         "attention_bias": config["attention_bias"] == "all",
         "logit_scale": float(config.get("logit_scale") or 1.0),
+        "use_qk_norm": config.get("qk_norm") == "layernorm-per-head",
         "tie_word_embeddings": config["tie_embeddings"],
         "rope_parameters": rope_parameters(config),
     }
@@ -93,6 +99,11 @@ def gguf_checks(hf, metadata, path, key) -> None:
     hf.hidden_act, hf.use_qk_norm, hf.attention_bias, hf.tie_word_embeddings = "silu", False, False, True
 
 
+def gguf_settings(config: dict[str, Any], present: set[str]) -> dict[str, Any]:
+    """Command R+'s query/key norms where the file has them."""
+    return {**config, "qk_norm": "layernorm-per-head"} if "ATTN_Q_NORM.weight" in present else config
+
+
 COHERE = CheckedFamily(
     name="cohere",
     title="Cohere",
@@ -105,6 +116,7 @@ COHERE = CheckedFamily(
     gguf_architecture="command-r",
     gguf_keys=GGUF_KEYS,
     gguf_checks=gguf_checks,
+    gguf_settings=gguf_settings,
     refuses_gguf=refusing(
         (lambda c: True, f"is Cohere's, and {CHECKED_BY_TRANSFORMERS} does not read command-r files")
     ),

@@ -27,6 +27,8 @@ TENSORS = (
     HFTensor(f"{_LAYER}.self_attn.k_proj", ("ATTN_K",)),
     HFTensor(f"{_LAYER}.self_attn.v_proj", ("ATTN_V",)),
     HFTensor(f"{_LAYER}.self_attn.dense", ("ATTN_OUT",)),
+    HFTensor(f"{_LAYER}.self_attn.q_layernorm", ("ATTN_Q_NORM",)),  # qk_layernorm: one LayerNorm all heads share
+    HFTensor(f"{_LAYER}.self_attn.k_layernorm", ("ATTN_K_NORM",)),
     HFTensor(f"{_LAYER}.mlp.fc1", ("FFN_UP",)),
     HFTensor(f"{_LAYER}.mlp.fc2", ("FFN_DOWN",)),
     HFTensor("model.final_layernorm", ("OUTPUT_NORM",)),
@@ -36,8 +38,6 @@ TENSORS = (
 
 def settings(hf) -> dict[str, Any]:
     """The card's config of transformers' PhiConfig."""
-    if hf.qk_layernorm:
-        raise ZooError("qk_layernorm: Phi's LayerNorm on each head's queries and keys has no zoo counterpart")
     mlp = zoo_activation(hf.hidden_act, gated=False)
     if mlp is None:
         raise ZooError(f"hidden_act '{hf.hidden_act}' has no zoo counterpart ({', '.join(plain_hf_names())} map)")
@@ -62,6 +62,7 @@ def settings(hf) -> dict[str, Any]:
         "bias": True,
         "tie_embeddings": bool(hf.tie_word_embeddings),
         **rope,
+        **({"qk_norm": "layernorm"} if hf.qk_layernorm else {}),
     }
 
 
@@ -77,6 +78,7 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
         "hidden_act": hf_activation(config["mlp"]),
         "tie_word_embeddings": config["tie_embeddings"],
         "rope_parameters": {"partial_rotary_factor": 1.0, **rope_parameters(config)},
+        "qk_layernorm": config.get("qk_norm") == "layernorm",
     }
 
 

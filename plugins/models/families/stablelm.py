@@ -9,7 +9,13 @@ NeoX-style, so rows stay in transformers' order.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import torch
 
 from zoo_core.errors import ZooError
 
@@ -17,14 +23,20 @@ from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
 from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, zoo_activation
 from .llama import TENSORS as LLAMA_TENSORS
 from .rope import rope_parameters, rope_settings
+from .tensors import HFTensor
 
-TENSORS = LLAMA_TENSORS  # the same names: model.layers.{i}.self_attn.q_proj, mlp.gate_proj, ...
+# Llama's names (model.layers.{i}.self_attn.q_proj, mlp.gate_proj, ...), and qk_layernorm's weights, one
+# LayerNorm per head in the files (q_layernorm.norms.{h}.weight), stacked as (heads, head size) on the way in.
+TENSORS = (
+    *LLAMA_TENSORS,
+    HFTensor("model.layers.{i}.self_attn.q_layernorm", ("ATTN_Q_NORM",)),
+    HFTensor("model.layers.{i}.self_attn.k_layernorm", ("ATTN_K_NORM",)),
+)
+_PER_HEAD = re.compile(r"(model\.layers\.\d+\.self_attn\.[qk]_layernorm)\.norms\.(\d+)\.weight")
 
 
 def settings(hf) -> dict[str, Any]:
     """The card's config of transformers' StableLmConfig."""
-    if hf.qk_layernorm:
-        raise ZooError("qk_layernorm: StableLM's LayerNorm of each head's queries and keys has no zoo counterpart")
     mlp = zoo_activation(hf.hidden_act, gated=True)
     if mlp is None:
         gates = " and ".join(names[0] for kind, names in HF_ACTIVATIONS.items() if kind in GATED_KINDS)
@@ -51,6 +63,7 @@ def settings(hf) -> dict[str, Any]:
         "bias": False,
         "tie_embeddings": bool(hf.tie_word_embeddings),
         **rope,
+        **({"qk_norm": "layernorm-per-head"} if hf.qk_layernorm else {}),
     }
 
 
@@ -68,6 +81,7 @@ def fields(config: dict[str, Any]) -> dict[str, Any]:
         "use_qkv_bias": config["attention_bias"] != "none",
         "tie_word_embeddings": config["tie_embeddings"],
         "rope_parameters": {"partial_rotary_factor": 1.0, **rope_parameters(config)},
+        "qk_layernorm": config.get("qk_norm") == "layernorm-per-head",
     }
 
 
@@ -96,10 +110,43 @@ def gguf_settings(config: dict[str, Any], present: set[str]) -> dict[str, Any]:
         **config,
         "attention_bias": "qkv" if "ATTN_Q.bias" in present else "none",
         "residual": "sequential" if "FFN_NORM.weight" in present else "parallel-shared-norm",
+        **({"qk_norm": "layernorm-per-head"} if "ATTN_Q_NORM.weight" in present else {}),
     }
 
 
-STABLELM = CheckedFamily(
+@dataclass(frozen=True)
+class StableLmFamily(CheckedFamily):
+    """StableLM's files keep one LayerNorm module per head for qk_layernorm: stacked as one
+    (heads, head size) weight on the way in, one per head again on the way out."""
+
+    def tensors_from_hf(self, config, tensors, path: Path):
+        per_head: dict[str, dict[int, torch.Tensor]] = {}
+        rest = {}
+        for name, tensor in tensors.items():
+            found = _PER_HEAD.fullmatch(name)
+            if found:
+                per_head.setdefault(found.group(1), {})[int(found.group(2))] = tensor
+            else:
+                rest[name] = tensor
+        for module, by_head in per_head.items():
+            if sorted(by_head) != list(range(len(by_head))):
+                raise ZooError(f"{path}: {module} lacks the norm of one of its heads")
+            rest[f"{module}.weight"] = torch.stack([by_head[h] for h in range(len(by_head))])
+        return super().tensors_from_hf(config, rest, path)
+
+    def to_hf(self, model):
+        exported = super().to_hf(model)
+        state = {}
+        for name, tensor in exported.state.items():
+            if name.endswith(("q_layernorm.weight", "k_layernorm.weight")) and tensor.dim() == 2:
+                module = name.removesuffix(".weight")
+                state.update({f"{module}.norms.{h}.weight": tensor[h].contiguous() for h in range(tensor.shape[0])})
+            else:
+                state[name] = tensor
+        return dataclasses.replace(exported, state=state)
+
+
+STABLELM = StableLmFamily(
     name="stablelm",
     title="StableLM",
     hf_model_types=("stablelm",),
@@ -112,6 +159,7 @@ STABLELM = CheckedFamily(
     gguf_checks=gguf_checks,
     gguf_settings=gguf_settings,
     refuses_gguf=refusing(
+        (lambda c: bool(c.get("qk_norm")), f"has qk_layernorm, which {CHECKED_BY_TRANSFORMERS} does not read"),
         (
             lambda c: c.get("rotary_fraction", 1.0) != 0.25 or c.get("rope_base", 10000.0) != 10000.0,
             f"rotates other than a quarter of each head with base 10000, and {CHECKED_BY_TRANSFORMERS} reads "

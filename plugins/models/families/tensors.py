@@ -103,6 +103,10 @@ def rotated(state: dict[Key, torch.Tensor], heads: Heads, to_pairs: bool) -> dic
     for key, tensor in state.items():
         if key[0] in ROTATED:
             count = {"n_head": heads.n_head, "n_kv_head": heads.n_kv_head, None: 1}[ROTATED[key[0]]]
+            if ROTATED[key[0]] is None and tensor.dim() == 2:  # a scale per head, (heads, D): each head's channels
+                flat = reorder_heads(tensor.reshape(-1), tensor.shape[0], heads, to_pairs)
+                out[key] = flat.reshape(tensor.shape)
+                continue
             out[key] = reorder_heads(tensor, count, heads, to_pairs)
     return out
 
