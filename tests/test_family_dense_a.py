@@ -248,8 +248,9 @@ def test_transformer_lens_reads_the_families_transformer_lens_has(folders, zoo, 
     assert float((logits - theirs).abs().max()) <= 1e-4
     done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
     assert done.code == 0 and "checked: logits" in done.out, done.err
-    shown = zoo("inspect", "imported", "--prompt", PROMPTS[0], "--logit-lens")
-    assert shown.code == 0, shown.err
+    for view in (["--logit-lens"], ["--ablate", "0.1,1.2"]):
+        shown = zoo("inspect", "imported", "--prompt", PROMPTS[0], *view)
+        assert shown.code == 0, (view, shown.err)
 
 
 @pytest.mark.parametrize(
@@ -425,3 +426,24 @@ def test_what_a_gguf_file_cannot_hold_is_refused_in_one_line(folders, zoo, tmp_p
     done = zoo("export", "imported", "--format", "gguf", "--out", str(tmp_path / "out"))
     assert done.code == 1 and refusal in done.err and len(done.err.strip().splitlines()) == 1, done.err
     assert not list(tmp_path.glob("out/*.gguf"))
+
+
+@pytest.mark.parametrize("case", ["phi-parallel-partial-rotary", "falcon-new-architecture", "cohere-logit-scale"])
+def test_a_variant_recording_no_family_is_written_as_the_family_that_holds_it(folders, zoo, tmp_path, case):
+    """The card's ``family`` line taken out (a variant the zoo trained has none): the
+    export finds the one family whose config holds every setting, after the others refuse."""
+    import os
+    from pathlib import Path
+
+    folder, reference = folders[case]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    registry = Path(os.environ["ZOO_HOME"]) / "registry.toml"
+    text = registry.read_text(encoding="utf-8")
+    line = f'family = "{reference.config.model_type}"\n'
+    assert text.count(line) == 1
+    registry.write_text(text.replace(line, ""), encoding="utf-8")
+    assert zoo_core.load("imported").card.family is None
+    out = tmp_path / "export"
+    done = zoo("export", "imported", "--format", "hf", "--out", str(out))
+    assert done.code == 0, done.err
+    assert json.loads((out / "config.json").read_text())["architectures"] == [type(reference).__name__]

@@ -91,10 +91,10 @@ def held(model) -> dict[str, Any]:
     return config
 
 
-def rotary_refusal(head_size: int, fraction: float, truncates: bool = True) -> str | None:
-    """Why transformers' partial rotary (``int(fraction * head_size)`` channels where
-    ``truncates``) differs from the zoo's (``round``), or cannot pair its channels."""
-    theirs = int(fraction * head_size) if truncates else round(fraction * head_size)
+def rotary_refusal(head_size: int, fraction: float) -> str | None:
+    """Why transformers' partial rotary (``int(fraction * head_size)`` channels) differs
+    from the zoo's (``round``), or cannot pair its channels."""
+    theirs = int(fraction * head_size)
     if theirs != round(fraction * head_size):
         return (
             f"partial_rotary_factor {fraction} of a {head_size}-channel head rotates {theirs} channels in "
@@ -156,11 +156,11 @@ class CheckedFamily(Family):
         """The file's canonical names -> (llama.cpp's name template, the canonical tensors it holds)."""
         gguf = _gguf()
         joined = dict(self.gguf_joined)
-        held = {part for parts in joined.values() for part in parts}
+        inside = {part for parts in joined.values() for part in parts}
         names = {}
         for rule in self.tensors:
             for part in rule.parts:
-                if part not in held:
+                if part not in inside:
                     names[part] = (gguf.TENSOR_NAMES[gguf.MODEL_TENSOR[part]], (part,))
         for name, parts in joined.items():
             names[name] = (gguf.TENSOR_NAMES[gguf.MODEL_TENSOR[name]], parts)
