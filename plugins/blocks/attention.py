@@ -165,6 +165,8 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.n_kv_head, self.head_size = n_head, n_kv_head, head_size
         self.input = HookPoint()  # hook points registered in the order a forward passes them
         self.qkv = nn.Linear(d_model, (n_head + 2 * n_kv_head) * head_size, bias=bias if qkv_bias is None else qkv_bias)
+        self.q_norm: nn.Module
+        self.k_norm: nn.Module
         if qk_norm == "rmsnorm":
             self.q_norm = nn.RMSNorm(head_size, eps=norm_eps)
             self.k_norm = nn.RMSNorm(head_size, eps=norm_eps)

@@ -27,8 +27,8 @@ from .layout import HF_ACTIVATIONS, card_layout, gated, resolved
 from .tensors import HEAD, Heads, Key, canonical_from_zoo, layer_and_kind, rotated, zoo_from_canonical
 
 # The file's tensors every variant has (the head may be the embedding; norms, biases and the gate vary).
-REQUIRED = ("TOKEN_EMBD", "OUTPUT_NORM", "ATTN_NORM", "ATTN_QKV", "ATTN_Q", "ATTN_K", "ATTN_V", "ATTN_OUT")
-REQUIRED += ("FFN_GATE", "FFN_UP", "FFN_DOWN")
+REQUIRED: tuple[str, ...] = ("TOKEN_EMBD", "OUTPUT_NORM", "ATTN_NORM", "ATTN_QKV", "ATTN_Q", "ATTN_K", "ATTN_V")
+REQUIRED += ("ATTN_OUT", "FFN_GATE", "FFN_UP", "FFN_DOWN")
 
 # Each setting that changes what the network computes, and what leaving it out means.
 ARITHMETIC: dict[str, Any] = {
@@ -157,7 +157,7 @@ class CheckedFamily(Family):
         gguf = _gguf()
         joined = dict(self.gguf_joined)
         inside = {part for parts in joined.values() for part in parts}
-        names = {}
+        names: dict[str, tuple[str, tuple[str, ...]]] = {}
         for rule in self.tensors:
             for part in rule.parts:
                 if part not in inside:
@@ -175,7 +175,7 @@ class CheckedFamily(Family):
         ]
         found: dict[Key, Any] = {}
         for name, tensor in tensors.items():  # every name is placed before any tensor is read
-            match = next(((p.fullmatch(name), canonical) for p, canonical in patterns if p.fullmatch(name)), None)
+            match = next(((m, canonical) for p, canonical in patterns if (m := p.fullmatch(name))), None)
             if match is None:
                 raise ZooError(f"{path}: tensor '{printable(name)}' is not in {self.gguf_architecture}'s layout")
             layer, kind = layer_and_kind(match[0])
