@@ -310,10 +310,11 @@ GGUF_CASES = {
 }
 
 
-def _write_llama_cpp_gguf(path, model, architecture: str) -> None:
+def _write_llama_cpp_gguf(path, model, architecture: str, fuse_attention: bool = False) -> None:
     """``model`` as llama.cpp's converter writes it (convert_hf_to_gguf.py): its
     metadata keys, tensor names from the `gguf` package's map, every tensor float32;
-    Falcon's grouped query_key_value rows as [queries; keys; values]."""
+    Falcon's grouped query_key_value rows as [queries; keys; values]; with
+    ``fuse_attention``, separate query, key and value projections as one attn_qkv."""
     import gguf
 
     config = model.config
@@ -356,8 +357,17 @@ def _write_llama_cpp_gguf(path, model, architecture: str) -> None:
     writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
     arch = next(a for a, text in gguf.MODEL_ARCH_NAMES.items() if text == architecture)
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
-    for name, tensor in model.state_dict().items():
+    state = dict(model.state_dict())
+    if fuse_attention:
+        for name in [n for n in state if ".q_proj." in n]:
+            parts = [state.pop(name.replace("q_proj", part)) for part in ("q_proj", "k_proj", "v_proj")]
+            state[name.replace("q_proj", "query_key_value")] = torch.cat(parts)
+    for name, tensor in state.items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        if "query_key_value" in name and architecture != "falcon":
+            layer, kind = re.search(r"layers\.(\d+)\..*\.(weight|bias)$", name).groups()
+            writer.add_tensor(f"blk.{layer}.attn_qkv.{kind}", tensor.detach().float().numpy())
             continue
         values = tensor.detach().float()
         per_head = re.fullmatch(r"(.*\.[qk]_layernorm)\.norms\.(\d+)\.weight", name)
@@ -393,6 +403,18 @@ def test_a_llama_cpp_file_imports_with_transformers_logits(folders, zoo, tmp_pat
     assert largest_difference(reference, model.network, rows) <= TOLERANCE
     drawn = model.sample(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
     assert [s.tokens for s in drawn] == _greedy(reference, rows)
+
+
+def test_a_phi2_file_with_fused_attention_imports_with_transformers_logits(folders, zoo, tmp_path):
+    """phi-2's first GGUF files hold attn_qkv where later ones hold attn_q, attn_k and attn_v."""
+    _, reference = folders["phi-parallel-partial-rotary"]
+    path = tmp_path / "fused.gguf"
+    _write_llama_cpp_gguf(path, reference, "phi2", fuse_attention=True)
+    done = zoo("import", "gguf", str(path), "--name", "from-gguf")
+    assert done.code == 0, done.err
+    model = zoo_core.load("from-gguf")
+    rows = [model.tokenizer.encode(p) for p in PROMPTS]
+    assert largest_difference(reference, model.network, rows) <= TOLERANCE
 
 
 @pytest.mark.parametrize("case", ["stablelm-qkv-bias", "starcoder2-unbiased", "falcon-multi-query"])

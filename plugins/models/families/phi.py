@@ -10,6 +10,8 @@ attention is read split (``attn_q``, ``attn_k``, ``attn_v``) or fused
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from zoo_core.errors import ZooError
@@ -100,7 +102,19 @@ def gguf_checks(hf, metadata, path, key) -> None:
     hf.hidden_act, hf.qk_layernorm, hf.tie_word_embeddings = "gelu_new", False, False
 
 
-PHI = CheckedFamily(
+@dataclass(frozen=True)
+class PhiFamily(CheckedFamily):
+    """llama.cpp's phi2 files hold the attention split (attn_q, attn_k, attn_v) or fused
+    (attn_qkv, [queries; keys; values]: what its converter wrote of phi-2's first checkpoints)."""
+
+    def tensors_from_gguf(self, config, tensors, dequantize, path):
+        if any(".attn_qkv." in name for name in tensors):
+            fused = dataclasses.replace(self, gguf_joined=(("ATTN_QKV", ("ATTN_Q", "ATTN_K", "ATTN_V")),))
+            return CheckedFamily.tensors_from_gguf(fused, config, tensors, dequantize, path)
+        return super().tensors_from_gguf(config, tensors, dequantize, path)
+
+
+PHI = PhiFamily(
     name="phi",
     title="Phi",
     hf_model_types=("phi",),
