@@ -20,7 +20,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
+from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, held, refusing
 from .layout import hf_activation, plain_hf_names, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
@@ -175,12 +175,7 @@ class FalconFamily(CheckedFamily):
         return exported
 
     def to_hf(self, model):
-        from .checked import held
-
-        reason = self.hf_refusal(model)
-        if reason is not None:
-            raise ZooError(reason)
-        residual = held(model)["residual"]
+        residual = held(model)["residual"]  # refused, if Falcon cannot hold it, by CheckedFamily.to_hf
         return CheckedFamily.to_hf(dataclasses.replace(self, tensors=(*_SHARED, *NORMS[residual])), model)
 
 
@@ -197,7 +192,8 @@ FALCON = FalconFamily(
     gguf_keys=GGUF_KEYS,
     gguf_checks=gguf_checks,
     gguf_settings=gguf_settings,
-    # llama.cpp's converter writes falcon's groups as [queries; keys; values]; ln_mlp is attn_norm_2.
+    # llama.cpp's converter writes falcon's groups as [queries; keys; values]; a second norm is
+    # attn_norm_2 (read as the feed-forward's once `_swap_norms` has put falcon-40b's names in order).
     gguf_joined=(("ATTN_QKV", ("ATTN_Q", "ATTN_K", "ATTN_V")), ("ATTN_NORM_2", ("FFN_NORM",))),
     refuses_gguf=refusing(
         (
