@@ -254,15 +254,15 @@ def test_a_file_that_does_not_describe_a_model_is_one_line(case, zoo, tmp_path, 
 
 
 def test_wrong_architecture_and_wrong_shapes(zoo, tmp_path, tokenizer, private_home):
-    """A falcon file, and a llama file whose metadata's head counts do not fit its tensors."""
+    """A bloom file, and a llama file whose metadata's head counts do not fit its tensors."""
     model = tiny_model()
-    falcon = tmp_path / "falcon.gguf"
-    writer = gguf.GGUFWriter(str(falcon), "falcon")
-    writer.add_name("falcon")
+    bloom = tmp_path / "bloom.gguf"
+    writer = gguf.GGUFWriter(str(bloom), "bloom")
+    writer.add_name("bloom")
     writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
     writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
-    result = zoo("import", "gguf", str(falcon))
-    assert result.code == 1 and "architecture 'falcon'" in result.err and "llama, qwen2" in result.err
+    result = zoo("import", "gguf", str(bloom))
+    assert result.code == 1 and "architecture 'bloom'" in result.err and "llama, qwen2" in result.err
 
     model.config.num_key_value_heads = 1  # the file then says one key/value head; its tensors hold two
     wrong = tmp_path / "wrong.gguf"

@@ -84,6 +84,22 @@ def score_bias(encoding, positions: torch.Tensor, k_positions: torch.Tensor) -> 
     return torch.stack([encoding.bias(row, k_positions) for row in positions])
 
 
+class HeadwiseLayerNorm(nn.Module):
+    """LayerNorm over each head's channels whose weight is each head's own, (heads, D),
+    without a bias: StableLM's and Cohere's query/key norm. Applied to (B, heads, T, D)."""
+
+    def __init__(self, heads: int, head_size: int, eps: float | None = None):
+        super().__init__()
+        self.eps = 1e-5 if eps is None else eps
+        self.weight = nn.Parameter(torch.ones(heads, head_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), eps=self.eps) * self.weight[:, None, :]
+
+
+QK_NORMS = (False, True, "rmsnorm", "rmsnorm-whole", "layernorm", "layernorm-per-head")
+
+
 class CausalSelfAttention(nn.Module):
     """Heads side by side in one projection: (B, T, C) -> (B, T, C).
 
@@ -106,6 +122,8 @@ class CausalSelfAttention(nn.Module):
     norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``);
     ``"rmsnorm-whole"`` normalises all of a token's queries together (and all its
     keys), over the whole projected width, with a scale per channel (OLMo 2).
+    ``"layernorm"`` is a LayerNorm over each head's channels with a weight and bias the
+    heads share (Phi), ``"layernorm-per-head"`` one whose weight is each head's own (StableLM, Cohere).
     ``query_scale`` multiplies the scores q.k instead of head_size**-0.5 (Gemma's
     query_pre_attn_scalar**-0.5); ``softcap`` C bounds them to C tanh(scores / C) before
     the mask (Gemma 2), which `scaled_dot_product_attention` cannot do: such a layer
@@ -142,19 +160,27 @@ class CausalSelfAttention(nn.Module):
             if d_model % n_head:
                 raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
             head_size = d_model // n_head
-        if qk_norm not in (False, True, "rmsnorm", "rmsnorm-whole"):
-            raise ValueError(f"qk_norm is false, true, 'rmsnorm' or 'rmsnorm-whole', not {qk_norm!r}")
+        if qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm is one of {', '.join(map(repr, QK_NORMS))}, not {qk_norm!r}")
         if sliding_window is not None and sliding_window < 1:
             raise ValueError(f"a sliding window holds at least 1 token, not {sliding_window}")
         self.n_head, self.n_kv_head, self.head_size = n_head, n_kv_head, head_size
         self.input = HookPoint()  # hook points registered in the order a forward passes them
         self.qkv = nn.Linear(d_model, (n_head + 2 * n_kv_head) * head_size, bias=bias if qkv_bias is None else qkv_bias)
+        self.q_norm: nn.Module
+        self.k_norm: nn.Module
         if qk_norm == "rmsnorm":
             self.q_norm = nn.RMSNorm(head_size, eps=norm_eps)
             self.k_norm = nn.RMSNorm(head_size, eps=norm_eps)
         elif qk_norm == "rmsnorm-whole":
             self.q_norm = nn.RMSNorm(n_head * head_size, eps=norm_eps)
             self.k_norm = nn.RMSNorm(n_kv_head * head_size, eps=norm_eps)
+        elif qk_norm == "layernorm":
+            self.q_norm = nn.LayerNorm(head_size, eps=1e-5 if norm_eps is None else norm_eps)
+            self.k_norm = nn.LayerNorm(head_size, eps=1e-5 if norm_eps is None else norm_eps)
+        elif qk_norm == "layernorm-per-head":
+            self.q_norm = HeadwiseLayerNorm(n_head, head_size, norm_eps)
+            self.k_norm = HeadwiseLayerNorm(n_kv_head, head_size, norm_eps)
         self.pattern = HookPoint()
         self.heads = HookPoint()
         self.proj = nn.Linear(n_head * head_size, d_model, bias=bias)
@@ -182,7 +208,7 @@ class CausalSelfAttention(nn.Module):
             # backward pass the three gradients are joined by one concatenation, where
             # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
             q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in projected.split_with_sizes(self._split, dim=2))
-        if self.qk_norm == "rmsnorm":
+        if self.qk_norm in ("rmsnorm", "layernorm", "layernorm-per-head"):
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.qk_norm is True:
             q, k = normalise_heads(q), normalise_heads(k)

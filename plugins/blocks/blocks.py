@@ -89,7 +89,9 @@ class _Block(nn.Module):
     LayerNorm with them); True or False puts biases in every linear layer and
     LayerNorm or in none, as nanoGPT's ``bias`` setting does. ``attention_bias``
     ("all", "qkv": the query/key/value projection only, as Qwen2; "none")
-    overrides it for the attention. ``mlp``, ``n_kv_head``, ``head_size``,
+    overrides it for the attention; ``layernorm_bias`` (when set) decides the
+    LayerNorms' biases alone (StableLM's biased norms beside unbiased linears).
+    ``mlp``, ``n_kv_head``, ``head_size``,
     ``qk_norm``, ``sliding_window``, ``attention_softcap`` and ``query_scale`` are
     FeedForward's and CausalSelfAttention's; ``experts`` makes the feed-forward a
     mixture of experts (experts.py) with ``experts_per_token``, ``expert_d_ff``,
@@ -136,6 +138,7 @@ class _Block(nn.Module):
         expert_d_ff: int | None = None,
         norm_topk_prob: bool | None = None,
         shared_expert_d_ff: int | None = None,
+        layernorm_bias: bool | None = None,
     ):
         super().__init__()
         if residual not in self.residuals:
@@ -156,10 +159,11 @@ class _Block(nn.Module):
             attention_bias = "all" if bias else "none"
         if attention_bias not in ATTENTION_BIAS:
             raise ValueError(f"attention_bias is one of {', '.join(ATTENTION_BIAS)}, not {attention_bias!r}")
+        norm_bias = bias is not False if layernorm_bias is None else layernorm_bias
         # Registered in the order a forward passes them: hook_point_names lists them so.
         self.resid_pre = HookPoint()
         if norms_in:
-            self.norm1 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+            self.norm1 = make_norm(norm, d_model, bias=norm_bias, eps=norm_eps)
         self.attention = CausalSelfAttention(
             d_model,
             n_head,
@@ -176,11 +180,11 @@ class _Block(nn.Module):
         )
         # New modules only where a setting asks for them: today's checkpoints keep their tensor names.
         if norms_out:
-            self.post_attention_norm = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+            self.post_attention_norm = make_norm(norm, d_model, bias=norm_bias, eps=norm_eps)
         self.resid_mid = HookPoint()
         self.shared_norm = residual == "parallel-shared-norm"
         if not self.shared_norm and norms_in:  # one norm feeds both: no norm2 tensor at all
-            self.norm2 = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+            self.norm2 = make_norm(norm, d_model, bias=norm_bias, eps=norm_eps)
         self.feed_forward: nn.Module
         if experts:
             if mlp not in MLP_KINDS:
@@ -199,7 +203,7 @@ class _Block(nn.Module):
         else:
             self.feed_forward = FeedForward(d_model, d_ff or 4 * d_model, dropout, mlp, bias=bias is not False)
         if norms_out:
-            self.post_feed_forward_norm = make_norm(norm, d_model, bias=bias is not False, eps=norm_eps)
+            self.post_feed_forward_norm = make_norm(norm, d_model, bias=norm_bias, eps=norm_eps)
         self.resid_post = HookPoint()
         self.residual_scale = residual_scale
 

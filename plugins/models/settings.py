@@ -57,6 +57,12 @@ own fields.
 | SmolLM3 (`HuggingFaceTB/SmolLM3-3B`) | n_layer 36, d_model 2048, n_head 16, n_kv_head 4, d_ff 11008, mlp swiglu, norm rmsnorm, norm_eps 1e-6, positions rope, rope_base 5000000, layers [{repeat 3}, {rope false}] (its `no_rope_layer_interval` 4), layer_bias false, tie_embeddings true, bias false |
 | Mixtral (`mistralai/Mixtral-8x7B-v0.1`) | n_layer 32, d_model 4096, n_head 32, n_kv_head 8, d_ff 14336, experts 8, experts_per_token 2, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 1000000, layer_bias false, tie_embeddings false, bias false (its `sliding_window` is null) |
 | Qwen1.5-MoE (`Qwen/Qwen1.5-MoE-A2.7B`) | n_layer 24, d_model 2048, n_head 16, n_kv_head 16, d_ff 5632, experts 60, experts_per_token 4, expert_d_ff 1408, shared_expert_d_ff 5632, norm_topk_prob false, mlp swiglu, norm rmsnorm, norm_eps 1e-6, positions rope, rope_base 1000000, attention_bias qkv, layer_bias false, tie_embeddings false, bias false (`decoder_sparse_step` 1 and no `mlp_only_layers`: every layer has experts) |
+| Phi-3 (`microsoft/Phi-3-mini-4k-instruct`) | n_layer 32, d_model 3072, n_head 32, n_kv_head 32, d_ff 8192, mlp swiglu, norm rmsnorm, norm_eps 1e-5, positions rope, rope_base 10000, sliding_window 2047, layer_bias false, attention_bias none, tie_embeddings false, bias false |
+| Phi-2 (`microsoft/phi-2`) | n_layer 32, d_model 2560, n_head 32, d_ff 10240, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.4, rope_base 10000, residual parallel-shared-norm, layer_bias true, attention_bias all, tie_embeddings false, bias true |
+| StableLM 2 (`stabilityai/stablelm-2-1_6b`) | n_layer 24, d_model 2048, n_head 32, n_kv_head 32, d_ff 5632, mlp swiglu, norm layernorm, norm_eps 1e-5, positions rope, rotary_fraction 0.25, rope_base 10000, layer_bias false, layernorm_bias true, attention_bias qkv, tie_embeddings false, bias false |
+| StarCoder2 (`bigcode/starcoder2-3b`) | n_layer 30, d_model 3072, n_head 24, n_kv_head 2, d_ff 12288, mlp gelu-tanh, norm layernorm, norm_eps 1e-5, positions rope, rope_base 999999.4420358813, sliding_window 4096, layer_bias true, attention_bias all, tie_embeddings true, bias false |
+| Command-R (`CohereForAI/c4ai-command-r-v01`) | n_layer 40, d_model 8192, n_head 64, n_kv_head 64, d_ff 22528, mlp swiglu, norm layernorm, layernorm_bias false, norm_eps 1e-5, positions rope, rope_base 8000000, residual parallel-shared-norm, logit_scale 0.0625, layer_bias false, attention_bias none, tie_embeddings true, bias false |
+| Falcon (`tiiuae/falcon-7b`) | n_layer 32, d_model 4544, n_head 71, n_kv_head 1 (`multi_query`), d_ff 18176, mlp gelu, norm layernorm, norm_eps 1e-5, positions rope, rope_base 10000, residual parallel-shared-norm, layer_bias false, layernorm_bias true, attention_bias none, tie_embeddings true, bias false |
 """
 
 
@@ -154,12 +160,15 @@ class LayerSettings(_Strict):
         "outputs are the gate and the next `d_ff` the up projection; hidden = act(gate) * up, act SiLU (`swiglu`) "
         "or exact GELU (`geglu`). Older cards' `activation` reads as `mlp`",
     )
-    qk_norm: bool | Literal["rmsnorm", "rmsnorm-whole"] | None = Field(
+    qk_norm: bool | Literal["rmsnorm", "rmsnorm-whole", "layernorm", "layernorm-per-head"] | None = Field(
         None,
         description="false (default); true: each head's queries and keys RMS-normalised without a scale (the "
         "speedrun); `rmsnorm`: with a learned scale per head channel, `attention.q_norm` and `attention.k_norm`, "
         "epsilon `norm_eps` (Qwen3); `rmsnorm-whole`: all the queries (and all the keys) of a token normalised "
-        "together, over the whole projected width, a learned scale per channel (OLMo 2)",
+        "together, over the whole projected width, a learned scale per channel (OLMo 2); `layernorm`: a LayerNorm "
+        "over each head's channels with a weight and bias all heads share (Phi's `qk_layernorm`); "
+        "`layernorm-per-head`: a LayerNorm whose weight, no bias, is each head's own, `q_norm.weight` (`n_head`, "
+        "`head_size`) (StableLM's `qk_layernorm`, Cohere's `use_qk_norm`)",
     )
     layer_bias: bool | None = Field(
         None,
@@ -169,6 +178,12 @@ class LayerSettings(_Strict):
     attention_bias: Literal["all", "qkv", "none"] | None = Field(
         None,
         description="`all`, `qkv` (the query/key/value projection only, Qwen2), `none`; default follows `layer_bias`",
+    )
+    layernorm_bias: bool | None = Field(
+        None,
+        description="the LayerNorms' biases (the blocks' and the final norm's) on their own: true with "
+        "`layer_bias` false is StableLM's and Falcon's (biased norms, unbiased linears), false with `layer_bias` "
+        "true a biased network with weight-only norms; default follows `layer_bias`",
     )
     attention_softcap: Annotated[float | None, _positive("attention_softcap")] = Field(
         None,
@@ -244,6 +259,7 @@ class LayerSpec:
     attention_softcap: float | None
     query_scale: float | None
     experts: int | None  # None: a dense feed-forward
+    layernorm_bias: bool | None
 
     # Biases per projection, as the built-in block resolves layer_bias and attention_bias.
     @property
@@ -260,7 +276,7 @@ class LayerSpec:
 
     @property
     def norm_bias(self) -> bool:
-        return self.layer_bias is not False
+        return self.layernorm_bias if self.layernorm_bias is not None else self.layer_bias is not False
 
     @property
     def _attention_bias(self) -> str:
@@ -285,6 +301,7 @@ LAYER_DEFAULTS: dict[str, Any] = {
     "attention_softcap": None,
     "query_scale": None,
     "experts": None,
+    "layernorm_bias": None,
 }
 
 

@@ -244,7 +244,12 @@ class TransformerLanguageModel(nn.Module):
         )
         # A block written without a `cache` parameter still works; it is just sampled uncached.
         self.supports_kv_cache = all("cache" in inspect.signature(block.forward).parameters for block in self.blocks)
-        self.final_norm = final_norm(config.norm or "layernorm", d_model, config.layer_bias, config.norm_eps)
+        self.final_norm = final_norm(
+            config.norm or "layernorm",
+            d_model,
+            config.layer_bias if config.layernorm_bias is None else config.layernorm_bias,
+            config.norm_eps,
+        )
         self.lm_head = nn.Linear(d_model, config.vocab_size, bias=config.bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
@@ -305,6 +310,7 @@ class TransformerLanguageModel(nn.Module):
             "query_scale": spec.query_scale,
             "residual_scale": config.residual_scale,
             "experts": spec.experts,
+            "layernorm_bias": spec.layernorm_bias,
         }
         defaults = {**LAYER_DEFAULTS, "bias": None, "n_kv_head": None, "head_size": None, "residual_scale": None}
         chosen = {name: value for name, value in values.items() if value != defaults[name]}

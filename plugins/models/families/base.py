@@ -40,6 +40,7 @@ from .tensors import (
     layer_and_kind,
     layer_count,
     reorder_heads,
+    rotated,
     zoo_from_canonical,
 )
 
@@ -86,6 +87,7 @@ class Family:
     refuses_gguf: Callable[[dict[str, Any]], str | None] | None = None
     # a GGUF file of an architecture several records share is this family's (Mixtral's llama with experts)
     gguf_claims: Callable[[Mapping[str, Any]], bool] | None = None
+    hf_pairs: bool = False  # its Hugging Face query/key rows rotate in adjacent pairs, as the zoo's (Cohere)
 
     # -- choosing ----------------------------------------------------------------------
 
@@ -126,6 +128,8 @@ class Family:
         state = canonical_from_family(
             renamed, self.tensors, heads, config["n_layer"], self._refuser(path, config["n_layer"])
         )
+        if self.hf_pairs:  # the canonical form is rotate_half's
+            state = rotated(state, heads, to_pairs=False)
         return self._tied(config, zoo_from_canonical(state, heads))
 
     @staticmethod
@@ -152,9 +156,10 @@ class Family:
         ours = {name: tensor.detach().to(torch.float32) for name, tensor in network.state_dict().items()}
         if config["tie_embeddings"]:
             del ours[f"{_zoo_name(HEAD)}.weight"]
-        state = family_from_canonical(
-            canonical_from_zoo(ours, Heads.of(config), gated(config)), self.tensors, Heads.of(config)
-        )
+        canonical = canonical_from_zoo(ours, Heads.of(config), gated(config))
+        if self.hf_pairs:
+            canonical = rotated(canonical, Heads.of(config), to_pairs=True)
+        state = family_from_canonical(canonical, self.tensors, Heads.of(config))
         return HFExport(self.hf_model_types[0], fields, state, config["tie_embeddings"])
 
     # -- GGUF --------------------------------------------------------------------------

@@ -54,6 +54,8 @@ def refusal(model) -> str | None:
         return f"'{name}' scales its logits (logit_scale); HookedTransformer has no such step"
     if (config.get("rope_scaling") or {}).get("kind", "llama3") != "llama3":
         return f"'{name}': rope_scaling '{config['rope_scaling']['kind']}'; HookedTransformer scales RoPE as Llama 3 does only"
+    if config.get("qk_norm") in ("layernorm", "layernorm-per-head"):
+        return f"'{name}' LayerNorms each head's queries and keys (qk_norm); HookedTransformer's QK-norm is an RMSNorm"
     if config.get("mlp") in GATED_KINDS and "blocks.0.feed_forward.up.bias" in network.state_dict():
         return f"'{name}' has a bias on its feed-forward gate; HookedTransformer's gated MLP has none"
     return None

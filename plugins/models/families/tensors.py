@@ -116,7 +116,11 @@ def rotated(state: dict[Key, torch.Tensor], heads: Heads, to_pairs: bool) -> dic
     for key, tensor in state.items():
         if key[0] in ROTATED:
             held_by = ROTATED[key[0]]
-            if held_by is None:
+            if held_by is None and tensor.dim() == 2:  # a scale per head, (heads, D): each head's channels
+                flat = reorder_heads(tensor.reshape(-1), tensor.shape[0], heads, to_pairs)
+                out[key] = flat.reshape(tensor.shape)
+                continue
+            if held_by is None:  # one head's scale (D,), or every head's over the whole width (H D,)
                 count = max(1, tensor.shape[0] // max(1, heads.head_size))
             else:
                 count = heads.n_head if held_by == "n_head" else heads.n_kv_head
@@ -207,8 +211,10 @@ def canonical_from_zoo(ours: Mapping[str, torch.Tensor], heads: Heads, gated: bo
 class HFTensor:
     """One of a family's tensors (weight and bias alike) and the canonical
     tensors it holds. ``module``: its name, "{i}" for the layer. Several parts
-    are joined by ``rows`` (one after another) or by ``heads`` (each head's
-    query, key and value rows side by side, GPT-NeoX's fused attention).
+    are joined by ``rows`` (one after another: Phi-3's query, key and value, or
+    its gate and up halves), by ``heads`` (each head's query, key and value rows
+    side by side, GPT-NeoX's fused attention) or by ``groups`` (each key/value
+    head's group of query heads, then its key and its value: Falcon's).
     ``transposed``: stored (in, out), as GPT-2's Conv1D does."""
 
     module: str
@@ -235,6 +241,23 @@ def split_parts(rule: HFTensor, tensor: torch.Tensor, heads: Heads) -> list[torc
             )
         by_head = tensor.reshape(heads.n_head, len(rule.parts), heads.head_size, *rest)
         return [by_head[:, part].reshape(-1, *rest) for part in range(len(rule.parts))]
+    if rule.join == "groups":  # (G, H/G + 2, D, ...) -> (H*D, ...), (G*D, ...), (G*D, ...)
+        rest, group = tensor.shape[1:], heads.n_head // heads.n_kv_head
+        if tensor.shape[0] != (heads.n_head + 2 * heads.n_kv_head) * heads.head_size:
+            raise ValueError(
+                f"{rule.module} holds {tensor.shape[0]} rows; the configuration's heads need "
+                f"{(heads.n_head + 2 * heads.n_kv_head) * heads.head_size}"
+            )
+        by_group = tensor.reshape(heads.n_kv_head, group + 2, heads.head_size, *rest)
+        return [
+            by_group[:, :group].reshape(-1, *rest),
+            by_group[:, group].reshape(-1, *rest),
+            by_group[:, group + 1].reshape(-1, *rest),
+        ]
+    if rule.parts == ("FFN_GATE", "FFN_UP"):  # two halves of equal width
+        if tensor.shape[0] % 2:
+            raise ValueError(f"{rule.module} holds {tensor.shape[0]} rows, not two halves of one width")
+        return [p.contiguous() for p in tensor.chunk(2)]
     heads_of = {"ATTN_Q": heads.n_head, "ATTN_K": heads.n_kv_head, "ATTN_V": heads.n_kv_head}
     sizes = [heads_of[part] * heads.head_size for part in rule.parts]
     if sum(sizes) != tensor.shape[0]:
@@ -249,6 +272,12 @@ def join_parts(rule: HFTensor, parts: list[torch.Tensor], heads: Heads) -> torch
     elif rule.join == "heads":
         rest = parts[0].shape[1:]
         shaped = [t.reshape(heads.n_head, 1, heads.head_size, *rest) for t in parts]
+        joined = torch.cat(shaped, dim=1).reshape(-1, *rest)
+    elif rule.join == "groups":
+        rest, group = parts[0].shape[1:], heads.n_head // heads.n_kv_head
+        shaped = [parts[0].reshape(heads.n_kv_head, group, heads.head_size, *rest)] + [
+            t.reshape(heads.n_kv_head, 1, heads.head_size, *rest) for t in parts[1:]
+        ]
         joined = torch.cat(shaped, dim=1).reshape(-1, *rest)
     else:
         joined = torch.cat(parts)
