@@ -108,3 +108,25 @@ def test_a_shard_name_with_an_escape_code_is_shown_escaped(zoo, llama_folder, tm
     assert result.code == 1
     assert len(result.err.strip().splitlines()) == 1 and "\x1b" not in result.err
     assert "\\u001b[31mred\\nline.safetensors" in result.err and "No such file" in result.err, result.err
+
+
+def test_a_tokenizer_regex_that_backtracks_is_refused_at_import(llama_folder, tmp_path, private_home):
+    """(a+)+b trips the regex engine's retry limit, a Rust panic at `zoo sample`, or
+    freezes whoever encodes a long prompt: the import's probe refuses it in one line."""
+    folder = tmp_path / "regex"
+    shutil.copytree(llama_folder, folder)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated", "invert": False},
+            tokenizer["pre_tokenizer"],
+        ],
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    report = measured_import(folder, private_home)
+    assert report["code"] == 1, report
+    lines = report["err"].strip().splitlines()
+    assert len(lines) == 1 and "the tokenizer fails on a test text" in lines[0], report["err"]
+    assert "retry-limit-in-match" in lines[0] and "it is not imported" in lines[0]
+    assert not private_home.exists() or not any(private_home.rglob("*.safetensors"))

@@ -80,8 +80,11 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
         tokenizer_file = Path(scratch) / "tokenizer.json"
         tokenizer = _tokenizer(source, metadata)
         tokenizer_file.write_text(tokenizer.to_str(), encoding="utf-8")
-        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
-        check_tokenizer(spec, tokenizer_path)
+        try:
+            spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+            check_tokenizer(spec, tokenizer_path)
+        except ZooError as exc:  # the scratch file is gone by the time anyone reads the message
+            raise ZooError(str(exc).replace(str(tokenizer_file), f"{source} (its tokenizer)")) from None
         card = imported_card(
             name,
             settings,

@@ -36,7 +36,7 @@ from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
 from .hf_chat import folder_chat
 from .hf_shards import read_tensors, weight_files, weights_in
-from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
 from .imports import (
     BUILTIN_CORPUS,
     check_card_fits_tensors,
@@ -389,8 +389,15 @@ def import_hf(
     with tempfile.TemporaryDirectory() as scratch:
         if tokenizer_file is None:
             tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
-        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
-        check_tokenizer(spec, tokenizer_path)
+        try:
+            spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+            check_tokenizer(spec, tokenizer_path)
+            if spec.kind == "hf":
+                probe_tokenizer(tokenizer_path)
+        except ZooError as exc:  # a tokenizer rewritten in the scratch folder is gone when the message is read
+            if tokenizer_file is not None and tokenizer_file.parent == Path(scratch):
+                raise ZooError(str(exc).replace(str(tokenizer_file), f"{folder / 'tokenizer.json'}")) from None
+            raise
         card = imported_card(
             name,
             zoo_config,
