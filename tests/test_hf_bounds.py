@@ -130,3 +130,71 @@ def test_a_tokenizer_regex_that_backtracks_is_refused_at_import(llama_folder, tm
     assert len(lines) == 1 and "the tokenizer fails on a test text" in lines[0], report["err"]
     assert "retry-limit-in-match" in lines[0] and "it is not imported" in lines[0]
     assert not private_home.exists() or not any(private_home.rglob("*.safetensors"))
+
+
+# --- exports that cannot be written ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported_home(llama_folder, tmp_path_factory):
+    """The tiny Llama imported once, to export."""
+    home = tmp_path_factory.mktemp("export-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZOO_HOME", str(home))
+        from zoo_core import cli
+
+        assert cli.main(["import", "hf", str(llama_folder), "--name", "tiny-export"]) == 0
+    return home
+
+
+def _export(home: Path, out: Path, form: str, fsize: int | None = None) -> subprocess.CompletedProcess:
+    def limited():  # the file-size limit, with SIGXFSZ ignored so that a write past it fails with EFBIG
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    return subprocess.run(
+        [sys.executable, "-m", "zoo_core.cli", "export", "tiny-export", "--format", form, "--out", str(out)],
+        env={**os.environ, "ZOO_HOME": str(home), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited if fsize else None,
+    )
+
+
+def _one_line(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zoo: error: "), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("form, file", [("hf", "written before it failed: config.json"), ("gguf", ".gguf: cannot")])
+def test_an_export_to_a_full_disk_names_the_file_and_says_so(exported_home, tmp_path, form, file):
+    """A 64 KiB tmpfs (mounting one needs root: elsewhere the file-size limit below stands in)."""
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("mounting a small tmpfs needs root; test_an_export_past_the_file_size_limit covers the path")
+    try:
+        done = _export(exported_home, disk / "out", form)
+        _one_line(done, str(disk / "out"), file, "the disk is full", "nothing was exported")
+        assert list(disk.iterdir()) == []  # no staging folder left behind
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_an_export_past_the_file_size_limit_names_the_file(exported_home, tmp_path):
+    done = _export(exported_home, tmp_path / "out", "hf", fsize=32 * 1024)
+    _one_line(done, str(tmp_path / "out"), "File too large", "nothing was exported")
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_an_export_into_proc_names_the_folder_asked_for(exported_home):
+    done = _export(exported_home, Path("/proc/zoo-export"), "hf")
+    _one_line(done, "/proc/zoo-export: cannot write here")
+    assert ".partial" not in done.stderr
