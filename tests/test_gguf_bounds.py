@@ -46,7 +46,9 @@ def sentencepiece(extra: list[str]) -> dict:
     return {"tokens": tokens, "types": types, "scores": [float(-i) for i in range(len(tokens))]}
 
 
-def tiny_llama(path: Path, vocabulary, *, layers=2, metadata=None, kinds=(Q.F16,), drop=(), width=WIDTH) -> dict:
+def tiny_llama(
+    path: Path, vocabulary, *, layers=2, metadata=None, kinds=(Q.F16,), drop=(), width=WIDTH, rows=None
+) -> dict:
     """A two-layer llama file of width 32 (feed-forward twice that) written by `gguf.GGUFWriter`; ``metadata``
     replaces or adds keys (key -> (value, GGUFValueType)), ``drop`` leaves keys out.
     ``vocabulary``: (tokens, merges) for byte-level BPE, or a `sentencepiece` dict.
@@ -87,7 +89,8 @@ def tiny_llama(path: Path, vocabulary, *, layers=2, metadata=None, kinds=(Q.F16,
             writer.add_key_value(key, value, kind)
     rng = np.random.default_rng(0)
     head = width // HEADS
-    shapes = {"token_embd.weight": (len(tokens), width), "output.weight": (len(tokens), width)}
+    rows = rows or len(tokens)  # the vocabulary's rows in the embedding and the head
+    shapes = {"token_embd.weight": (rows, width), "output.weight": (rows, width)}
     for i in range(layers):
         shapes.update(
             {
@@ -243,3 +246,13 @@ def test_every_importance_ternary_and_microscaling_type_imports(zoo, byte_level,
         np.testing.assert_array_equal(
             state[f"blocks.{i}.attention.proj.weight"].numpy(), held[f"blk.{i}.attn_output.weight"]
         )
+
+
+def test_a_tokenizer_larger_than_the_model_names_the_file_not_a_scratch_copy(byte_level, tmp_path, private_home):
+    """The tokenizer is rebuilt as a tokenizer.json in a scratch folder, gone when the message is read."""
+    path = tmp_path / "narrow.gguf"
+    tiny_llama(path, byte_level, rows=256)
+    report = measured_import(path, private_home)
+    _refused(report, f"{path} (its tokenizer)", "tokenizer has 299 tokens")
+    assert "/tmp/tmp" not in report["err"].replace(str(tmp_path), "")
+    _nothing_published(private_home)

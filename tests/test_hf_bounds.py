@@ -96,6 +96,13 @@ def test_the_honest_folder_imports(zoo, llama_folder):
     assert result.code == 0, result.err
 
 
+def test_a_name_of_100000_characters_is_refused_before_anything_is_written(zoo, llama_folder, private_home):
+    result = zoo("import", "hf", str(llama_folder), "--name", "a" * 100_000)
+    assert result.code == 1 and len(result.err.strip().splitlines()) == 1
+    assert "100,000 characters; a variant name has at most 200" in result.err and len(result.err) < 400
+    assert not private_home.exists() or not any(private_home.rglob("*"))
+
+
 def test_a_shard_name_with_an_escape_code_is_shown_escaped(zoo, llama_folder, tmp_path, private_home):
     folder = tmp_path / "sharded"
     shutil.copytree(llama_folder, folder)

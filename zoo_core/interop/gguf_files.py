@@ -75,7 +75,10 @@ READ_TYPES = frozenset(
 )
 
 
-_TYPED = {Q.F32: np.dtype("<f4"), Q.F16: np.dtype("<f2")}  # the reader gives these as numbers, not block bytes
+_TYPED: dict[gguf.GGMLQuantizationType, np.dtype] = {
+    Q.F32: np.dtype("<f4"),
+    Q.F16: np.dtype("<f2"),
+}  # the reader gives these as numbers, not block bytes
 
 
 @dataclass(frozen=True)
@@ -299,7 +302,7 @@ def tensor_data(path: Path, header: GGUFHeader) -> dict[str, ReaderTensor]:
             n_bytes=values // block * block_bytes,
             data_offset=start,
             data=data,
-            field=None,
+            field=None,  # type: ignore[arg-type]  # the header walk has no reader field; nothing here reads it
         )
     return tensors
 

@@ -55,8 +55,11 @@ def check_name_is_free(name: str, replace: bool = False) -> None:
             f"--name '{printable(name)}': a variant name is lower-case letters, digits, '-' and '.', "
             "starting with a letter or digit"
         )
-    if len(name) > MAX_NAME_CHARS:  # its files are NAME.safetensors and NAME.tokenizer.json, and a file name has 255 bytes
-        raise ZooError(f"--name '{printable(name)}': {len(name):,} characters; a variant name has at most {MAX_NAME_CHARS}")
+    # Its files are NAME.safetensors and NAME.tokenizer.json, and a file name has at most 255 bytes.
+    if len(name) > MAX_NAME_CHARS:
+        raise ZooError(
+            f"--name '{printable(name)}': {len(name):,} characters; a variant name has at most {MAX_NAME_CHARS}"
+        )
     try:
         existing = catalogue().get(name)
     except ZooError:
