@@ -57,9 +57,7 @@ def check_name_is_free(name: str, replace: bool = False) -> None:
         )
     # Its files are NAME.safetensors and NAME.tokenizer.json, and a file name has at most 255 bytes.
     if len(name) > MAX_NAME_CHARS:
-        raise ZooError(
-            f"--name '{printable(name)}': {len(name):,} characters; a variant name has at most {MAX_NAME_CHARS}"
-        )
+        raise ZooError(f"--name '{printable(name, 40)}': a variant name has at most {MAX_NAME_CHARS} characters")
     try:
         existing = catalogue().get(name)
     except ZooError:
