@@ -146,7 +146,7 @@ def test_zoo_chat_says_one_line_and_goes_on(home):
     import os
 
     environment = {**os.environ, "ZOO_HOME": str(home), "OMP_NUM_THREADS": "1"}
-    for name, fragment in (("divides", "ZeroDivisionError"), ("empty", "rendered nothing"), ("loops", "took more")):
+    for name, fragment in (("empty", "rendered nothing"), ("loops", "took more")):
         done = subprocess.run(
             [*ZOO, "chat", name, "--max-new-tokens", "2"],
             input="hello\nhello again\n/exit\n",
