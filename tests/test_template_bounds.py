@@ -241,3 +241,26 @@ def test_client_mistakes_are_400s(server, path, case):
         body = body.replace(b'"messages": [{"role": "user", "content": ', b'"prompt": [').replace(b"}]", b"]")
     status, answer, _ = _post(server, path, body)
     assert status == 400 and fragment in answer["error"]["message"], answer
+
+
+def test_sigint_stops_the_server_while_hostile_templates_run(home):
+    """It used to ignore SIGINT with its threads stuck in looping templates."""
+    import signal
+
+    served = Server(environment={"ZOO_HOME": str(home)})
+
+    def ask() -> None:
+        try:
+            _post(served, "/v1/chat/completions", _chat("loops").encode(), timeout=30)
+        except (OSError, ValueError):  # the server went away mid-request (an empty answer): what this test does
+            pass
+
+    try:
+        hostile = [threading.Thread(target=ask, daemon=True) for _ in range(8)]
+        for thread in hostile:
+            thread.start()
+        time.sleep(1.0)
+        served.process.send_signal(signal.SIGINT)
+        assert served.process.wait(timeout=2 * DEADLINE_SECONDS + 10) is not None
+    finally:
+        served.stop()
