@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import subprocess
 import sys
@@ -36,6 +37,11 @@ import threading
 import time
 from datetime import datetime
 from functools import lru_cache
+
+from jinja2 import TemplateError, TemplateSyntaxError
+from jinja2.exceptions import SecurityError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 DEADLINE_SECONDS = 2.0  # real templates render in milliseconds
 MAX_OUTPUT_CHARS = 1_000_000  # far past any model's context window, in characters
@@ -64,10 +70,6 @@ def _strftime_now(format: str) -> str:
 def environment():
     """transformers' chat-template environment (transformers 5.x,
     ``utils/chat_template_utils.py``), with repetition and powers bounded."""
-    from jinja2 import TemplateError
-    from jinja2.exceptions import SecurityError
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
         raise TemplateError(message)
@@ -111,8 +113,6 @@ def _render(template: str, variables: dict) -> str:
 
 
 def _answer(request: dict) -> dict:
-    from jinja2 import TemplateError, TemplateSyntaxError
-
     try:
         return {"text": _render(request["template"], request["variables"])}
     except TemplateFailure as exc:
@@ -132,8 +132,6 @@ def _answer(request: dict) -> dict:
 
 def _serve() -> None:
     """The worker: one JSON request a line on stdin, one JSON answer a line on stdout."""
-    import resource
-
     resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY_BYTES, MAX_MEMORY_BYTES))
     environment()  # Jinja imported and its compiler warm before the first request
     for line in sys.stdin:

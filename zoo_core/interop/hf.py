@@ -293,7 +293,7 @@ def _check_weights_file(weights: Path) -> None:
 # against the weights' own tensors (their headers only) before transformers or a
 # family builds anything from it; transformers' config class alone took 44 s and
 # 3.4 GB to refuse num_hidden_layers 1000000.
-LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
+LAYER_COUNTS = ("num_hidden_layers", "num_layers")  # GPT-2's own is its family's to check
 SIZES = (
     "hidden_size",
     "n_embd",

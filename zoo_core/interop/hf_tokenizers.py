@@ -13,6 +13,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 from ..errors import ZooError, printable
 
 
@@ -121,10 +125,6 @@ def probe_tokenizer(path) -> None:
     with a deadline: a pattern that trips the regex engine's limit (a Rust panic in
     the process that meets it) or backtracks for seconds is refused here, at
     import, in one line, rather than at a user's prompt or in a server's thread."""
-    import json
-    import subprocess
-    import sys
-
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-c", _PROBE, str(path)],
