@@ -24,8 +24,13 @@ Q = gguf.GGMLQuantizationType
 QUANTISED = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 K_QUANTS = [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
 EVERY_TYPE = [Q.F32, Q.F16, Q.BF16, *QUANTISED, *K_QUANTS]
-# Byte offsets of each K-quant block's float16 scales (ggml's block_q*_K structs).
+# The importance-matrix, ternary and microscaling types: no quantiser in the package either.
+IQ_TYPES = [Q.IQ1_S, Q.IQ1_M, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ4_NL, Q.IQ4_XS]
+IQ_TYPES += [Q.TQ1_0, Q.TQ2_0, Q.MXFP4]
+# Byte offsets of each block's float16 scales (ggml's block_* structs in ggml-common.h).
 _K_SCALES = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+_K_SCALES.update({kind: (0,) for kind in IQ_TYPES[:1] + IQ_TYPES[2:9]})
+_K_SCALES.update({Q.TQ1_0: (52,), Q.TQ2_0: (64,), Q.IQ1_M: (), Q.MXFP4: ()})
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
@@ -66,6 +71,11 @@ def stored(values: np.ndarray, kind, seed: int) -> np.ndarray:
         blocks = np.random.default_rng(seed).integers(0, 256, (rows * values.shape[1] // block, size), dtype=np.uint8)
         for offset in _K_SCALES[kind]:
             blocks[:, offset : offset + 2] = np.frombuffer(np.float16(1e-4).tobytes(), np.uint8)
+        if kind == Q.IQ1_M:  # its float16 scale is the top nibbles of its four 16-bit scales (0x068D: 1e-4)
+            for byte, nibble in zip((49, 51, 53, 55), (0xD, 0x8, 0x6, 0x0)):
+                blocks[:, byte] = (blocks[:, byte] & 0x0F) | (nibble << 4)
+        if kind == Q.MXFP4:  # one shared power of two per block (E8M0): 2**-10
+            blocks[:, 0] = 117
         return blocks.reshape(rows, -1)
     return gguf.quants.quantize(values.astype(np.float32), kind)
 

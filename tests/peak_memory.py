@@ -1,7 +1,7 @@
 """`python -m tests.peak_memory [--from MODULE:FUNCTION] ARGS...`: run `zoo ARGS...` in this
 fresh process (in the folder $ZOO_WORKDIR) and print, as the last line of stdout, a JSON
 object: its exit code, and its peak resident memory (the kernel's VmHWM) in MiB, ``peak_mib``,
-and above the start, ``growth_mib``. The start is after the imports every command makes, or,
+and above the start, ``growth_mib``, and the seconds since the start, ``seconds``. The start is after the imports every command makes, or,
 with ``--from``, the moment that function is entered: its high-water mark is reset then
 (/proc/self/clear_refs), so a training step is measured apart from the load before it."""
 
@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import sys
+import time
 
 import torch  # noqa: F401  (every command that loads weights imports it: part of the start)
 
@@ -32,6 +33,7 @@ def _start_at(target: str, start: dict) -> None:
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")  # the high-water mark starts again from what is resident now
         start["mib"] = _status_mib("VmRSS")
+        start["time"] = time.perf_counter()
         return function(*args, **kwargs)
 
     setattr(module, function_name, measured)
@@ -39,12 +41,13 @@ def _start_at(target: str, start: dict) -> None:
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
-    start = {"mib": _status_mib("VmHWM")}
+    start = {"mib": _status_mib("VmHWM"), "time": time.perf_counter()}
     if arguments[0] == "--from":
         _start_at(arguments[1], start)
         arguments = arguments[2:]
     os.chdir(os.environ.get("ZOO_WORKDIR", "."))
     code = cli.main(arguments)
     peak = _status_mib("VmHWM")
-    result = {"code": code, "start_mib": round(start["mib"]), "peak_mib": round(peak)}
+    seconds = round(time.perf_counter() - start["time"], 3)
+    result = {"code": code, "start_mib": round(start["mib"]), "peak_mib": round(peak), "seconds": seconds}
     print(json.dumps({**result, "growth_mib": round(peak - start["mib"])}))

@@ -22,6 +22,7 @@ from zoo_core.loading.api import load  # noqa: E402
 from .gguf_support import (  # noqa: E402
     CHAT_TEMPLATE,
     EVERY_TYPE,
+    IQ_TYPES,
     Q,
     dequantised_model,
     tiny_tokenizer,
@@ -202,7 +203,7 @@ HOSTILE_HEADERS = {
     "dims-past-the-limit": (_header(tensors=1, tensor_infos=_tensor(dims=(2**32, 2**32))), "the parameter limit"),
     "five-dims": (_header(tensors=1, tensor_infos=_tensor(dims=(1, 1, 1, 1, 1))), "5 dimensions"),
     "unknown-quant-type": (_header(tensors=1, tensor_infos=_tensor(kind=99)), "type 99, which ggml does not define"),
-    "unread-quant-type": (_header(tensors=1, tensor_infos=_tensor(kind=int(Q.IQ2_XXS), dims=(256, 1))), "IQ2_XXS"),
+    "unread-quant-type": (_header(tensors=1, tensor_infos=_tensor(kind=int(Q.Q8_1), dims=(32, 1))), "is Q8_1"),
     "ragged-blocks": (_header(tensors=1, tensor_infos=_tensor(kind=int(Q.Q4_0), dims=(33, 1))), "32-value blocks"),
     "name-twice": (_header(tensors=2, tensor_infos=_tensor(dims=(4,)) + _tensor(dims=(4,), offset=32)), "twice"),
 }
@@ -282,7 +283,7 @@ def test_the_package_dequantises_what_the_importer_reads():
     """The types the importer claims are those the package dequantises, and no more."""
     from zoo_core.interop.gguf_files import READ_TYPES
 
-    assert READ_TYPES == set(EVERY_TYPE)
-    for kind in EVERY_TYPE:
+    assert READ_TYPES == set(EVERY_TYPE + IQ_TYPES)
+    for kind in EVERY_TYPE + IQ_TYPES:
         block, size = gguf.GGML_QUANT_SIZES[kind]
         assert gguf.quants.dequantize(np.zeros((1, size), np.uint8), kind).shape == (1, block)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,7 +15,7 @@ from ..interop.nanogpt import import_nanogpt
 from ..interop.onnx import export_onnx
 from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
-from ..storage.files import give_usual_modes, make_folder
+from ..storage.files import describe_os_error, give_usual_modes, make_folder
 
 try:  # the gguf extra; without it, the GGUF import and export alone refuse, saying how to install it
     from ..interop import gguf_export, gguf_import
@@ -57,10 +59,21 @@ def _written_whole(out: Path, write):
     out = out.expanduser().absolute()
     if out.exists() and not out.is_dir():
         raise ZooError(f"{out}: --out names a file; give a folder")
-    make_folder(out.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    make_folder(out.parent, shown=out)
     try:
-        written, checks = write(staging)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    except OSError as exc:  # /proc, a read-only mount: the folder asked for, not the staging name, is the news
+        raise ZooError(f"{out}: cannot write here: {describe_os_error(exc)}") from None
+    try:
+        try:
+            written, checks = write(staging)
+        except OSError as exc:
+            raise _write_failure(out, staging, exc) from None
+        except Exception as exc:  # safetensors' writer: "I/O error: No space left on device (os error 28)"
+            code = re.search(r"\(os error (\d+)\)", str(exc))
+            if code is None:
+                raise
+            raise _write_failure(out, staging, OSError(int(code.group(1)), str(exc)), remaining=None) from None
         give_usual_modes(staging)
         if not out.exists():
             staging.rename(out)  # the whole folder appears at once
@@ -73,6 +86,34 @@ def _written_whole(out: Path, write):
         return [out / path.relative_to(staging) for path in written], checks
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_failure(out: Path, staging: Path, exc: OSError, remaining: bool | None = True) -> ZooError:
+    """One line for a write that failed part-way: the file being written (the newest in
+    the staging folder, named as it would have been in ``out``; with ``remaining``
+    None the writer removed it, and the files written before are listed) and why, a full disk
+    said as such even where the writer reports only a short count (numpy's tofile:
+    "1024 requested and 488 written")."""
+    files = [path for path in staging.rglob("*") if path.is_file()]
+    if exc.filename:
+        shown, also = out / Path(exc.filename).name, ""
+    elif remaining is None:  # the writer removed its own partial file: say what was written before it
+        shown = out
+        also = f" (written before it failed: {', '.join(sorted(p.name for p in files)) or 'nothing'})"
+    else:
+        newest = max(files, key=lambda path: path.stat().st_mtime_ns, default=None)
+        shown, also = (out / newest.relative_to(staging) if newest is not None else out), ""
+    try:
+        full = os.statvfs(staging).f_bavail == 0
+    except OSError:
+        full = False
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT) or full:
+        why = "the disk is full (No space left on device)"
+    elif exc.errno == errno.EFBIG:
+        why = "File too large: past the size a process may write here (ulimit -f)"
+    else:
+        why = describe_os_error(exc)
+    return ZooError(f"{shown}: cannot write: {why}{also}; nothing was exported ({out} is as it was)")
 
 
 def cmd_import(args) -> int:

@@ -19,17 +19,13 @@ texts; the reply shown stops before it (``chat_stops``).
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-from functools import lru_cache
+import atexit
+import threading
 from typing import Any, Mapping, Sequence
 
-from jinja2 import TemplateError
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from ..catalogue.cards import ChatSpec, ModelCard
-from ..errors import ZooError
+from ..errors import ZooError, printable
+from .template_sandbox import TemplateFailure, TemplateSandbox
 
 ROLES = ("system", "user", "assistant")
 
@@ -50,54 +46,53 @@ def chat_stops(spec: ChatSpec) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*([spec.eos_token] if spec.eos_token else []), *spec.stop]))
 
 
-def render_chat(spec: ChatSpec, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+def render_chat(
+    spec: ChatSpec, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True, name: str | None = None
+) -> str:
     """The prompt for ``messages`` (dicts with ``role`` and ``content``): the
     template rendered as transformers' ``apply_chat_template(..., tokenize=False)``
-    renders it; a template that refuses the conversation is one line."""
+    renders it, in a worker process with a deadline and caps on its output and
+    memory (zoo_core.inference.template_sandbox). Every failure, a template that
+    refuses the conversation, loops, recurses, divides by zero or renders nothing,
+    is one line naming the template (of ``name``, when given)."""
     if not messages:
         raise ZooError("the conversation is empty; give at least one message")
     conversation = [{key: value for key, value in dict(m).items() if value is not None} for m in messages]
     special = {name: value for name, value in (("bos_token", spec.bos_token), ("eos_token", spec.eos_token)) if value}
+    whose = f"the chat template of '{name}'" if name else "the chat template"
+    # tools and documents are None, not undefined, as transformers passes them without any:
+    # a template's `tools is not none` must read the same.
+    variables = dict(
+        messages=conversation, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **special
+    )
     try:
-        # tools and documents are None, not undefined, as transformers passes them without any:
-        # a template's `tools is not none` must read the same.
-        return _compiled(spec.template).render(
-            messages=conversation, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **special
-        )
-    except TemplateError as exc:  # raise_exception() in the template, or a template Jinja cannot run
-        raise ZooError(f"the chat template refused the conversation: {exc}") from None
+        text = _sandbox().render(spec.template, variables)
+    except TemplateFailure as exc:
+        raise ZooError(f"{whose} {printable(str(exc))}") from None
+    if not text.strip():
+        raise ZooError(f"{whose} rendered nothing for this conversation: there is no prompt to continue")
+    return text
 
 
-def _raise_exception(message: str):
-    raise TemplateError(message)
+_SANDBOX: TemplateSandbox | None = None
+_SANDBOX_LOCK = threading.Lock()
 
 
-def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-    # Jinja's own tojson escapes <, >, & and ' for HTML; a prompt wants the JSON itself.
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(format: str) -> str:
-    return datetime.now().strftime(format)
-
-
-@lru_cache(maxsize=16)
-def _compiled(template: str):
-    """One compiled template per text: a conversation renders it at every turn."""
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    environment.filters["tojson"] = _tojson
-    environment.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
-    try:
-        return environment.from_string(template)
-    except TemplateError as exc:
-        raise ZooError(f"the card's chat template is not a Jinja template Jinja can read: {exc}") from None
+def _sandbox() -> TemplateSandbox:
+    """One sandbox per process, its workers started on first use and stopped at exit."""
+    global _SANDBOX
+    with _SANDBOX_LOCK:
+        if _SANDBOX is None:
+            _SANDBOX = TemplateSandbox()
+            atexit.register(_SANDBOX.close)
+        return _SANDBOX
 
 
 def chat_prompt_ids(model, messages: Sequence[Mapping[str, Any]]) -> list[int]:
     """``messages`` rendered with ``model``'s template and encoded: the ids of the
     prompt the reply continues. A conversation longer than the model's window is
     refused rather than cut, since cutting would drop the template's beginning."""
-    text = render_chat(chat_spec(model.card), messages)
+    text = render_chat(chat_spec(model.card), messages, name=model.name)
     ids = model.tokenizer.encode(text)
     window = model.card.context_length
     if len(ids) > window:

@@ -1,7 +1,9 @@
 """`zoo import gguf`: a llama.cpp GGUF file as a zoo variant.
 
 The file is first walked by gguf_files (every count, length and offset
-bounded), then read by llama.cpp's own Python reader (`gguf.GGUFReader`).
+bounded, the metadata read as plain values, the counts it claims checked
+against the tensors the file holds); its tensors are then memory-mapped as
+llama.cpp's own Python reader (`gguf.GGUFReader`) gives them.
 Its ``general.architecture`` names the family record that reads it
 (``zoo_core.plugin_api.families``): the record turns the architecture's
 metadata keys into the card's config and llama.cpp's tensors (dequantised
@@ -28,7 +30,7 @@ from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
 from ..plugin_api import families
 from ..storage.checkpoints import sha256_file
-from .gguf_files import GGUFHeader, check_gguf_header
+from .gguf_files import GGUFHeader, check_counts_fit_tensors, check_gguf_header, tensor_data
 from .gguf_tokenizer import tokenizer_from_gguf
 from .imports import (
     BUILTIN_CORPUS,
@@ -59,8 +61,7 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
     float32 weights, its tokenizer as tokenizer.json ('hf'), its chat template,
     licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`."""
     header = check_gguf_header(source)
-    reader = _reader(source)
-    metadata = _metadata(source, reader)
+    metadata = header.metadata
     architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
     record = families.for_gguf_architecture(architecture, metadata)
     if record is None:
@@ -70,16 +71,20 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
         )
     name = name if name is not None else _variant_name(source, metadata)
     check_name_is_free(name, replace)
+    check_counts_fit_tensors(source, header, architecture)
     settings, context_length = record.config_from_gguf(metadata, source)
-    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    tensors = tensor_data(source, header)
     settings, renamed = record.tensors_from_gguf(settings, tensors, lambda tensor: _dequantized(source, tensor), source)
     vocab = record.vocab_size(renamed)
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer_file = Path(scratch) / "tokenizer.json"
         tokenizer = _tokenizer(source, metadata)
         tokenizer_file.write_text(tokenizer.to_str(), encoding="utf-8")
-        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
-        check_tokenizer(spec, tokenizer_path)
+        try:
+            spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+            check_tokenizer(spec, tokenizer_path)
+        except ZooError as exc:  # the scratch file is gone by the time anyone reads the message
+            raise ZooError(str(exc).replace(str(tokenizer_file), f"{source} (its tokenizer)")) from None
         card = imported_card(
             name,
             settings,
@@ -100,21 +105,6 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
         card = _with_paragraph_metrics(card, network, tokenizer)
         registry = publish_import(card, renamed, tokenizer_path)
     return card, registry
-
-
-def _reader(source: Path) -> gguf.GGUFReader:
-    try:
-        return gguf.GGUFReader(source)
-    except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError) as exc:
-        raise ZooError(f"{source}: gguf cannot read it: {printable(' '.join(str(exc).split()))}") from None
-
-
-def _metadata(source: Path, reader: gguf.GGUFReader) -> dict[str, Any]:
-    """Every key as plain Python values (what tokenizer_from_gguf takes)."""
-    try:
-        return {field.name: field.contents() for field in reader.fields.values()}
-    except UnicodeDecodeError:
-        raise ZooError(f"{source}: a metadata string is not UTF-8") from None
 
 
 def _optional_text(metadata: Mapping[str, Any], key: str) -> str | None:
@@ -150,9 +140,19 @@ def _dequantized(source: Path, tensor) -> torch.Tensor:
 
 def _tokenizer(source: Path, metadata: Mapping[str, Any]) -> Tokenizer:
     try:
-        return tokenizer_from_gguf(metadata)
+        tokenizer = tokenizer_from_gguf(metadata)
     except ZooError as exc:
         raise ZooError(f"{source}: {exc}") from None
+    # The import scores the reference paragraph: a vocabulary that cannot spell it in
+    # at least two tokens (say, a few tokens and no byte fallback) has nothing to score.
+    for special in (False, True):
+        count = len(tokenizer.encode(REFERENCE_PARAGRAPH, add_special_tokens=special).ids)
+        if count < 2:
+            raise ZooError(
+                f"{source}: the file's tokenizer turns the reference paragraph ({len(REFERENCE_PARAGRAPH)} "
+                f"characters of English) into {count} token(s): its vocabulary cannot spell plain text"
+            )
+    return tokenizer
 
 
 def _token_text(source: Path, metadata: Mapping[str, Any], key: str) -> str | None:

@@ -16,25 +16,27 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..catalogue.cards import Recipe
 from ..catalogue.limits import limits
 from ..corpus.batches import encodable_text, split_text
-from ..errors import ZooError
+from ..errors import ZooError, printable
 from ..loading.texts import variant_text
 from ..plugin_api import families
 from ..plugin_api.manager import get_plugins
-from ..storage.checkpoints import MAX_HEADER_BYTES, sha256_file
+from ..storage.checkpoints import MAX_HEADER_BYTES, read_header, sha256_file
 from ..storage.files import describe_os_error, open_regular, read_limited
 from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
 from .hf_chat import folder_chat
 from .hf_shards import read_tensors, weight_files, weights_in
-from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
 from .imports import (
     BUILTIN_CORPUS,
     check_card_fits_tensors,
@@ -278,13 +280,82 @@ def _check_weights_file(weights: Path) -> None:
         try:
             with open_regular(path, "weights file") as handle:
                 size += os.fstat(handle.fileno()).st_size
-        except OSError as exc:
-            raise ZooError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+        except OSError as exc:  # a shard's name comes from the index: shown escaped
+            raise ZooError(f"{printable(str(path), None)}: cannot read: {describe_os_error(exc)}") from None
     largest = 8 * limits()[0] + 8 + MAX_HEADER_BYTES
     if size > largest:
         raise ZooError(
             f"{weights}: {size:,} bytes, more than weights within the parameter limit can take ({largest:,})"
         )
+
+
+# config.json's counts, in the names transformers' configs use: each is checked
+# against the weights' own tensors (their headers only) before transformers or a
+# family builds anything from it; transformers' config class alone took 44 s and
+# 3.4 GB to refuse num_hidden_layers 1000000.
+LAYER_COUNTS = ("num_hidden_layers", "num_layers")  # GPT-2's own is its family's to check
+SIZES = (
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "intermediate_size",
+    "n_inner",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "head_dim",
+    "num_local_experts",
+    "num_experts",
+    "moe_intermediate_size",
+)
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d{1,9})\.")
+
+
+def check_config_counts(raw: Any, config_path: Path, weights: Path) -> None:
+    """config.json's layer count no more than the layers the weights' tensor names
+    number, and each width, head count and head size a whole number from 1 to the
+    largest dimension of any tensor: read from the safetensors headers, in
+    milliseconds, whatever the config claims. Values that are not whole numbers are
+    left to the family's own reading, which names them."""
+    if not isinstance(raw, dict):
+        return
+    layers: set[int] = set()
+    widest = 0
+    for path in weight_files(weights):
+        try:
+            header = read_header(path)
+        except ZooError as exc:  # a shard's name comes from the index: shown escaped
+            raise ZooError(printable(str(exc), None)) from None
+        for name, entry in header.items():
+            if name == "__metadata__" or not isinstance(entry, dict):
+                continue
+            shape = entry.get("shape")
+            if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+                widest = max([widest, *shape])
+            match = _LAYER_INDEX.search(name)
+            if match:
+                layers.add(int(match.group(1)))
+    held = max(layers) + 1 if layers else 0
+
+    def whole(field: str) -> int | None:
+        value = raw.get(field)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    for field in LAYER_COUNTS:
+        value = whole(field)
+        if value is not None and value > held:
+            raise ZooError(f"{config_path}: config.json says {field} {value}, the file holds {held} layers")
+    for field in SIZES:
+        value = whole(field)
+        if value is None:
+            continue
+        if value < 1:
+            raise ZooError(f"{config_path}: field 'config.{field}': must be at least 1, not {value}")
+        if value > widest:
+            raise ZooError(
+                f"{config_path}: config.json says {field} {value:,}, larger than every dimension "
+                f"of the weights' tensors (at most {widest:,})"
+            )
 
 
 def import_hf(
@@ -309,6 +380,7 @@ def import_hf(
             "(pickled pytorch_model.bin is not read: it could run code)"
         )
     _check_weights_file(weights)
+    check_config_counts(raw, folder / "config.json", weights)
     zoo_config, context_length = record.config_from_hf(
         raw, folder / "config.json", lambda: _transformers_config(folder)
     )
@@ -317,8 +389,15 @@ def import_hf(
     with tempfile.TemporaryDirectory() as scratch:
         if tokenizer_file is None:
             tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
-        spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
-        check_tokenizer(spec, tokenizer_path)
+        try:
+            spec, tokenizer_path = tokenizer_for_vocabulary(vocab, tokenizer_file)
+            check_tokenizer(spec, tokenizer_path)
+            if spec.kind == "hf":
+                probe_tokenizer(tokenizer_path)
+        except ZooError as exc:  # a tokenizer rewritten in the scratch folder is gone when the message is read
+            if tokenizer_file is not None and tokenizer_file.parent == Path(scratch):
+                raise ZooError(str(exc).replace(str(tokenizer_file), f"{folder / 'tokenizer.json'}")) from None
+            raise
         card = imported_card(
             name,
             zoo_config,

@@ -61,7 +61,8 @@ def read_tensors(weights: Path) -> dict[str, torch.Tensor]:
         try:
             found = load_file(str(path))
         except (SafetensorError, OSError, ValueError) as exc:
-            raise ZooError(f"{path}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
+            shown = printable(str(path), None)
+            raise ZooError(f"{shown}: not a valid safetensors file: {printable(' '.join(str(exc).split()))}") from None
         if mapping is not None:
             misplaced = sorted(name for name in found if mapping.get(name) != path.name)
             if misplaced:

@@ -13,7 +13,11 @@
 
 from __future__ import annotations
 
-from ..errors import ZooError
+import json
+import subprocess
+import sys
+
+from ..errors import ZooError, printable
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -89,3 +93,56 @@ def hf_tokenizer_for(zoo_tokenizer, context_length: int):
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, model_max_length=context_length, clean_up_tokenization_spaces=False
     )
+
+
+# Texts that make a backtracking pre-tokenizer regex (``(a+)+b``, ``(\s*\w+)*$``)
+# show itself: long runs of one class of character, each ended by another class
+# (where backtracking starts), and plain prose. Prompts are at most a few thousand
+# characters (the server's max_prompt_chars is 8,000), so are the probes.
+PROBE_RUN = 4000
+PROBES = [
+    *(
+        character * PROBE_RUN + end
+        for character in ("a", " ", "1", "é", "\n", "!", "\t")
+        for end in ("", "!", "a", " ")
+    ),
+    "a " * (PROBE_RUN // 2) + "!",
+    "a1" * (PROBE_RUN // 2) + " !",
+    "The library stood at the corner of two quiet streets. " * 70,
+]
+PROBE_SECONDS = 5.0
+_PROBE = """
+import json, sys
+from tokenizers import Tokenizer
+tokenizer = Tokenizer.from_file(sys.argv[1])
+for probe in json.load(sys.stdin):
+    tokenizer.encode(probe, add_special_tokens=False)
+"""
+
+
+def probe_tokenizer(path) -> None:
+    """Encode `PROBES` with the tokenizer.json at ``path`` in a separate process
+    with a deadline: a pattern that trips the regex engine's limit (a Rust panic in
+    the process that meets it) or backtracks for seconds is refused here, at
+    import, in one line, rather than at a user's prompt or in a server's thread."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _PROBE, str(path)],
+            input=json.dumps(PROBES),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_SECONDS,
+            env={"RUST_BACKTRACE": "0", "PATH": ""},
+        )
+    except subprocess.TimeoutExpired:
+        raise ZooError(
+            f"{path}: the tokenizer took more than {PROBE_SECONDS:g} s to encode {len(PROBES)} test texts of "
+            f"{PROBE_RUN:,} characters (a pre-tokenizer regex that backtracks without bound?); it is not imported"
+        ) from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        why = next((line for line in lines if "rror" in line), lines[-1] if lines else f"exit {done.returncode}")
+        raise ZooError(
+            f"{path}: the tokenizer fails on a test text of {PROBE_RUN:,} characters ({printable(why.strip())[:160]}); "
+            "it is not imported"
+        )

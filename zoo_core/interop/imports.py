@@ -44,13 +44,20 @@ def builtin_char_vocabulary() -> Path:
     raise ZooError("the built-in catalogue has no 65-character vocabulary; give the tokenizer with --tokenizer FILE")
 
 
+MAX_NAME_CHARS = 200
+
+
 def check_name_is_free(name: str, replace: bool = False) -> None:
     """A name lives in one layer only: an import may replace the user's own
     variant of that name (with ``replace``: `--replace`), never a built-in or plugin one."""
     if not re.fullmatch(ModelCard.model_fields["name"].metadata[0].pattern, name):
         raise ZooError(
-            f"--name '{name}': a variant name is lower-case letters, digits, '-' and '.', starting with a letter or digit"
+            f"--name '{printable(name)}': a variant name is lower-case letters, digits, '-' and '.', "
+            "starting with a letter or digit"
         )
+    # Its files are NAME.safetensors and NAME.tokenizer.json, and a file name has at most 255 bytes.
+    if len(name) > MAX_NAME_CHARS:
+        raise ZooError(f"--name '{printable(name, 40)}': a variant name has at most {MAX_NAME_CHARS} characters")
     try:
         existing = catalogue().get(name)
     except ZooError:

@@ -49,6 +49,8 @@ from .completions import (
     TopK,
     TopP,
     describe_error,
+    off_loop,
+    parse_body,
     response_head,
 )
 
@@ -106,12 +108,7 @@ class ChatCompletions:
         self.completions = completions
 
     def parse(self, body: bytes) -> ChatCompletionRequest:
-        try:
-            raw = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise Refused(400, f"the body is not JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise Refused(400, "the body must be a JSON object")
+        raw = parse_body(body)
         try:
             request = ChatCompletionRequest.model_validate(raw)
         except ValidationError as exc:
@@ -148,7 +145,7 @@ class ChatCompletions:
             except ZooError as exc:
                 raise Refused(500, f"cannot load '{params.model}': {exc}", kind="server_error") from None
             try:
-                ids = await asyncio.to_thread(chat_prompt_ids, model, messages)
+                ids = await off_loop(chat_prompt_ids, model, messages)
             except ZooError as exc:
                 raise Refused(400, str(exc)) from None
             try:

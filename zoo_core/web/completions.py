@@ -24,6 +24,7 @@ import json
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -108,6 +109,41 @@ class Refused(Exception):
         return JSONResponse(body, status_code=self.status)
 
 
+def parse_body(body: bytes) -> dict:
+    """The request's JSON object; a client's mistake in it is a 400, never a 500:
+    not JSON, nested past the parser's recursion (30,000 brackets), an integer of
+    more digits than Python converts (its 4,300-digit guard), a lone surrogate
+    (text that cannot be UTF-8, which no tokenizer takes)."""
+    try:
+        raw = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Refused(400, f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise Refused(400, "the body is nested too deeply to be a request") from None
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise Refused(
+            400, f"the body holds a number too long to be a request's: {' '.join(str(exc).split())[:120]}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise Refused(400, "the body must be a JSON object")
+    try:
+        json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refused(400, "the body holds a lone surrogate (\\ud800-\\udfff alone): that is not text") from None
+    return raw
+
+
+# Per-request work that can take time (tokenising, rendering a chat template) runs
+# on these threads, off the event loop and apart from asyncio's default threads, so
+# that slow requests wait for each other, never for /v1/models, /health or the loop.
+REQUEST_WORK = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zoo-request")
+
+
+async def off_loop(function, *arguments):
+    """``function(*arguments)`` on a `REQUEST_WORK` thread, awaited."""
+    return await asyncio.get_running_loop().run_in_executor(REQUEST_WORK, function, *arguments)
+
+
 def describe_error(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "body"
@@ -142,12 +178,7 @@ class Completions:
     def parse(self, body: bytes, snapshot: Snapshot) -> tuple[CompletionRequest, list]:
         """The request and its prompts (each a string or a list of token ids); its
         model must be one of ``snapshot``'s with weights."""
-        try:
-            raw = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise Refused(400, f"the body is not JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise Refused(400, "the body must be a JSON object")
+        raw = parse_body(body)
         if raw.get("suffix") not in (None, ""):
             raise Refused(
                 400, "field 'suffix' is not supported: these models only continue text (no fill-in-the-middle)"
@@ -227,7 +258,7 @@ class Completions:
                 raise Refused(500, f"cannot load '{params.model}': {exc}", kind="server_error") from None
             if is_task_model(model):
                 return await self._answer(model, params, prompts)
-            encoded = [_token_ids(model, prompt) for prompt in prompts]
+            encoded = [await off_loop(_token_ids, model, prompt) for prompt in prompts]
             prompts = [prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt) for prompt in prompts]
             rows = len(prompts) * params.n
             try:
