@@ -28,6 +28,7 @@ import torch
 
 from ..errors import ZooError
 from ..plugin_api import families
+from .gguf_files import check_gguf_header, tensor_data
 from .hf import _require_transformers, quiet_transformers, verification_ids
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
 
@@ -257,12 +258,10 @@ def _read_as_imported(model, path: Path, record) -> torch.nn.Module:
     from . import gguf_import
     from .imports import check_card_fits_tensors
 
-    reader = gguf.GGUFReader(path)
-    metadata = gguf_import._metadata(path, reader)
-    settings, context_length = record.config_from_gguf(metadata, path)
-    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    header = check_gguf_header(path)
+    settings, context_length = record.config_from_gguf(header.metadata, path)
     settings, state = record.tensors_from_gguf(
-        settings, tensors, lambda tensor: gguf_import._dequantized(path, tensor), path
+        settings, tensor_data(path, header), lambda tensor: gguf_import._dequantized(path, tensor), path
     )
     card = model.card.model_copy(update={"config": settings, "context_length": context_length})
     network = check_card_fits_tensors(path, card, state, record)
