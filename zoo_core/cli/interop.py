@@ -78,12 +78,14 @@ def _written_whole(out: Path, write):
 def cmd_import(args) -> int:
     if args.name is None and args.source != "gguf":
         raise ZooError(f"zoo import {args.source} needs the new variant's name: --name NAME")
+    if args.dequantize and args.source != "gguf":
+        raise ZooError(f"--dequantize is for zoo import gguf; {args.source} weights are float already")
     if args.source == "gguf":
         if args.tokenizer is not None:
             raise ZooError("zoo import gguf reads the tokenizer inside the file; --tokenizer is for nanogpt and hf")
         if gguf_import is None:
             raise ZooError(NO_GGUF)
-        card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace)
+        card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace, args.dequantize)
     elif args.source == "nanogpt":
         card, registry = import_nanogpt(
             args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace

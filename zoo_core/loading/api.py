@@ -200,6 +200,7 @@ def load_variant(
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = _build_checked(variant, plugins)
+        _pack_for(network, variant)
         verification = checkpoints.load_verified(
             variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
         )
@@ -211,6 +212,16 @@ def load_variant(
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)
+
+
+def _pack_for(network, variant: Variant) -> None:
+    """Packed layers where the checkpoint keeps a GGUF file's quantised blocks
+    (zoo_core.loading.packed_modules); its header says which. Needs the gguf package."""
+    metadata = checkpoints.read_header(variant.checkpoint_path).get("__metadata__") or {}
+    if "zoo.ggml_types" in metadata:
+        from .packed_modules import header_types, pack_modules
+
+        pack_modules(network, header_types(metadata))
 
 
 def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> checkpoints.Verification:
@@ -235,6 +246,7 @@ def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> 
         except CannotMeasure:
             return load_variant(variant, plugins).verification
     load_tokenizer(variant, plugins)
+    _pack_for(network, variant)
     return checkpoints.verify_streamed(
         variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
     )

@@ -99,12 +99,19 @@ def header_card(path: Path) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any], *, by_content: bool = False) -> str:
-    """Write weights (and the card, in the header) atomically; return the file's sha256.
-    ``by_content`` names the file after it (`tensor_files.content_named`)."""
-    return write_safetensors(
-        path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)}, by_content=by_content
-    )
+def save_checkpoint(
+    path: Path,
+    state_dict: dict,
+    card_header: dict[str, Any],
+    *,
+    by_content: bool = False,
+    metadata: dict[str, str] | None = None,
+) -> str:
+    """Write weights (and the card, in the header, beside any other ``metadata``)
+    atomically; return the file's sha256. ``by_content`` names the file after it
+    (`tensor_files.content_named`)."""
+    header = {**(metadata or {}), CARD_KEY: json.dumps(card_header, sort_keys=True)}
+    return write_safetensors(path, state_dict, header, by_content=by_content)
 
 
 @dataclass
@@ -168,12 +175,16 @@ def load_verified(
         raise ZooError(problem)
     checks.append("names")
     checks.append("shapes")
+    packed = _packed_checker(header)
     for name, tensor in tensors.items():
         wanted = target[name].dtype
         if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
             raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
         if not verified_before:
-            _check_finite(path, name, tensor)
+            if name in packed[0]:
+                packed[1](path, name, tensor, packed[0][name])
+            else:
+                _check_finite(path, name, tensor)
     card_checked = card is not None and check_header_card(path, header, card)
     if verified_before and all(tensors[name].dtype == target[name].dtype for name in tensors):
         adopt_mapped(model, tensors)
@@ -325,7 +336,9 @@ def verify_streamed(
 
 def _counted_parameters(path: Path, network: torch.nn.Module, expected: int | None, checks: list[str]) -> int:
     """The network's parameter count, held to the card's when it states one (then "parameters" is checked)."""
+    # a packed layer (zoo_core.loading.packed_modules) counts the values its blocks hold
     parameters = sum(p.numel() for p in network.parameters())
+    parameters += sum(getattr(module, "packed_values", 0) for module in network.modules())
     if expected is not None:
         if parameters != expected:
             raise ZooError(f"{path}: the card says {expected:,} parameters, the built model has {parameters:,}")
@@ -415,6 +428,17 @@ def _read_verified(path: Path, expected_sha256: str | None, limit: int) -> tuple
     except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
         raise ZooError(f"{path}: not a valid safetensors file: {one_line(exc)}") from None
     return tensors, actual, header, checks
+
+
+def _packed_checker(header: dict[str, Any]):
+    """The header's packed tensors ({name: type}) and their check of finite values;
+    the gguf package is imported only for a checkpoint that has some."""
+    metadata = header.get("__metadata__") or {}
+    if "zoo.ggml_types" not in metadata:
+        return {}, None
+    from ..loading.packed_modules import check_packed_finite, header_types
+
+    return header_types(metadata), check_packed_finite
 
 
 def _check_finite(path: Path, name: str, tensor) -> None:

@@ -68,4 +68,10 @@ def import_arguments(commands) -> None:
         help="the imported weights' license, recorded in the card (default: an hf folder's README.md "
         "model card's, a GGUF file's general.license, else unspecified; the zoo never assumes one)",
     )
+    p.add_argument(
+        "--dequantize",
+        action="store_true",
+        help="gguf: store every weight as float32 (for training and bitwise comparisons; default: quantised "
+        "matrices keep the file's blocks, near the file's size)",
+    )
     p.set_defaults(run="interop:cmd_import")

@@ -1,0 +1,128 @@
+"""GGUF weights kept as the file gives them (zoo_core.loading.packed_modules).
+
+Real GGUF files written by llama.cpp's own `gguf` writer (tests/gguf_support.py),
+imported twice: with their quantised blocks kept (the default) and with
+``--dequantize`` (float32). The packed network dequantises each weight to the
+very float32 values of the float import and multiplies with the same `F.linear`,
+so the bound on their difference is zero: the logits are equal bit for bit, and
+any difference is a bug, not rounding. Also: blocks equal to the file's bytes,
+the tied head stored once, the second load memory-mapped, a corrupted packed
+checkpoint refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the interop extra is not installed")
+
+from zoo_core.loading.api import get_variant, load  # noqa: E402
+from zoo_core.loading.ggml_blocks import PACKED_TYPES, dequantize_rows  # noqa: E402
+from zoo_core.loading.packed_modules import PACKED_KEY, PackedEmbedding, PackedLinear, TiedPackedHead  # noqa: E402
+from zoo_core.storage.checkpoints import read_header  # noqa: E402
+
+from .gguf_support import Q, stored, tiny_tokenizer, write_gguf  # noqa: E402
+
+VOCAB = 299
+KEPT = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q2_K, Q.Q3_K]
+# The file's matrices in turn: the embedding (tied to the head); then per layer query, key,
+# value (joined into one matrix by the zoo), output, gate and up (joined), down.
+MATRICES = [Q.Q8_0]
+MATRICES += [Q.Q4_0] * 3 + [Q.Q4_1] + [Q.Q5_0] * 2 + [Q.Q5_1]
+MATRICES += [Q.Q4_K] * 3 + [Q.Q5_K] + [Q.Q6_K] * 2 + [Q.Q2_K]
+MATRICES += [Q.Q3_K] * 3 + [Q.Q8_0] + [Q.Q4_0, Q.Q8_0] + [Q.Q8_0]  # gate and up of two types: float32
+TINY = dict(
+    vocab_size=VOCAB,
+    hidden_size=256,
+    intermediate_size=256,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+    initializer_range=0.05,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+    tie_word_embeddings=True,
+)
+
+
+@pytest.mark.parametrize("kind", sorted(PACKED_TYPES))
+def test_blocks_read_as_the_package_dequantises_them(kind):
+    values = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)
+    blocks = stored(values, kind, seed=1)
+    expected = gguf.quants.dequantize(blocks, kind)
+    got = dequantize_rows(torch.from_numpy(blocks), kind).numpy()
+    assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))  # bit for bit, not close
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory):
+    """One file with matrices of every kept type (`MATRICES`)."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**TINY, rope_theta=50000.0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_gguf(path, model, MATRICES, tiny_tokenizer(VOCAB), name="Tiny Packed")
+    return path
+
+
+def test_packed_import_decodes_as_the_float_import(zoo, tiny_file):
+    assert zoo("import", "gguf", str(tiny_file), "--name", "packed").code == 0
+    assert zoo("import", "gguf", str(tiny_file), "--name", "float", "--dequantize").code == 0
+    packed, full = load("packed"), load("float")
+    header = read_header(packed.verification.path)
+    types = json.loads(header["__metadata__"][PACKED_KEY])
+    assert set(types.values()) == {kind.name for kind in KEPT}
+    assert "lm_head.weight" not in header  # the tied head is the embedding, stored once
+    assert isinstance(packed.network.token_embedding, PackedEmbedding)
+    assert isinstance(packed.network.lm_head, TiedPackedHead)
+    assert sum(isinstance(m, PackedLinear) for m in packed.network.modules()) == 3 * 4 - 1  # qkv, proj, up, down
+    assert packed.network.blocks[2].feed_forward.up.weight.dtype == torch.float32  # Q4_0 and Q8_0 rows joined
+    assert packed.card.parameters == full.card.parameters
+    # every packed weight dequantises to the float import's values, bit for bit
+    floats = full.network.state_dict()
+    for name, kind in types.items():
+        weight = packed.network.get_submodule(name.rpartition(".")[0]).weight
+        assert torch.equal(dequantize_rows(weight, gguf.GGMLQuantizationType[kind]), floats[name]), name
+    ids = torch.tensor([[5, 17, 200, 3, 42, 298, 7]])
+    with torch.no_grad():
+        assert torch.equal(packed.network(ids)[0], full.network(ids)[0])  # bound: zero (see the module's docstring)
+    a = packed.generate("the quick brown", max_new_tokens=8, seed=1)
+    b = full.generate("the quick brown", max_new_tokens=8, seed=1)
+    assert a == b
+
+
+def test_second_load_maps_the_file(zoo, tiny_file):
+    assert zoo("import", "gguf", str(tiny_file), "--name", "mapped").code == 0
+    first = load("mapped")
+    second = load("mapped")
+    assert not first.verification.verified_before and second.verification.verified_before
+    path = str(get_variant("mapped").checkpoint_path.resolve())
+    spans = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith(path):
+                low, high = (int(x, 16) for x in line.split()[0].split("-"))
+                spans.append((low, high))
+    for module in second.network.modules():
+        if isinstance(module, (PackedLinear, PackedEmbedding)):
+            pointer = module.weight.data_ptr()
+            assert any(low <= pointer < high for low, high in spans), "a packed weight was copied, not mapped"
+
+
+def test_corrupted_packed_checkpoint_is_refused_in_one_line(zoo, tiny_file):
+    assert zoo("import", "gguf", str(tiny_file), "--name", "broken").code == 0
+    path = get_variant("broken").checkpoint_path
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # inside the last tensor's blocks
+    path.write_bytes(bytes(data))
+    result = zoo("sample", "broken", "--prompt", "the", "--max-new-tokens", "2")
+    assert result.code == 1
+    assert result.err.count("\n") == 1 and "sha256 mismatch" in result.err
