@@ -7,11 +7,15 @@ header (`PACKED_KEY`). `pack_modules` swaps a built network's ``nn.Linear`` and
 ``nn.Embedding`` layers for these before the checkpoint is loaded into it, so
 a checkpoint's names stay the float network's and its bytes are the file's.
 
-The product dequantises the weight at every call and multiplies in float32
-(`F.linear`): the values are bit for bit those of the float32 import, so the
-logits are those of `zoo import gguf --dequantize` (the same products on the same
-numbers); no activation is rounded. docs/benchmarks.md ("quantized") has the
-kernels measured against each other on this machine and why this one.
+The product of a token (or a few) goes through the project's C kernel
+(zoo_core.loading.ggml_kernels): each block's integers widened to float32 in
+registers and multiplied by the float32 activations as they are (no activation
+is rounded), so it differs from `zoo import gguf --dequantize` only in the order
+of float32 additions, as any two matrix libraries do. More rows of input (a
+prompt read at once), or no compiler: the weight is dequantised to the very
+float32 values of the float import and multiplied by `F.linear`, equal to it
+bit for bit. docs/benchmarks.md ("quantized") has the kernels measured against
+each other on this machine.
 A head tied to the embedding holds no weight of its own: it reads the embedding's.
 """
 
@@ -27,6 +31,7 @@ from torch.nn import functional as F
 
 from ..errors import ZooError, printable
 from .ggml_blocks import dequantize_rows, packed_type, row_bytes
+from .ggml_kernels import matvec
 
 PACKED_KEY = "zoo.ggml_types"  # checkpoint header: {tensor name: "Q4_1", ...}
 
@@ -49,7 +54,7 @@ class PackedLinear(nn.Module):
         self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, dequantize_rows(self.weight, self.kind), self.bias)
+        return packed_linear(x, self.weight, self.kind, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.kind.name}"
@@ -88,7 +93,16 @@ class TiedPackedHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         embedding = self._embedding[0]
-        return F.linear(x, dequantize_rows(embedding.weight, embedding.kind), self.bias)
+        return packed_linear(x, embedding.weight, embedding.kind, self.bias)
+
+
+def packed_linear(x: torch.Tensor, rows: torch.Tensor, kind: gguf.GGMLQuantizationType, bias) -> torch.Tensor:
+    """``F.linear(x, W, bias)`` for the weight W that ``rows`` hold: the C kernel for a
+    token or a few (zoo_core.loading.ggml_kernels), else dequantised and BLAS."""
+    out = matvec(rows, int(kind), x)
+    if out is None:
+        return F.linear(x, dequantize_rows(rows, kind), bias)
+    return out if bias is None else out + bias
 
 
 def pack_modules(network: nn.Module, types: Mapping[str, str]) -> None:
