@@ -16,6 +16,9 @@ checkpoint refused in one line.
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 
 import gguf
 import numpy as np
@@ -32,6 +35,7 @@ from zoo_core.storage.checkpoints import read_header  # noqa: E402
 
 from .gguf_support import Q, stored, tiny_tokenizer, write_gguf  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 299
 KEPT = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q2_K, Q.Q3_K]
 # The file's matrices in turn: the embedding (tied to the head); then per layer query, key,
@@ -142,3 +146,24 @@ def test_corrupted_packed_checkpoint_is_refused_in_one_line(zoo, tiny_file):
     result = zoo("sample", "broken", "--prompt", "the", "--max-new-tokens", "2")
     assert result.code == 1
     assert result.err.count("\n") == 1 and "sha256 mismatch" in result.err
+
+
+def test_smollm2_packed_as_docs_say(zoo, monkeypatch):
+    """docs/interop.md's packed import of SmolLM2-135M-Instruct Q4_1: the
+    checkpoint within 1.1x the file, every matrix packed, " Paris" greedily."""
+    from .references import SMOLLM2, reference
+
+    source = reference(SMOLLM2)
+    section = (ROOT / "docs" / "interop.md").read_text(encoding="utf-8").split("### Quantised weights kept")[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [shlex.split(line) for line in block.splitlines() if line.startswith("zoo ")]
+    assert commands[0][:3] == ["zoo", "import", "gguf"] and commands[0][3] == SMOLLM2
+    commands[0][3] = str(source)
+    for command in commands:
+        result = zoo(*command[1:])
+        assert result.code == 0, result.err
+    assert result.out.startswith("The capital of France is Paris")
+    variant = get_variant(commands[0][5])
+    assert variant.checkpoint_path.stat().st_size <= 1.1 * source.stat().st_size
+    types = json.loads(read_header(variant.checkpoint_path)["__metadata__"][PACKED_KEY])
+    assert len(types) == 1 + 30 * 4 and set(types.values()) == {"Q4_1", "Q8_0"}  # embedding + 4 per layer
