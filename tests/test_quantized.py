@@ -148,6 +148,8 @@ def test_corrupted_packed_checkpoint_is_refused_in_one_line(zoo, tiny_file):
     assert result.err.count("\n") == 1 and "sha256 mismatch" in result.err
 
 
+@pytest.mark.slow
+@pytest.mark.smollm2
 def test_smollm2_packed_as_docs_say(zoo, monkeypatch):
     """docs/interop.md's packed import of SmolLM2-135M-Instruct Q4_1: the
     checkpoint within 1.1x the file, every matrix packed, " Paris" greedily."""
