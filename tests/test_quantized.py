@@ -169,3 +169,23 @@ def test_smollm2_packed_as_docs_say(zoo, monkeypatch):
     assert variant.checkpoint_path.stat().st_size <= 1.1 * source.stat().st_size
     types = json.loads(read_header(variant.checkpoint_path)["__metadata__"][PACKED_KEY])
     assert len(types) == 1 + 30 * 4 and set(types.values()) == {"Q4_1", "Q8_0"}  # embedding + 4 per layer
+
+
+def test_zoo_quantize_round_trip(zoo, tiny_file):
+    """A float import quantised once to Q8_0: saved packed, loaded packed, its
+    blocks the gguf package's quantisation of the float weights."""
+    assert zoo("import", "gguf", str(tiny_file), "--name", "float32", "--dequantize").code == 0
+    result = zoo("quantize", "float32", "--to", "q8_0", "--name", "float32-q8")
+    assert result.code == 0, result.err
+    full, packed = load("float32"), load("float32-q8")
+    assert isinstance(packed.network.lm_head, TiedPackedHead)
+    header = read_header(packed.verification.path)
+    assert "lm_head.weight" not in header
+    qkv = packed.network.blocks[0].attention.qkv
+    assert isinstance(qkv, PackedLinear)
+    expected = gguf.quants.quantize(full.network.blocks[0].attention.qkv.weight.detach().numpy(), Q.Q8_0)
+    assert np.array_equal(qkv.weight.numpy(), expected)
+    assert packed.card.parameters == full.card.parameters
+    assert packed.generate("the quick", max_new_tokens=4, seed=0)  # runs through the kernel
+    again = zoo("quantize", "float32-q8", "--to", "q4_0", "--name", "twice")
+    assert again.code == 1 and "quantised already" in again.err and again.err.count("\n") == 1

@@ -97,3 +97,14 @@ def cmd_import(args) -> int:
     print(f"{card.name}: {card.parameters:,} parameters from {source} -> {registry.parent / card.checkpoint.path}")
     print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
     return 0
+
+
+def cmd_quantize(args) -> int:
+    try:
+        from ..interop.gguf_quantize import quantize_variant
+    except ImportError:
+        raise ZooError(NO_GGUF) from None
+    card, registry = quantize_variant(args.name, args.to, args.new_name, args.replace)
+    print(f"{card.name}: {args.name} quantised to {args.to} -> {registry.parent / card.checkpoint.path}")
+    print(f"  card in {registry} (the user catalogue); try: zoo sample {card.name}")
+    return 0

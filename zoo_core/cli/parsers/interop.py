@@ -75,3 +75,19 @@ def import_arguments(commands) -> None:
         "matrices keep the file's blocks, near the file's size)",
     )
     p.set_defaults(run="interop:cmd_import")
+
+
+def quantize_arguments(commands) -> None:
+    p = commands.add_parser(
+        "quantize", help="save a float variant with its matrices in llama.cpp's quantised blocks, quantised once"
+    )
+    p.add_argument("name", help="the float variant to quantize")
+    p.add_argument(
+        "--to",
+        choices=["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"],
+        required=True,
+        help="the blocks' type (quantised by the gguf package; rows not whole 32-value blocks stay float32)",
+    )
+    p.add_argument("--name", dest="new_name", required=True, help="the new variant's name (in the user catalogue)")
+    p.add_argument("--replace", action="store_true", help="over your own variant of that name")
+    p.set_defaults(run="interop:cmd_quantize")
