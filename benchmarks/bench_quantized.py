@@ -67,10 +67,12 @@ def kernels(threads: int) -> dict:
     weights = [torch.randn(*shape) * 0.02 for shape in SHAPES]
     inputs = {576: torch.randn(1, 576), 1536: torch.randn(1, 1536)}
     Q = gguf.GGMLQuantizationType
-    blocks = {
-        kind: [torch.from_numpy(gguf.quants.quantize(w.numpy(), kind)) for w in weights]
-        for kind in (Q.Q4_1, Q.Q4_0, Q.Q8_0)
-    }
+    # quantised once per distinct shape (the package's numpy quantiser is slow), copied per layer:
+    # every layer's bytes are its own, as in a model, so the caches do not hold them between layers
+    blocks = {}
+    for kind in (Q.Q4_1, Q.Q4_0, Q.Q8_0):
+        first = {w.shape: torch.from_numpy(gguf.quants.quantize(w.numpy(), kind)) for w in weights[:4] + weights[-1:]}
+        blocks[kind] = [first[w.shape].clone() for w in weights]
     fbgemm = []
     for weight in weights:
         linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
@@ -212,6 +214,7 @@ def measure(rounds: int, tokens: int, work: Path) -> dict:
     env = {**os.environ, "ZOO_HOME": str(work / "home"), "ZOO_CACHE": str(work / "cache")}
     import_both(gguf, env)
     sizes = {name: (work / "home" / "checkpoints" / f"{name}.safetensors").stat().st_size for name in (PACKED, FLOAT)}
+    print("imported; loading and decoding in fresh processes", file=sys.stderr, flush=True)
     memory = {name: [fresh_process(env, name, 1) for _ in range(2)][-1] for name in (PACKED, FLOAT)}
     os.environ.update(ZOO_HOME=env["ZOO_HOME"], ZOO_CACHE=env["ZOO_CACHE"])
     import zoo_core
@@ -229,6 +232,7 @@ def measure(rounds: int, tokens: int, work: Path) -> dict:
         "threads": {},
     }
     for threads in (1, 2):
+        print(f"{threads} thread(s): kernels, then decoding", file=sys.stderr, flush=True)
         report["threads"][threads] = {
             "kernels": kernels(threads),
             "decoding": decoding(rounds, tokens, threads, gguf, packed, full),

@@ -118,8 +118,8 @@ def import_gguf(
         )
         network.load_state_dict(renamed)
         card = _with_paragraph_metrics(card, network, tokenizer)
-        metadata = {PACKED_KEY: json.dumps(types, sort_keys=True)} if types else None
-        registry = publish_import(card, renamed, tokenizer_path, metadata=metadata)
+        packed = {PACKED_KEY: json.dumps(types, sort_keys=True)} if types else None
+        registry = publish_import(card, renamed, tokenizer_path, metadata=packed)
     return card, registry
 
 

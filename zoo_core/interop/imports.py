@@ -225,7 +225,9 @@ def imported_components(card: ModelCard) -> dict[str, ComponentSource]:
     return {role: ComponentSource(**source) for role, source in sources.items()}
 
 
-def publish_import(card: ModelCard, tensors: dict, tokenizer_file: Path, metadata: dict[str, str] | None = None) -> Path:
+def publish_import(
+    card: ModelCard, tensors: dict, tokenizer_file: Path, metadata: dict[str, str] | None = None
+) -> Path:
     # Tied embeddings share one tensor; safetensors stores each name's own copy.
     copies = {name: tensor.detach().clone() for name, tensor in tensors.items()}
     return add_user_variant(card, copies, tokenizer_file, metadata=metadata)

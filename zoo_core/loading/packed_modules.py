@@ -39,6 +39,8 @@ PACKED_KEY = "zoo.ggml_types"  # checkpoint header: {tensor name: "Q4_1", ...}
 class PackedLinear(nn.Module):
     """``nn.Linear`` whose weight is rows of quantised blocks."""
 
+    weight: torch.Tensor
+
     def __init__(
         self,
         in_features: int,
@@ -62,6 +64,8 @@ class PackedLinear(nn.Module):
 
 class PackedEmbedding(nn.Module):
     """``nn.Embedding`` whose table is rows of quantised blocks: only the rows looked up are dequantised."""
+
+    weight: torch.Tensor
 
     def __init__(self, num_embeddings: int, embedding_dim: int, kind: gguf.GGMLQuantizationType, device=None):
         super().__init__()
@@ -116,11 +120,12 @@ def pack_modules(network: nn.Module, types: Mapping[str, str]) -> None:
         kind = packed_type(type_name)
         if attribute != "weight":
             raise ZooError(f"tensor '{printable(name)}' is kept quantised, but only a layer's weight can be")
+        packed: nn.Module
         if isinstance(module, nn.Linear):
             packed = PackedLinear(module.in_features, module.out_features, kind, module.bias, module.weight.device)
         elif isinstance(module, nn.Embedding):
-            packed = PackedEmbedding(module.num_embeddings, module.embedding_dim, kind, module.weight.device)
-            embeddings[id(module.weight)] = packed
+            embedding = PackedEmbedding(module.num_embeddings, module.embedding_dim, kind, module.weight.device)
+            embeddings[id(module.weight)] = packed = embedding
         else:
             raise ZooError(f"tensor '{printable(name)}' is kept quantised, but its layer is a {type(module).__name__}")
         _replace(network, owner, packed)

@@ -23,7 +23,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -152,14 +152,18 @@ def load_verified(
     model,
     expected_parameters: int | None,
     card: ModelCard | None = None,
+    packed: Mapping[str, Callable[[Path, str, torch.Tensor], None]] | None = None,
 ) -> Verification:
     """Load weights into ``model`` after checking them; raise ZooError naming what differs.
+    ``packed``: for tensors that hold something other than their values (a GGUF
+    file's quantised blocks), the check of their values, by name.
 
     With ``card`` (the registry's), the card the file carries in its header must
     agree with it in every field but the checksum: weights trained by another
     recipe or for another configuration are refused even when their shapes fit.
     """
     started = time.perf_counter()
+    packed = packed or {}
     target = model.state_dict()
     identity = verified_identity(path, expected_sha256)
     verified_before = identity is not None and read_cache_entry(_verified_entry(path), identity) == expected_sha256
@@ -175,14 +179,13 @@ def load_verified(
         raise ZooError(problem)
     checks.append("names")
     checks.append("shapes")
-    packed = _packed_checker(header)
     for name, tensor in tensors.items():
         wanted = target[name].dtype
         if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
             raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
         if not verified_before:
-            if name in packed[0]:
-                packed[1](path, name, tensor, packed[0][name])
+            if name in packed:
+                packed[name](path, name, tensor)
             else:
                 _check_finite(path, name, tensor)
     card_checked = card is not None and check_header_card(path, header, card)
@@ -428,17 +431,6 @@ def _read_verified(path: Path, expected_sha256: str | None, limit: int) -> tuple
     except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
         raise ZooError(f"{path}: not a valid safetensors file: {one_line(exc)}") from None
     return tensors, actual, header, checks
-
-
-def _packed_checker(header: dict[str, Any]):
-    """The header's packed tensors ({name: type}) and their check of finite values;
-    the gguf package is imported only for a checkpoint that has some."""
-    metadata = header.get("__metadata__") or {}
-    if "zoo.ggml_types" not in metadata:
-        return {}, None
-    from ..loading.packed_modules import check_packed_finite, header_types
-
-    return header_types(metadata), check_packed_finite
 
 
 def _check_finite(path: Path, name: str, tensor) -> None:
