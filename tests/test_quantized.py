@@ -121,9 +121,9 @@ def test_kernel_is_the_float_product_up_to_the_order_of_additions(kind):
 
 def test_second_load_maps_the_file(zoo, tiny_file):
     assert zoo("import", "gguf", str(tiny_file), "--name", "mapped").code == 0
+    first = load("mapped")  # verifies every byte and value
     verified = zoo("verify", "mapped")  # streamed, on a network built on the meta device
     assert verified.code == 0, verified.err
-    first = load("mapped")
     second = load("mapped")
     assert not first.verification.verified_before and second.verification.verified_before
     path = str(get_variant("mapped").checkpoint_path.resolve())
