@@ -194,3 +194,15 @@ def test_zoo_quantize_round_trip(zoo, tiny_file):
     assert packed.generate("the quick", max_new_tokens=4, seed=0)  # runs through the kernel
     again = zoo("quantize", "float32-q8", "--to", "q4_0", "--name", "twice")
     assert again.code == 1 and "quantised already" in again.err and again.err.count("\n") == 1
+
+
+def test_training_and_exports_ask_for_float_weights(zoo, tiny_file, tmp_path):
+    assert zoo("import", "gguf", str(tiny_file), "--name", "frozen").code == 0
+    for args in (
+        ("export", "frozen", "--format", "gguf", "--out", str(tmp_path / "out")),
+        ("train", "frozen-lora", "--from", "frozen", "--trainer", "lora"),
+    ):
+        result = zoo(*args)
+        assert result.code == 1 and result.err.count("\n") == 1, result.err
+        assert "zoo import gguf --dequantize" in result.err
+    assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ from ..interop.nanogpt import import_nanogpt
 from ..interop.onnx import export_onnx
 from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
+from ..storage.checkpoints import PACKED_REFUSAL
 from ..storage.files import give_usual_modes, make_folder
 
 try:  # the gguf extra; without it, the GGUF import and export alone refuse, saying how to install it
@@ -30,6 +31,8 @@ _EXPORTERS = {
 
 def cmd_export(args) -> int:
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
+    if any(hasattr(module, "packed_values") for module in model.network.modules()):
+        raise ZooError(f"variant '{args.name}': {PACKED_REFUSAL}")
     if args.gguf_type is not None and args.format != "gguf":
         raise ZooError(f"--gguf-type is for --format gguf, not {args.format}")
     if args.format == "gguf" and gguf_export is None:

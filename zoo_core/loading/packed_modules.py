@@ -30,10 +30,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import ZooError, printable
+from ..storage.checkpoints import PACKED_TYPES_KEY
 from .ggml_blocks import dequantize_rows, packed_type, row_bytes
 from .ggml_kernels import matvec
 
-PACKED_KEY = "zoo.ggml_types"  # checkpoint header: {tensor name: "Q4_1", ...}
+PACKED_KEY = PACKED_TYPES_KEY  # checkpoint header: {tensor name: "Q4_1", ...}
 
 
 class PackedLinear(nn.Module):

@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 
 CARD_KEY = "zoo.card"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim is hostile
+# A checkpoint holding a GGUF file's quantised blocks names them here (zoo_core.loading.packed_modules).
+PACKED_TYPES_KEY = "zoo.ggml_types"
+PACKED_REFUSAL = (
+    "the weights are kept as a GGUF file's quantised blocks; training, fine-tuning and exports need "
+    "float weights: import the file again with zoo import gguf --dequantize"
+)
 
 
 def sha256_file(path: Path, what: str = "file") -> str:
@@ -172,6 +178,8 @@ def load_verified(
         tensors, actual, header, checks = _read_mapped(path), expected_sha256, read_header(path), ["sha256"]
     else:
         tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
+    if not packed and PACKED_TYPES_KEY in (header.get("__metadata__") or {}):
+        raise ZooError(f"{path}: {PACKED_REFUSAL}")
     problem = shape_report(
         path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()}
     )
