@@ -132,7 +132,9 @@ def smollm2_home(tmp_path_factory):
             os.environ.pop("ZOO_REGISTRY", None)
             try:
                 # The command docs/interop.md gives (tests/test_smollm2_gguf.py holds them to it).
-                assert cli.main(["import", "gguf", str(source), "--name", SMOLLM2_NAME]) == 0
+                # float32 (--dequantize): the tests on it train, export and compare weights;
+                # tests/test_quantized.py imports the file's blocks as they are.
+                assert cli.main(["import", "gguf", str(source), "--name", SMOLLM2_NAME, "--dequantize"]) == 0
             finally:
                 for key, value in saved.items():
                     if value is None:

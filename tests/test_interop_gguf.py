@@ -77,7 +77,7 @@ def test_every_type_reads_as_the_package_dequantises_it(zoo, tmp_path, tokenizer
     held = write_gguf(path, model, EVERY_TYPE, tokenizer)
     assert {gguf.GGUFReader(path).tensors[i].tensor_type for i in range(len(held))} >= set(EVERY_TYPE)
 
-    result = zoo("import", "gguf", str(path))  # the name from general.name "Tiny Llama 1.0"
+    result = zoo("import", "gguf", str(path), "--dequantize")  # the name from general.name "Tiny Llama 1.0"
     assert result.code == 0, result.err
     assert result.out.startswith("tiny-llama-1.0: ")
     imported = load("tiny-llama-1.0")

@@ -67,7 +67,7 @@ def test_the_docs_commands(smollm2_home, monkeypatch, zoo):
     section = (ROOT / "docs" / "interop.md").read_text(encoding="utf-8").split("## GGUF files")[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     commands = [shlex.split(line) for line in block.splitlines() if line.startswith("zoo ")]
-    assert commands[0] == ["zoo", "import", "gguf", SMOLLM2, "--name", SMOLLM2_NAME]
+    assert commands[0] == ["zoo", "import", "gguf", SMOLLM2, "--name", SMOLLM2_NAME, "--dequantize"]
     monkeypatch.setenv("ZOO_HOME", str(smollm2_home))
     for command in commands[1:]:
         result = zoo(*command[1:])

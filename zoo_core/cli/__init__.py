@@ -69,6 +69,7 @@ COMMANDS = {
     "completion": "shell",
     "export": "interop",
     "import": "interop",
+    "quantize": "interop",
     "pack": "sharing",
     "install": "sharing",
     "remote": "remotes",

@@ -15,6 +15,7 @@ from ..interop.nanogpt import import_nanogpt
 from ..interop.onnx import export_onnx
 from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
+from ..storage.checkpoints import PACKED_REFUSAL
 from ..storage.files import describe_os_error, give_usual_modes, make_folder
 
 try:  # the gguf extra; without it, the GGUF import and export alone refuse, saying how to install it
@@ -32,6 +33,8 @@ _EXPORTERS = {
 
 def cmd_export(args) -> int:
     model = load(args.name, merge_adapter=True)  # another tool gets one plain network, the adapter folded in
+    if any(hasattr(module, "packed_values") for module in model.network.modules()):
+        raise ZooError(f"variant '{args.name}': {PACKED_REFUSAL}")
     if args.gguf_type is not None and args.format != "gguf":
         raise ZooError(f"--gguf-type is for --format gguf, not {args.format}")
     if args.format == "gguf" and gguf_export is None:
@@ -119,12 +122,14 @@ def _write_failure(out: Path, staging: Path, exc: OSError, remaining: bool | Non
 def cmd_import(args) -> int:
     if args.name is None and args.source != "gguf":
         raise ZooError(f"zoo import {args.source} needs the new variant's name: --name NAME")
+    if args.dequantize and args.source != "gguf":
+        raise ZooError(f"--dequantize is for zoo import gguf; {args.source} weights are float already")
     if args.source == "gguf":
         if args.tokenizer is not None:
             raise ZooError("zoo import gguf reads the tokenizer inside the file; --tokenizer is for nanogpt and hf")
         if gguf_import is None:
             raise ZooError(NO_GGUF)
-        card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace)
+        card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace, args.dequantize)
     elif args.source == "nanogpt":
         card, registry = import_nanogpt(
             args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace
@@ -135,4 +140,15 @@ def cmd_import(args) -> int:
     source = os.fsencode(args.path).decode("utf-8", "backslashreplace")  # a name need not be UTF-8; the terminal is
     print(f"{card.name}: {card.parameters:,} parameters from {source} -> {registry.parent / card.checkpoint.path}")
     print(f"  card in {registry} (the user catalogue); try: zoo eval {card.name}")
+    return 0
+
+
+def cmd_quantize(args) -> int:
+    try:
+        from ..interop.gguf_quantize import quantize_variant
+    except ImportError:
+        raise ZooError(NO_GGUF) from None
+    card, registry = quantize_variant(args.name, args.to, args.new_name, args.replace)
+    print(f"{card.name}: {args.name} quantised to {args.to} -> {registry.parent / card.checkpoint.path}")
+    print(f"  card in {registry} (the user catalogue); try: zoo sample {card.name}")
     return 0

@@ -13,6 +13,7 @@ architecture's, undoing llama.cpp's own row orders where it has them.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tempfile
@@ -28,9 +29,11 @@ from tokenizers import Tokenizer
 from ..catalogue.cards import ChatSpec, ModelCard, Recipe
 from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
+from ..loading.packed_modules import PACKED_KEY, pack_modules
 from ..plugin_api import families
 from ..storage.checkpoints import sha256_file
 from .gguf_files import GGUFHeader, check_counts_fit_tensors, check_gguf_header, tensor_data
+from .gguf_packing import RowPacking, logical_values, value_shaped, without_tied_heads
 from .gguf_tokenizer import tokenizer_from_gguf
 from .imports import (
     BUILTIN_CORPUS,
@@ -55,10 +58,13 @@ REFERENCE_PARAGRAPH = (
 )
 
 
-def import_gguf(source: Path, name: str | None = None, license: str | None = None, replace: bool = False):
+def import_gguf(
+    source: Path, name: str | None = None, license: str | None = None, replace: bool = False, dequantize: bool = False
+):
     """Convert a GGUF file of a registered family into a variant in the user's
     catalogue (over the user's own variant of that name only with ``replace``):
-    float32 weights, its tokenizer as tokenizer.json ('hf'), its chat template,
+    its quantised matrices kept as the file gives them (zoo_core.interop.gguf_packing;
+    all float32 with ``dequantize``), its tokenizer as tokenizer.json ('hf'), its chat template,
     licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`."""
     header = check_gguf_header(source)
     metadata = header.metadata
@@ -74,7 +80,10 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
     check_counts_fit_tensors(source, header, architecture)
     settings, context_length = record.config_from_gguf(metadata, source)
     tensors = tensor_data(source, header)
-    settings, renamed = record.tensors_from_gguf(settings, tensors, lambda tensor: _dequantized(source, tensor), source)
+    packing = None if dequantize else RowPacking(source, header, lambda tensor: _dequantized(source, tensor))
+    read = packing.read if packing is not None else (lambda tensor: _dequantized(source, tensor))
+    settings, renamed = record.tensors_from_gguf(settings, tensors, read, source)
+    types = packing.settle(renamed) if packing is not None else {}
     vocab = record.vocab_size(renamed)
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer_file = Path(scratch) / "tokenizer.json"
@@ -90,20 +99,32 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
             settings,
             context_length,
             spec,
-            count_parameters(renamed),
+            count_parameters(renamed) if not types else logical_values(renamed, types),
             source,
             sha256_file(source, "GGUF file"),
             f"GGUF {architecture}",
-            Recipe(data=str(BUILTIN_CORPUS), notes=f"trained elsewhere; imported from a GGUF file ({_types(header)})"),
+            Recipe(
+                data=str(BUILTIN_CORPUS),
+                notes=f"trained elsewhere; imported from a GGUF file ({_types(header, kept=bool(types))})",
+            ),
             license=license or _optional_text(metadata, gguf.Keys.General.LICENSE) or "unspecified",
             architecture=record.architectures[0],
             family=record.name,
         )
         card = card.model_copy(update={"chat": _chat(source, metadata), "tags": [*card.tags, _main_type(header)]})
-        network = check_card_fits_tensors(source, card, renamed, record)
+        renamed = without_tied_heads(renamed, types)
+        network = check_card_fits_tensors(
+            source,
+            card,
+            renamed,
+            record,
+            prepare=lambda net: pack_modules(net, types),
+            shaped=value_shaped(renamed, types),
+        )
         network.load_state_dict(renamed)
         card = _with_paragraph_metrics(card, network, tokenizer)
-        registry = publish_import(card, renamed, tokenizer_path)
+        packed = {PACKED_KEY: json.dumps(types, sort_keys=True)} if types else None
+        registry = publish_import(card, renamed, tokenizer_path, metadata=packed)
     return card, registry
 
 
@@ -181,10 +202,11 @@ def _chat(source: Path, metadata: Mapping[str, Any]) -> ChatSpec | None:
     )
 
 
-def _types(header: GGUFHeader) -> str:
+def _types(header: GGUFHeader, kept: bool = False) -> str:
     """The tensor types, most used first: what was quantised how."""
     counts = Counter(tensor.type.name for tensor in header.tensors)
-    return ", ".join(f"{count} {kind}" for kind, count in counts.most_common()) + " tensors, dequantised to float32"
+    fate = "quantised blocks kept as the file gives them" if kept else "dequantised to float32"
+    return ", ".join(f"{count} {kind}" for kind, count in counts.most_common()) + f" tensors, {fate}"
 
 
 def _main_type(header: GGUFHeader) -> str:

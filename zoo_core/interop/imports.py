@@ -196,23 +196,29 @@ def count_parameters(tensors: dict[str, Any]) -> int:
 
 
 def check_card_fits_tensors(
-    source: Path, card: ModelCard, tensors: dict[str, Any], family: FamilyRecord
+    source: Path, card: ModelCard, tensors: dict[str, Any], family: FamilyRecord, prepare=None, shaped=None
 ) -> torch.nn.Module:
     """The configuration describes exactly these tensors: the family's count of
     layers, width and window first (a 4,672-parameter file that claims a billion
     layers is refused before anything is built), then the network the card
     builds (within the size limits), name by name and shape by shape, and its
     parameter count. Returns that network (its weights freshly initialised), for
-    an import that runs it."""
-    problem = family.size_problem(card.config, card.context_length, tensors)
+    an import that runs it. ``prepare(network)``, when given, adapts the built
+    network first (a GGUF import's packed layers: zoo_core.loading.packed_modules),
+    and ``shaped`` stands for ``tensors`` in the family's size check (their values' shapes)."""
+    from ..loading.packed_modules import logical_parameters
+
+    problem = family.size_problem(card.config, card.context_length, tensors if shaped is None else shaped)
     if problem:
         raise ZooError(f"{source}: {problem}")
     network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
+    if prepare is not None:
+        prepare(network)
     expected = {n: tuple(t.shape) for n, t in network.state_dict().items()}
     problem = shape_report(source, expected, {n: tuple(t.shape) for n, t in tensors.items()})
     if problem:
         raise ZooError(f"{problem} (the configuration does not describe this checkpoint)")
-    built = sum(p.numel() for p in network.parameters())
+    built = logical_parameters(network)
     if built != card.parameters:
         raise ZooError(f"{source}: the configuration builds {built:,} parameters, the file holds {card.parameters:,}")
     return network
@@ -226,7 +232,9 @@ def imported_components(card: ModelCard) -> dict[str, ComponentSource]:
     return {role: ComponentSource(**source) for role, source in sources.items()}
 
 
-def publish_import(card: ModelCard, tensors: dict, tokenizer_file: Path) -> Path:
+def publish_import(
+    card: ModelCard, tensors: dict, tokenizer_file: Path, metadata: dict[str, str] | None = None
+) -> Path:
     # Tied embeddings share one tensor; safetensors stores each name's own copy.
     copies = {name: tensor.detach().clone() for name, tensor in tensors.items()}
-    return add_user_variant(card, copies, tokenizer_file)
+    return add_user_variant(card, copies, tokenizer_file, metadata=metadata)

@@ -200,8 +200,9 @@ def load_variant(
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = _build_checked(variant, plugins)
+        packed = _pack_for(network, variant)
         verification = checkpoints.load_verified(
-            variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
+            variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card, packed=packed
         )
     network.eval()
     place(network, target, target_dtype)
@@ -211,6 +212,23 @@ def load_variant(
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
     return ZooModel(variant, tokenizer, network, verification)
+
+
+def _pack_for(network, variant: Variant) -> dict:
+    """Packed layers where the checkpoint keeps a GGUF file's quantised blocks
+    (zoo_core.loading.packed_modules; its header says which; needs the gguf
+    package); returns the check of each packed tensor's values, by name."""
+    metadata = checkpoints.read_header(variant.checkpoint_path).get("__metadata__") or {}
+    if "zoo.ggml_types" not in metadata:
+        return {}
+    from .packed_modules import check_packed_finite, header_types, pack_modules
+
+    types = header_types(metadata)
+    pack_modules(network, types)
+    return {
+        name: lambda path, shown, rows, kind=kind: check_packed_finite(path, shown, rows, kind)
+        for name, kind in types.items()
+    }
 
 
 def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> checkpoints.Verification:
@@ -235,6 +253,7 @@ def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> 
         except CannotMeasure:
             return load_variant(variant, plugins).verification
     load_tokenizer(variant, plugins)
+    _pack_for(network, variant)
     return checkpoints.verify_streamed(
         variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
     )

@@ -23,7 +23,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 
 CARD_KEY = "zoo.card"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit; a larger claim is hostile
+# A checkpoint holding a GGUF file's quantised blocks names them here (zoo_core.loading.packed_modules).
+PACKED_TYPES_KEY = "zoo.ggml_types"
+PACKED_REFUSAL = (
+    "the weights are kept as a GGUF file's quantised blocks; training, fine-tuning and exports need "
+    "float weights: import the file again with zoo import gguf --dequantize"
+)
 
 
 def sha256_file(path: Path, what: str = "file") -> str:
@@ -99,12 +105,19 @@ def header_card(path: Path) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def save_checkpoint(path: Path, state_dict: dict, card_header: dict[str, Any], *, by_content: bool = False) -> str:
-    """Write weights (and the card, in the header) atomically; return the file's sha256.
-    ``by_content`` names the file after it (`tensor_files.content_named`)."""
-    return write_safetensors(
-        path, state_dict, {CARD_KEY: json.dumps(card_header, sort_keys=True)}, by_content=by_content
-    )
+def save_checkpoint(
+    path: Path,
+    state_dict: dict,
+    card_header: dict[str, Any],
+    *,
+    by_content: bool = False,
+    metadata: dict[str, str] | None = None,
+) -> str:
+    """Write weights (and the card, in the header, beside any other ``metadata``)
+    atomically; return the file's sha256. ``by_content`` names the file after it
+    (`tensor_files.content_named`)."""
+    header = {**(metadata or {}), CARD_KEY: json.dumps(card_header, sort_keys=True)}
+    return write_safetensors(path, state_dict, header, by_content=by_content)
 
 
 @dataclass
@@ -145,14 +158,18 @@ def load_verified(
     model,
     expected_parameters: int | None,
     card: ModelCard | None = None,
+    packed: Mapping[str, Callable[[Path, str, torch.Tensor], None]] | None = None,
 ) -> Verification:
     """Load weights into ``model`` after checking them; raise ZooError naming what differs.
+    ``packed``: for tensors that hold something other than their values (a GGUF
+    file's quantised blocks), the check of their values, by name.
 
     With ``card`` (the registry's), the card the file carries in its header must
     agree with it in every field but the checksum: weights trained by another
     recipe or for another configuration are refused even when their shapes fit.
     """
     started = time.perf_counter()
+    packed = packed or {}
     target = model.state_dict()
     identity = verified_identity(path, expected_sha256)
     verified_before = identity is not None and read_cache_entry(_verified_entry(path), identity) == expected_sha256
@@ -161,6 +178,8 @@ def load_verified(
         tensors, actual, header, checks = _read_mapped(path), expected_sha256, read_header(path), ["sha256"]
     else:
         tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()))
+    if not packed and PACKED_TYPES_KEY in (header.get("__metadata__") or {}):
+        raise ZooError(f"{path}: {PACKED_REFUSAL}")
     problem = shape_report(
         path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()}
     )
@@ -173,7 +192,10 @@ def load_verified(
         if tensor.dtype != wanted and not (tensor.dtype.is_floating_point and wanted.is_floating_point):
             raise ZooError(f"{path}: tensor {name} is {tensor.dtype}, the model needs {wanted}")
         if not verified_before:
-            _check_finite(path, name, tensor)
+            if name in packed:
+                packed[name](path, name, tensor)
+            else:
+                _check_finite(path, name, tensor)
     card_checked = card is not None and check_header_card(path, header, card)
     if verified_before and all(tensors[name].dtype == target[name].dtype for name in tensors):
         adopt_mapped(model, tensors)
@@ -325,7 +347,9 @@ def verify_streamed(
 
 def _counted_parameters(path: Path, network: torch.nn.Module, expected: int | None, checks: list[str]) -> int:
     """The network's parameter count, held to the card's when it states one (then "parameters" is checked)."""
+    # a packed layer (zoo_core.loading.packed_modules) counts the values its blocks hold
     parameters = sum(p.numel() for p in network.parameters())
+    parameters += sum(getattr(module, "packed_values", 0) for module in network.modules())
     if expected is not None:
         if parameters != expected:
             raise ZooError(f"{path}: the card says {expected:,} parameters, the built model has {parameters:,}")

@@ -19,7 +19,9 @@ from .locations import user_registry_path, zoo_home
 USER_PLUGIN = "user"  # how the user's layer is named in errors and `zoo show`
 
 
-def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None = None) -> Path:
+def add_user_variant(
+    card: ModelCard, tensors: dict, tokenizer_file: Path | None = None, metadata: dict[str, str] | None = None
+) -> Path:
     """Write ``tensors`` as the card's safetensors checkpoint in the user's
     catalogue, copy the tokenizer file beside it, and add (or replace) the card
     in the user's registry, in the order that no crash can break
@@ -43,7 +45,7 @@ def add_user_variant(card: ModelCard, tensors: dict, tokenizer_file: Path | None
             moves[copy] = folder / f"{card.name}.tokenizer{''.join(tokenizer_file.suffixes[-1:])}"
             for written, path in ((staged, copy), (settled, moves[copy])):
                 written.tokenizer.file, written.tokenizer.sha256 = str(path.relative_to(home)), sha
-        sha = save_checkpoint(checkpoint, tensors, staged.header_json(), by_content=True)
+        sha = save_checkpoint(checkpoint, tensors, staged.header_json(), by_content=True, metadata=metadata)
         moves[content_named(checkpoint, sha)] = checkpoint
         for written, path in ((staged, content_named(checkpoint, sha)), (settled, checkpoint)):
             written.checkpoint.path, written.checkpoint.sha256 = str(path.relative_to(home)), sha

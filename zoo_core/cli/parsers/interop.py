@@ -68,4 +68,26 @@ def import_arguments(commands) -> None:
         help="the imported weights' license, recorded in the card (default: an hf folder's README.md "
         "model card's, a GGUF file's general.license, else unspecified; the zoo never assumes one)",
     )
+    p.add_argument(
+        "--dequantize",
+        action="store_true",
+        help="gguf: store every weight as float32 (for training and bitwise comparisons; default: quantised "
+        "matrices keep the file's blocks, near the file's size)",
+    )
     p.set_defaults(run="interop:cmd_import")
+
+
+def quantize_arguments(commands) -> None:
+    p = commands.add_parser(
+        "quantize", help="save a float variant with its matrices in llama.cpp's quantised blocks, quantised once"
+    )
+    p.add_argument("name", help="the float variant to quantize")
+    p.add_argument(
+        "--to",
+        choices=["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"],
+        required=True,
+        help="the blocks' type (quantised by the gguf package; rows not whole 32-value blocks stay float32)",
+    )
+    p.add_argument("--name", dest="new_name", required=True, help="the new variant's name (in the user catalogue)")
+    p.add_argument("--replace", action="store_true", help="over your own variant of that name")
+    p.set_defaults(run="interop:cmd_quantize")
