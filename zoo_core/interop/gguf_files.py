@@ -309,15 +309,20 @@ def tensor_data(path: Path, header: GGUFHeader) -> dict[str, ReaderTensor]:
 
 # The architecture's keys that count layers or size a model's parts; each is checked
 # against the tensors the file holds before anything is built from it.
-_LAYER_COUNT = "block_count"
-_SIZES = (
-    "embedding_length",
-    "feed_forward_length",
-    "attention.head_count",
-    "attention.head_count_kv",
-    "attention.key_length",
-    "attention.value_length",
-    "rope.dimension_count",
+# (gguf's own key templates, "{arch}.block_count", less the architecture)
+_LAYER_COUNT = gguf.Keys.LLM.BLOCK_COUNT.removeprefix("{arch}.")
+_EMBEDDING = gguf.Keys.LLM.EMBEDDING_LENGTH.removeprefix("{arch}.")
+_SIZES = tuple(
+    key.removeprefix("{arch}.")
+    for key in (
+        gguf.Keys.LLM.EMBEDDING_LENGTH,
+        gguf.Keys.LLM.FEED_FORWARD_LENGTH,
+        gguf.Keys.Attention.HEAD_COUNT,
+        gguf.Keys.Attention.HEAD_COUNT_KV,
+        gguf.Keys.Attention.KEY_LENGTH,
+        gguf.Keys.Attention.VALUE_LENGTH,
+        gguf.Keys.Rope.DIMENSION_COUNT,
+    )
 )
 _LAYER = re.compile(r"blk\.(\d{1,9})\.")
 
@@ -356,6 +361,6 @@ def check_counts_fit_tensors(path: Path, header: GGUFHeader, architecture: str) 
             if item > widest:
                 raise refuse(key, f"larger than every dimension of the file's tensors (at most {widest:,})")
     embedding = next((info for info in header.tensors if info.name == "token_embd.weight"), None)
-    width = metadata.get(prefix + "embedding_length")
+    width = metadata.get(prefix + _EMBEDDING)
     if embedding is not None and isinstance(width, int) and width != embedding.dims[0]:
-        raise refuse("embedding_length", f"token_embd.weight holds rows of {embedding.dims[0]:,} values")
+        raise refuse(_EMBEDDING, f"token_embd.weight holds rows of {embedding.dims[0]:,} values")
