@@ -18,6 +18,11 @@ from torch.nn import functional as F
 from zoo_core.plugin_api.components import encoding_does
 from zoo_core.plugin_api.hook_points import HookPoint
 
+from .norms import make_norm
+
+# qk_norm: none, unscaled, learned scales, learned scales stored as 1 + w (Gemma 3)
+QK_NORMS = (False, True, "rmsnorm", "rmsnorm-unit-offset")
+
 
 class KVCache:
     """One layer's keys and values so far, (B, H, T, D), in the order they came.
@@ -103,7 +108,8 @@ class CausalSelfAttention(nn.Module):
     before positions rotate them, as the nanoGPT speedrun does: the attention
     logits stay bounded however large the projections grow, which lets a high
     learning rate train without the softmax saturating. ``"rmsnorm"`` gives that
-    norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``).
+    norm a learned scale per head channel (``q_norm``, ``k_norm``, with ``norm_eps``);
+    ``"rmsnorm-unit-offset"`` stores that scale as w and scales by 1 + w (Gemma 3).
     ``query_scale`` multiplies the scores q.k instead of head_size**-0.5 (Gemma's
     query_pre_attn_scalar**-0.5); ``softcap`` C bounds them to C tanh(scores / C) before
     the mask (Gemma 2), which `scaled_dot_product_attention` cannot do: such a layer
@@ -140,16 +146,16 @@ class CausalSelfAttention(nn.Module):
             if d_model % n_head:
                 raise ValueError(f"width {d_model} is not divisible by {n_head} heads")
             head_size = d_model // n_head
-        if qk_norm not in (False, True, "rmsnorm"):
-            raise ValueError(f"qk_norm is false, true or 'rmsnorm', not {qk_norm!r}")
+        if qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm is false, true, 'rmsnorm' or 'rmsnorm-unit-offset', not {qk_norm!r}")
         if sliding_window is not None and sliding_window < 1:
             raise ValueError(f"a sliding window holds at least 1 token, not {sliding_window}")
         self.n_head, self.n_kv_head, self.head_size = n_head, n_kv_head, head_size
         self.input = HookPoint()  # hook points registered in the order a forward passes them
         self.qkv = nn.Linear(d_model, (n_head + 2 * n_kv_head) * head_size, bias=bias if qkv_bias is None else qkv_bias)
-        if qk_norm == "rmsnorm":
-            self.q_norm = nn.RMSNorm(head_size, eps=norm_eps)
-            self.k_norm = nn.RMSNorm(head_size, eps=norm_eps)
+        if qk_norm in ("rmsnorm", "rmsnorm-unit-offset"):
+            self.q_norm = make_norm(qk_norm, head_size, eps=norm_eps)
+            self.k_norm = make_norm(qk_norm, head_size, eps=norm_eps)
         self.pattern = HookPoint()
         self.heads = HookPoint()
         self.proj = nn.Linear(n_head * head_size, d_model, bias=bias)
@@ -174,7 +180,7 @@ class CausalSelfAttention(nn.Module):
             # backward pass the three gradients are joined by one concatenation, where
             # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
             q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in projected.split_with_sizes(self._split, dim=2))
-        if self.qk_norm == "rmsnorm":
+        if self.qk_norm in ("rmsnorm", "rmsnorm-unit-offset"):
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.qk_norm:
             q, k = normalise_heads(q), normalise_heads(k)

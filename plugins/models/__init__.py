@@ -41,3 +41,6 @@ def register_families(register):
     register("qwen2", "zoo_plugins.models.families.llama:QWEN2")
     register("qwen3", "zoo_plugins.models.families.llama:QWEN3")
     register("gpt_neox", "zoo_plugins.models.families.gpt_neox:GPT_NEOX")
+    register("gemma", "zoo_plugins.models.families.gemma:GEMMA")
+    register("gemma2", "zoo_plugins.models.families.gemma:GEMMA2")
+    register("gemma3", "zoo_plugins.models.families.gemma:GEMMA3")

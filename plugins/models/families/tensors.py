@@ -43,6 +43,8 @@ ZOO_MODULES = {
     "FFN_DOWN": "blocks.{i}.feed_forward.down",
     "OUTPUT_NORM": "final_norm",
     "OUTPUT": "lm_head",
+    "ATTN_POST_NORM": "blocks.{i}.post_attention_norm",
+    "FFN_POST_NORM": "blocks.{i}.post_feed_forward_norm",
 }
 # zoo modules that hold several canonical tensors' rows, in this order
 ZOO_JOINED = {
@@ -54,6 +56,7 @@ FUSED_QKV, QKV_MODULE = "ATTN_QKV", "blocks.{i}.attention.qkv"
 ROTATED = {"ATTN_Q": "n_head", "ATTN_K": "n_kv_head", "ATTN_Q_NORM": None, "ATTN_K_NORM": None}
 EMBEDDING, HEAD = "TOKEN_EMBD", "OUTPUT"
 PER_LAYER = ("ATTN_NORM", "ATTN_Q", "ATTN_K", "ATTN_V", "ATTN_OUT", "FFN_NORM", "FFN_GATE", "FFN_UP", "FFN_DOWN")
+PER_LAYER += ("ATTN_POST_NORM", "FFN_POST_NORM", "ATTN_Q_NORM", "ATTN_K_NORM")  # sandwich norms, QK-norm
 
 
 @dataclass(frozen=True)
