@@ -333,3 +333,39 @@ def test_a_gemma_with_bidirectional_attention_is_refused_in_one_line(folders, zo
     done = zoo("import", "hf", str(copy), "--name", "refused")
     assert done.code == 1 and "use_bidirectional_attention" in done.err, done.err
     assert len(done.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("family", ["gemma", "gemma2"])
+def test_transformer_lens_and_the_inspect_views_read_gemma_and_gemma2(folders, zoo, tmp_path, family):
+    pytest.importorskip("transformer_lens", reason="the lens extra is not installed: pip install -e '.[lens]'")
+    from zoo_core.interop.transformer_lens import hooked_transformer
+
+    folder, _ = folders[family]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    model = zoo_core.load("imported")
+    lens = hooked_transformer(model)
+    ids = torch.tensor([model.tokenizer.encode(PROMPTS[1])])  # longer than the window
+    with torch.no_grad():
+        logits, cache = lens.run_with_cache(ids)
+        ours, _ = model.network(ids)
+    assert float((logits - ours).abs().max()) <= 1e-4
+    assert cache["blocks.1.attn.hook_pattern"].shape == (1, 4, ids.shape[1], ids.shape[1])
+    done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert done.code == 0 and "checked: logits" in done.out, done.err
+    clean = "ROMEO: What light"
+    corrupt = next(  # patching compares position by position: as many tokens as the clean prompt
+        text
+        for text in ("ROMEO: What night", "ROMEO: What fight", "ROMEO: That light", "JULIET: What light")
+        if len(model.tokenizer.encode(text)) == len(model.tokenizer.encode(clean))
+    )
+    for view in (["--logit-lens"], ["--ablate", "0.1,1.2"], ["--patch", "--corrupt", corrupt]):
+        shown = zoo("inspect", "imported", "--prompt", clean, *view)
+        assert shown.code == 0, (view, shown.err)
+
+
+def test_a_gemma_3_with_rope_scaling_has_no_transformer_lens_form(folders, zoo, tmp_path):
+    folder, _ = folders["gemma3"]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    done = zoo("export", "imported", "--format", "transformer-lens", "--out", str(tmp_path / "lens"))
+    assert done.code == 1 and len(done.err.strip().splitlines()) == 1, done.err
+    assert "sets rope_scaling; HookedTransformer's Gemma has plain RoPE" in done.err

@@ -39,6 +39,7 @@ import numpy as np
 from zoo_core.errors import ZooError, printable
 
 from ..settings import TransformerConfig
+from . import lens
 from .base import Family
 from .layout import resolved
 from .llama import GGUF_KEYS, TENSORS
@@ -387,7 +388,55 @@ def _gguf_refusal(pattern: int, big_model_layers: int):
 class GemmaFamily(Family):
     """A Gemma record: the HF/GGUF conversions of `Family`, with llama.cpp's norm
     weights (1 + w) undone on import and redone on export, and the metadata
-    llama.cpp's Gemma graphs read written beside Llama's."""
+    llama.cpp's Gemma graphs read written beside Llama's; TransformerLens' Gemma
+    options (its own Gemma conversion stores 1 + w and the embeddings scaled)."""
+
+    def lens_refusal(self, model) -> str | None:
+        config = resolved(model)
+        chosen, reason = choose(config)
+        if chosen is None:
+            return f"'{model.name}': {reason}"
+        try:
+            kinds, _, rotary = _layer_kinds(config)
+        except ZooError as exc:
+            return f"'{model.name}': {exc}"
+        if any("rope_scaling" in settings for settings in rotary.values()):
+            return f"'{model.name}' sets rope_scaling; HookedTransformer's Gemma has plain RoPE"
+        if SLIDING in kinds and FULL in kinds and rotary[SLIDING] != rotary[FULL] and chosen != "gemma3":
+            return f"'{model.name}': local and global layers with different RoPE bases, which only Gemma 3 has"
+        return None
+
+    def to_lens(self, model):
+        config = resolved(model)
+        kinds, window, rotary = _layer_kinds(config)
+        fields = lens.config(model)
+        fields["normalization_type"] = "RMS"
+        if config.get("norm_placement") == "both":
+            fields["use_normalization_before_and_after"] = True
+        if config.get("attention_softcap"):
+            fields["attn_scores_soft_cap"] = float(config["attention_softcap"])
+        fields["attn_scale"] = float(_query_pre_attn_scalar(config)) ** 0.5  # TransformerLens divides by it
+        if window is not None:
+            fields.update(
+                use_local_attn=True,
+                window_size=window,
+                attn_types=[{SLIDING: "local", FULL: "global"}[kind] for kind in kinds],
+            )
+        if FULL in rotary:
+            fields["rotary_base"] = rotary[FULL].get("rope_base", config.get("rope_base", 10000.0))
+        if SLIDING in rotary and FULL in rotary and rotary[SLIDING] != rotary[FULL]:
+            fields["rotary_base_local"] = rotary[SLIDING].get("rope_base", 10000.0)
+        state = lens.state(model.network, fields)
+        ours = model.network.state_dict()
+        for i in range(config["n_layer"]):
+            if fields.get("use_normalization_before_and_after"):
+                state[f"blocks.{i}.ln1_post.w"] = ours[f"blocks.{i}.post_attention_norm.weight"].float()
+                state[f"blocks.{i}.ln2_post.w"] = ours[f"blocks.{i}.post_feed_forward_norm.weight"].float()
+        for name in state:  # unit-offset norms: TransformerLens' RMSNorm multiplies by the weight itself
+            if name.endswith((".ln1.w", ".ln2.w", ".ln1_post.w", ".ln2_post.w", "ln_final.w", "_norm.w")):
+                state[name] = 1 + state[name]
+        state["embed.W_E"] = state["embed.W_E"] * config["embedding_scale"]
+        return fields, state
 
     def tensors_from_gguf(self, config, tensors, dequantize, path: Path):
         def unshifted(tensor):
