@@ -203,7 +203,7 @@ def _layer_kinds(config: dict[str, Any]) -> tuple[list[str], int | None, dict[st
     """Each layer's kind, the one window of the sliding layers and each kind's RoPE
     settings, from the card's config; refused where the layers differ in another way."""
     specs = TransformerConfig.read(config, "transformer").layer_specs()
-    windows = {spec.sliding_window for spec in specs} - {None}
+    windows = {spec.sliding_window for spec in specs if spec.sliding_window is not None}
     if len(windows) > 1:
         raise ZooError(f"sliding windows of {sorted(windows)}; Gemma's sliding layers share one")
     kinds = [SLIDING if spec.sliding_window else FULL for spec in specs]

@@ -55,7 +55,17 @@ FUSED_QKV, QKV_MODULE = "ATTN_QKV", "blocks.{i}.attention.qkv"
 # rows rotated per head, and how many heads hold them: query heads, key heads, or one scale
 ROTATED = {"ATTN_Q": "n_head", "ATTN_K": "n_kv_head", "ATTN_Q_NORM": None, "ATTN_K_NORM": None}
 EMBEDDING, HEAD = "TOKEN_EMBD", "OUTPUT"
-PER_LAYER = ("ATTN_NORM", "ATTN_Q", "ATTN_K", "ATTN_V", "ATTN_OUT", "FFN_NORM", "FFN_GATE", "FFN_UP", "FFN_DOWN")
+PER_LAYER: tuple[str, ...] = (
+    "ATTN_NORM",
+    "ATTN_Q",
+    "ATTN_K",
+    "ATTN_V",
+    "ATTN_OUT",
+    "FFN_NORM",
+    "FFN_GATE",
+    "FFN_UP",
+    "FFN_DOWN",
+)
 PER_LAYER += ("ATTN_POST_NORM", "FFN_POST_NORM", "ATTN_Q_NORM", "ATTN_K_NORM")  # sandwich norms, QK-norm
 
 
