@@ -25,6 +25,7 @@ gguf = pytest.importorskip("gguf", reason="the gguf extra is not installed: pip 
 import zoo_core  # noqa: E402
 
 from .gguf_support import tiny_tokenizer  # noqa: E402
+from .test_interop_gguf_export import llama_cpp_greedy  # noqa: E402
 from .tiny_hf import byte_level_tokenizer, largest_difference, left_padded  # noqa: E402
 
 PROMPTS = ["ROMEO: What light", "First Citizen:\nBefore we proceed any further, hear me", "KING"]
@@ -295,8 +296,8 @@ def test_a_gemma_gguf_file_imports_with_transformers_logits_and_exports_again(zo
     with torch.no_grad():
         tolerance = TOLERANCE * max(1.0, float(reference(torch.tensor([rows[0]])).logits.abs().max()))
     assert largest_difference(reference, model.network, rows) <= tolerance
-    drawn = model.sample(["a library on the corner"], max_new_tokens=NEW_TOKENS, temperature=0)
-    assert [s.tokens for s in drawn] == _greedy(reference, [model.tokenizer.encode("a library on the corner")])
+    (drawn,) = model.sample(["a library on the corner"], max_new_tokens=NEW_TOKENS, temperature=0)
+    assert [drawn.tokens] == _greedy(reference, [model.tokenizer.encode("a library on the corner")])
 
     out = tmp_path / "exported"
     done = zoo("export", "from-gguf", "--format", "gguf", "--gguf-type", "f32", "--out", str(out))
@@ -310,6 +311,10 @@ def test_a_gemma_gguf_file_imports_with_transformers_logits_and_exports_again(zo
     done = zoo("import", "gguf", str(exported), "--name", "again")
     assert done.code == 0, done.err
     assert largest_difference(reference, zoo_core.load("again").network, rows) <= tolerance
+    # llama.cpp itself (node-llama-cpp's prebuilt build) reads the export and continues as the zoo does.
+    ids = model.tokenizer.encode("a library on the corner")
+    (answer,) = llama_cpp_greedy([{"model": str(exported), "ids": ids, "count": NEW_TOKENS}])
+    assert answer["greedy"] == drawn.tokens
 
 
 def test_what_llama_cpp_cannot_run_is_refused_in_one_line(folders, zoo, tmp_path):
