@@ -18,6 +18,7 @@ from zoo_core.loading.api import load
 
 from .conftest import GEMMA3_NAME, ROOT
 from .references import GEMMA3, GEMMA3_SHA256, reference
+from .test_interop_gguf_export import llama_cpp_greedy
 
 transformers = pytest.importorskip("transformers", reason="the interop extra is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.gemma3]
@@ -72,6 +73,20 @@ def test_the_card_holds_the_gemma_terms_and_the_source(gemma3):
     assert config["layers"] == [{"sliding_window": 512, "rope_base": 10000.0, "repeat": 5}, {"rope_base": 1e6}]
     assert (config["norm"], config["qk_norm"], config["mlp"]) == ("rmsnorm-unit-offset",) * 2 + ("geglu-tanh",)
     assert 0 < card.metrics.paragraph_bits_per_byte < 2
+
+
+def test_the_gguf_export_runs_in_llama_cpp_with_the_zoos_greedy_tokens(gemma3, zoo, tmp_path):
+    """Written as f16 with its SentencePiece vocabulary (scores ranking the merges), read
+    back by transformers (the export's own check) and by llama.cpp (node-llama-cpp):
+    llama.cpp tokenizes the text as the zoo does and continues it with the same tokens."""
+    done = zoo("export", GEMMA3_NAME, "--format", "gguf", "--out", str(tmp_path))
+    assert done.code == 0 and "checked: logits" in done.out, done.err
+    ids = gemma3.tokenizer.encode("<bos>" + PROMPTS[0])
+    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
+    job = {"model": str(tmp_path / f"{GEMMA3_NAME}.gguf"), "ids": ids, "count": 8, "text": PROMPTS[0]}
+    (answer,) = llama_cpp_greedy([job])
+    assert answer["greedy"] == drawn.tokens
+    assert answer["tokens"] == gemma3.tokenizer.encode(PROMPTS[0])
 
 
 def _page_commands() -> list[str]:
