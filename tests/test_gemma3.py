@@ -1,6 +1,6 @@
 """Gemma 3 270M imported from its GGUF file (the shared `gemma3_home` fixture: one
 import per run) against transformers' own GGUF loader, offline; the card; and
-docs/gemma3.md's commands, run as written. Short prompts, short windows: the lane
+docs/gemma3.md's commands, run as written, its GGUF export read back by llama.cpp. Short prompts, short windows: the lane
 stays a few minutes on two cores."""
 
 from __future__ import annotations
@@ -75,20 +75,6 @@ def test_the_card_holds_the_gemma_terms_and_the_source(gemma3):
     assert 0 < card.metrics.paragraph_bits_per_byte < 2
 
 
-def test_the_gguf_export_runs_in_llama_cpp_with_the_zoos_greedy_tokens(gemma3, zoo, tmp_path):
-    """Written as f16 with its SentencePiece vocabulary (scores ranking the merges), read
-    back by transformers (the export's own check) and by llama.cpp (node-llama-cpp):
-    llama.cpp tokenizes the text as the zoo does and continues it with the same tokens."""
-    done = zoo("export", GEMMA3_NAME, "--format", "gguf", "--out", str(tmp_path))
-    assert done.code == 0 and "checked: logits" in done.out, done.err
-    ids = gemma3.tokenizer.encode("<bos>" + PROMPTS[0])
-    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
-    job = {"model": str(tmp_path / f"{GEMMA3_NAME}.gguf"), "ids": ids, "count": 8, "text": PROMPTS[0]}
-    (answer,) = llama_cpp_greedy([job])
-    assert answer["greedy"] == drawn.tokens
-    assert answer["tokens"] == gemma3.tokenizer.encode(PROMPTS[0])
-
-
 def _page_commands() -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
     return [line for block in blocks for line in block.strip().splitlines()]
@@ -117,6 +103,7 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
     assert export == f"export ZOO_MAX_MEMORY={MAX_MEMORY}"
     assert shlex.split(imported) == ["zoo", "import", "gguf", GEMMA3, "--name", GEMMA3_NAME]
     outputs = {}
+    monkeypatch.chdir(tmp_path)
     for command in commands:
         words = shlex.split(command)
         assert words[0] == "zoo"
@@ -128,3 +115,12 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
     assert "gpt-char-mini" in outputs["compare"]
     assert "block 17" in outputs["inspect"] and "activation patching" in outputs["inspect"]
     assert "head ablation" in outputs["inspect"]
+    # The export (its own check: transformers' GGUF loader) read back by llama.cpp (node-llama-cpp):
+    # it tokenizes the text as the zoo does and continues it with the zoo's greedy tokens.
+    assert "checked: logits" in outputs["export"]
+    ids = gemma3.tokenizer.encode("<bos>" + PROMPTS[0])
+    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
+    job = {"model": str(tmp_path / "gemma-gguf" / f"{GEMMA3_NAME}.gguf"), "ids": ids, "count": 8, "text": PROMPTS[0]}
+    (answer,) = llama_cpp_greedy([job])
+    assert answer["greedy"] == drawn.tokens
+    assert answer["tokens"] == gemma3.tokenizer.encode(PROMPTS[0])
