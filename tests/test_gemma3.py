@@ -5,6 +5,7 @@ stays a few minutes on two cores."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -124,3 +125,34 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
     (answer,) = llama_cpp_greedy([job])
     assert answer["greedy"] == drawn.tokens
     assert answer["tokens"] == gemma3.tokenizer.encode(PROMPTS[0])
+
+
+def test_lora_and_the_batching_server(gemma3, gemma3_home, zoo, tmp_path):
+    """A LoRA fine-tune of a few steps loads on top of the base and samples; `zoo serve`
+    answers a greedy completion with the zoo's own continuation."""
+    import urllib.request
+
+    from tests.web_support import Server
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The tomatoes went in on a warm week of May, two feet apart, with basil between the rows.\n" * 40)
+    train = ["train", "my-gemma", "--from", GEMMA3_NAME, "--trainer", "lora", "--data", str(notes), "--steps", "2"]
+    done = zoo(*train, "--set", "context=32", "--set", "batch_size=2", "--set", "eval_windows=1")
+    assert done.code == 0, done.err
+    tuned = load("my-gemma")
+    assert tuned.card.adapter.base == GEMMA3_NAME
+    assert tuned.generate("<bos>The tomatoes", max_new_tokens=4, seed=1).startswith("<bos>The tomatoes")
+
+    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
+    environment = {"ZOO_REGISTRY": str(gemma3_home / "registry.toml"), "ZOO_MAX_MEMORY": MAX_MEMORY}
+    server = Server(environment=environment)
+    try:
+        body = {"model": GEMMA3_NAME, "prompt": "<bos>" + PROMPTS[0], "max_tokens": 8, "temperature": 0}
+        request = urllib.request.Request(
+            server.url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=600) as response:
+            answer = json.loads(response.read())
+    finally:
+        server.stop()
+    assert answer["choices"][0]["text"] == drawn.text == " the capital of the country of France."
