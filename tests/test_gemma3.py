@@ -156,3 +156,17 @@ def test_lora_and_the_batching_server(gemma3, gemma3_home, zoo, tmp_path):
     finally:
         server.stop()
     assert answer["choices"][0]["text"] == drawn.text == " the capital of the country of France."
+
+
+def test_pack_and_install_on_another_home(gemma3, zoo, tmp_path, monkeypatch):
+    """The archive installs into a home without Gemma's catalogue, and loads whole there."""
+    archive = tmp_path / f"{GEMMA3_NAME}.zoo"
+    done = zoo("pack", GEMMA3_NAME, "--out", str(archive))
+    assert done.code == 0, done.err
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("ZOO_REGISTRY")
+    done = zoo("install", str(archive))
+    assert done.code == 0, done.err
+    verified = zoo("verify", GEMMA3_NAME)
+    assert verified.code == 0 and "268,098,176 parameters" in verified.out, verified.out
+    assert load(GEMMA3_NAME).card.license == "gemma"
