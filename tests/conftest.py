@@ -98,43 +98,36 @@ def private_home(tmp_path_factory, monkeypatch):
 
 
 SMOLLM2_NAME = "smollm2-135m-instruct"
+GEMMA3_NAME = "gemma-3-270m"
 
 
-@pytest.fixture(scope="session")
-def smollm2_home(tmp_path_factory):
-    """A ZOO_HOME folder holding SMOLLM2_NAME: SmolLM2-135M-Instruct imported by
-    `zoo import gguf` from its GGUF file (tests/references.py) once per test run.
-    Under pytest-xdist every worker shares the one import: it lives in the run's
-    folder, the first worker makes it under a file lock and the others wait for
-    it. The import goes into a staging folder renamed into place whole, so an
-    interrupted import is never mistaken for a finished one.
-
-    Read it, never write it (other tests share it): ``monkeypatch.setenv("ZOO_HOME",
-    str(smollm2_home))``, or keep your own home and add its catalogue with
-    ``monkeypatch.setenv("ZOO_REGISTRY", str(smollm2_home / "registry.toml"))``."""
+def _shared_import(tmp_path_factory, folder: str, source, name: str, environment: dict[str, str] | None = None):
+    """A ZOO_HOME folder (``folder`` in the run's folder) holding ``name``, imported by
+    `zoo import gguf` from ``source`` once per test run. Under pytest-xdist every
+    worker shares the one import: the first worker makes it under a file lock and
+    the others wait for it. The import goes into a staging folder renamed into
+    place whole, so an interrupted import is never mistaken for a finished one.
+    ``environment``: variables set while it imports."""
     import os
 
     from filelock import FileLock
 
-    from .references import SMOLLM2, reference
-
-    source = reference(SMOLLM2)
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the run's folder, which holds every worker's own
-    home = base / "smollm2-home"
-    with FileLock(str(base / "smollm2-home.lock")):
+    home = base / folder
+    with FileLock(str(base / f"{folder}.lock")):
         if not home.exists():
-            staging = base / "smollm2-home.partial"
+            staging = base / f"{folder}.partial"
             shutil.rmtree(staging, ignore_errors=True)
-            saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE", "ZOO_REGISTRY")}
-            os.environ.update(ZOO_HOME=str(staging), ZOO_CACHE=str(base / "smollm2-cache"))
+            saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE", "ZOO_REGISTRY", *(environment or {}))}
+            os.environ.update(ZOO_HOME=str(staging), ZOO_CACHE=str(base / f"{folder}-cache"), **(environment or {}))
             os.environ.pop("ZOO_REGISTRY", None)
             try:
-                # The command docs/interop.md gives (tests/test_smollm2_gguf.py holds them to it).
+                # The command the docs give (tests/test_smollm2_gguf.py and test_gemma3.py hold them to it),
                 # float32 (--dequantize): the tests on it train, export and compare weights;
                 # tests/test_quantized.py imports the file's blocks as they are.
-                assert cli.main(["import", "gguf", str(source), "--name", SMOLLM2_NAME, "--dequantize"]) == 0
+                assert cli.main(["import", "gguf", str(source), "--name", name, "--dequantize"]) == 0
             finally:
                 for key, value in saved.items():
                     if value is None:
@@ -143,6 +136,31 @@ def smollm2_home(tmp_path_factory):
                         os.environ[key] = value
             staging.rename(home)
     return home
+
+
+@pytest.fixture(scope="session")
+def smollm2_home(tmp_path_factory):
+    """A ZOO_HOME folder holding SMOLLM2_NAME: SmolLM2-135M-Instruct imported by
+    `zoo import gguf` from its GGUF file (tests/references.py) once per test run,
+    shared by every worker (`_shared_import`).
+
+    Read it, never write it (other tests share it): ``monkeypatch.setenv("ZOO_HOME",
+    str(smollm2_home))``, or keep your own home and add its catalogue with
+    ``monkeypatch.setenv("ZOO_REGISTRY", str(smollm2_home / "registry.toml"))``."""
+    from .references import SMOLLM2, reference
+
+    return _shared_import(tmp_path_factory, "smollm2-home", reference(SMOLLM2), SMOLLM2_NAME)
+
+
+@pytest.fixture(scope="session")
+def gemma3_home(tmp_path_factory):
+    """A ZOO_HOME folder holding GEMMA3_NAME: Gemma 3 270M imported by `zoo import gguf`
+    from its GGUF file (tests/references.py) once per test run; read it as `smollm2_home`."""
+    from .references import GEMMA3, reference
+
+    # One full window's logits are 34 GB, past the default memory limit (docs/gemma3.md).
+    limit = {"ZOO_MAX_MEMORY": "64G"}
+    return _shared_import(tmp_path_factory, "gemma3-home", reference(GEMMA3), GEMMA3_NAME, limit)
 
 
 @pytest.fixture

@@ -18,6 +18,11 @@ from torch.nn import functional as F
 from zoo_core.plugin_api.components import encoding_does
 from zoo_core.plugin_api.hook_points import HookPoint
 
+from .norms import make_norm
+
+# qk_norm: none, unscaled, learned scales, learned scales stored as 1 + w (Gemma 3)
+QK_NORMS = (False, True, "rmsnorm", "rmsnorm-unit-offset")
+
 
 class KVCache:
     """One layer's keys and values so far, (B, H, T, D), in the order they came.
@@ -97,7 +102,7 @@ class HeadwiseLayerNorm(nn.Module):
         return F.layer_norm(x, (x.shape[-1],), eps=self.eps) * self.weight[:, None, :]
 
 
-QK_NORMS = (False, True, "rmsnorm", "rmsnorm-whole", "layernorm", "layernorm-per-head")
+QK_NORMS = (False, True, "rmsnorm", "rmsnorm-unit-offset", "rmsnorm-whole", "layernorm", "layernorm-per-head")
 
 
 class CausalSelfAttention(nn.Module):
@@ -124,6 +129,7 @@ class CausalSelfAttention(nn.Module):
     keys), over the whole projected width, with a scale per channel (OLMo 2).
     ``"layernorm"`` is a LayerNorm over each head's channels with a weight and bias the
     heads share (Phi), ``"layernorm-per-head"`` one whose weight is each head's own (StableLM, Cohere).
+    ``"rmsnorm-unit-offset"`` stores that scale as w and scales by 1 + w (Gemma 3).
     ``query_scale`` multiplies the scores q.k instead of head_size**-0.5 (Gemma's
     query_pre_attn_scalar**-0.5); ``softcap`` C bounds them to C tanh(scores / C) before
     the mask (Gemma 2), which `scaled_dot_product_attention` cannot do: such a layer
@@ -169,9 +175,9 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, (n_head + 2 * n_kv_head) * head_size, bias=bias if qkv_bias is None else qkv_bias)
         self.q_norm: nn.Module
         self.k_norm: nn.Module
-        if qk_norm == "rmsnorm":
-            self.q_norm = nn.RMSNorm(head_size, eps=norm_eps)
-            self.k_norm = nn.RMSNorm(head_size, eps=norm_eps)
+        if qk_norm in ("rmsnorm", "rmsnorm-unit-offset"):
+            self.q_norm = make_norm(qk_norm, head_size, eps=norm_eps)
+            self.k_norm = make_norm(qk_norm, head_size, eps=norm_eps)
         elif qk_norm == "rmsnorm-whole":
             self.q_norm = nn.RMSNorm(n_head * head_size, eps=norm_eps)
             self.k_norm = nn.RMSNorm(n_kv_head * head_size, eps=norm_eps)
@@ -208,7 +214,7 @@ class CausalSelfAttention(nn.Module):
             # backward pass the three gradients are joined by one concatenation, where
             # viewing all three as (B, T, 3, H, D) would stack them and then copy the stack.
             q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in projected.split_with_sizes(self._split, dim=2))
-        if self.qk_norm in ("rmsnorm", "layernorm", "layernorm-per-head"):
+        if self.qk_norm in ("rmsnorm", "rmsnorm-unit-offset", "layernorm", "layernorm-per-head"):
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.qk_norm is True:
             q, k = normalise_heads(q), normalise_heads(k)

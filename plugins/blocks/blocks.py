@@ -33,7 +33,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu2": relu_squared,
 }
 # Gated feed-forwards (Shazeer, 2020, "GLU Variants Improve Transformer"): act(gate) * up.
-GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"swiglu": F.silu, "geglu": F.gelu}
+GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"swiglu": F.silu, "geglu": F.gelu, "geglu-tanh": gelu_tanh}
 MLP_KINDS = (*ACTIVATIONS, *GATED)
 
 
@@ -41,7 +41,7 @@ class FeedForward(nn.Module):
     """Position-wise: Linear(C, d_ff) -> activation -> Linear(d_ff, C), the same at every token.
 
     ``mlp`` names the activation ("relu", "gelu", "gelu-tanh", "relu2") or a gated
-    kind ("swiglu": SiLU, "geglu": exact GELU). A gated ``up`` is one
+    kind ("swiglu": SiLU, "geglu": exact GELU, "geglu-tanh": its tanh form, Gemma's). A gated ``up`` is one
     Linear(C, 2 d_ff) whose first d_ff outputs are the gate and the next d_ff the
     up projection; the hidden values are act(gate) * up.
 

@@ -52,3 +52,6 @@ def register_families(register):
     register("starcoder2", "zoo_plugins.models.families.starcoder2:STARCODER2")
     register("cohere", "zoo_plugins.models.families.cohere:COHERE")
     register("falcon", "zoo_plugins.models.families.falcon:FALCON")
+    register("gemma", "zoo_plugins.models.families.gemma:GEMMA")
+    register("gemma2", "zoo_plugins.models.families.gemma:GEMMA2")
+    register("gemma3", "zoo_plugins.models.families.gemma:GEMMA3")

@@ -156,15 +156,18 @@ class LayerSettings(_Strict):
     mlp: str | None = Field(
         None,
         description="the feed-forward: `relu` (default), `gelu` (exact), `gelu-tanh`, `relu2` (ReLU squared), "
-        "`swiglu`, `geglu`. Gated kinds: `feed_forward.up` is one Linear(`d_model`, 2 `d_ff`) whose first `d_ff` "
+        "`swiglu`, `geglu`, `geglu-tanh`. Gated kinds: `feed_forward.up` is one Linear(`d_model`, 2 `d_ff`) whose first `d_ff` "
         "outputs are the gate and the next `d_ff` the up projection; hidden = act(gate) * up, act SiLU (`swiglu`) "
-        "or exact GELU (`geglu`). Older cards' `activation` reads as `mlp`",
+        "or exact GELU (`geglu`) or its tanh approximation (`geglu-tanh`, Gemma). Older cards' `activation` reads as `mlp`",
     )
-    qk_norm: bool | Literal["rmsnorm", "rmsnorm-whole", "layernorm", "layernorm-per-head"] | None = Field(
+    qk_norm: (
+        bool | Literal["rmsnorm", "rmsnorm-unit-offset", "rmsnorm-whole", "layernorm", "layernorm-per-head"] | None
+    ) = Field(
         None,
         description="false (default); true: each head's queries and keys RMS-normalised without a scale (the "
         "speedrun); `rmsnorm`: with a learned scale per head channel, `attention.q_norm` and `attention.k_norm`, "
-        "epsilon `norm_eps` (Qwen3); `rmsnorm-whole`: all the queries (and all the keys) of a token normalised "
+        "epsilon `norm_eps` (Qwen3); `rmsnorm-unit-offset`: that scale stored as w, scaling by 1 + w (Gemma 3); "
+        "`rmsnorm-whole`: all the queries (and all the keys) of a token normalised "
         "together, over the whole projected width, a learned scale per channel (OLMo 2); `layernorm`: a LayerNorm "
         "over each head's channels with a weight and bias all heads share (Phi's `qk_layernorm`); "
         "`layernorm-per-head`: a LayerNorm whose weight, no bias, is each head's own, `q_norm.weight` (`n_head`, "
@@ -469,7 +472,7 @@ class TransformerConfig(LayerSettings, _ModelWide):
         heads = H * int(config.get("head_size") or C // H)  # the queries' width, and the output's input
         keys = int(config.get("n_kv_head") or H) * (heads // H)
         groups = [config, *(g for g in config.get("layers") or [] if isinstance(g, dict))]
-        gated = any(g.get("mlp", g.get("activation")) in ("swiglu", "geglu") for g in groups)
+        gated = any(g.get("mlp", g.get("activation")) in ("swiglu", "geglu", "geglu-tanh") for g in groups)
         up = 2 * F if gated else F  # a gated up projection is two
         norms = 9 * C + (4 * C if any(g.get("norm_placement") in ("after", "both") for g in groups) else 0)
         # q, k, v, out; up, down; biases and norms

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import gguf
@@ -29,6 +30,7 @@ import torch
 from ..errors import ZooError
 from ..plugin_api import families
 from .gguf_files import check_gguf_header, tensor_data
+from .gguf_tokenizer import SPACE
 from .hf import _require_transformers, quiet_transformers, verification_ids
 from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
 
@@ -130,6 +132,9 @@ def _tokenizer(writer, model, vocab_size: int) -> None:
     described = json.loads(backend.to_str())
     kind = described["model"]["type"]
     token_type = gguf.TokenType
+    if kind == "BPE" and _sentencepiece_style(described):
+        _sentencepiece(writer, model, described, vocab_size)
+        return
     if kind == "WordLevel" and hasattr(model.tokenizer, "characters"):
         alphabet = bytes_to_unicode()
         tokens = ["".join(alphabet[b] for b in c.encode("utf-8")) for c in model.tokenizer.characters]
@@ -178,6 +183,70 @@ def _tokenizer(writer, model, vocab_size: int) -> None:
         for text, add in ((chat.bos_token, writer.add_bos_token_id), (chat.eos_token, writer.add_eos_token_id)):
             if text is not None and text in ids:
                 add(ids[text])
+
+
+def _sentencepiece_style(described: dict) -> bool:
+    """A tokenizer.json the way the GGUF import writes a SentencePiece vocabulary: BPE
+    with byte fallback over text whose spaces become ▁, no pre-tokenizer."""
+    normalizer = described.get("normalizer") or {}
+    steps = normalizer.get("normalizers", [normalizer]) if normalizer.get("type") == "Sequence" else [normalizer]
+    replaces_spaces = any(
+        step.get("type") == "Replace" and step.get("pattern") == {"String": " "} and step.get("content") == SPACE
+        for step in steps
+    )
+    return bool(described["model"].get("byte_fallback")) and replaces_spaces and described.get("pre_tokenizer") is None
+
+
+def _sentencepiece(writer, model, described: dict, vocab_size: int) -> None:
+    """llama.cpp's SentencePiece vocabulary ("llama"): each token's score ranks the merge
+    that makes it (llama.cpp merges the best-scored pair first, as the BPE model's merge
+    order does); bytes, the unknown token and special tokens typed as llama.cpp types them."""
+    token_type = gguf.TokenType
+    vocabulary = described["model"]["vocab"]
+    tokens = [""] * max(vocab_size, len(vocabulary))
+    for token, i in vocabulary.items():
+        tokens[i] = token
+    types = [token_type.NORMAL if token else token_type.UNUSED for token in tokens]
+    for i, token in enumerate(tokens):
+        if re.fullmatch(r"<0x[0-9A-F]{2}>", token):
+            types[i] = token_type.BYTE
+    scores = [0.0] * len(tokens)
+    ranked: set[str] = set()
+    for rank, pair in enumerate(described["model"]["merges"]):
+        merged = "".join(pair) if isinstance(pair, list) else pair.replace(" ", "", 1)
+        if merged not in ranked and merged in vocabulary:
+            ranked.add(merged)
+            scores[vocabulary[merged]] = -float(rank + 1)
+    for added in described.get("added_tokens", []):
+        tokens[added["id"]] = added["content"]
+        types[added["id"]] = token_type.CONTROL if added["special"] else token_type.USER_DEFINED
+    unknown = described["model"].get("unk_token")
+    if unknown in vocabulary:
+        types[vocabulary[unknown]] = token_type.UNKNOWN
+        writer.add_unk_token_id(vocabulary[unknown])
+    for i in range(len(vocabulary), len(tokens)):
+        tokens[i] = tokens[i] or f"[PAD{i}]"
+    if len(tokens) > vocab_size:
+        raise ZooError(f"cannot export to GGUF: '{model.name}': {len(tokens)} tokens for a {vocab_size}-row head")
+    normalizer = described.get("normalizer") or {}
+    steps = normalizer.get("normalizers", [normalizer]) if normalizer.get("type") == "Sequence" else [normalizer]
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_add_space_prefix(any(step.get("type") == "Prepend" for step in steps))
+    # What the tokenizer.json puts first when asked for its special tokens (Gemma: <bos>).
+    template = (described.get("post_processor") or {}).get("single") or []
+    first = template[0].get("SpecialToken", {}).get("id") if template else None
+    writer.add_add_bos_token(first in vocabulary)
+    if first in vocabulary:
+        writer.add_bos_token_id(vocabulary[first])
+    chat = model.card.chat
+    if chat is not None:
+        writer.add_chat_template(chat.template)
+        if chat.eos_token in vocabulary:
+            writer.add_eos_token_id(vocabulary[chat.eos_token])
 
 
 def _pre_tokenizer(pre: dict | None, name: str) -> str:

@@ -209,7 +209,9 @@ class Family:
                     f"{path}: tensor '{printable(name)}' is not in {self.gguf_architecture}'s {n_layer}-layer layout"
                 )
         for canonical in names:
-            wanted = range(n_layer) if canonical in (*PER_LAYER, *PER_LAYER_NORMS) or "{bid}" in names[canonical] else [None]
+            wanted = (
+                range(n_layer) if canonical in (*PER_LAYER, *PER_LAYER_NORMS) or "{bid}" in names[canonical] else [None]
+            )
             if canonical == HEAD or not any(canonical in rule.parts for rule in self.tensors):
                 continue
             for layer in wanted:

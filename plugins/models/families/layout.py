@@ -16,8 +16,9 @@ HF_ACTIVATIONS = {
     "gelu-tanh": ("gelu_new", "gelu_pytorch_tanh"),
     "swiglu": ("silu",),
     "geglu": ("gelu",),
+    "geglu-tanh": ("gelu_pytorch_tanh", "gelu_new"),
 }
-GATED_KINDS = ("swiglu", "geglu")
+GATED_KINDS = ("swiglu", "geglu", "geglu-tanh")
 # TransformerLens' act_fn for each kind (gated: its gate's).
 LENS_ACTIVATIONS = {
     "relu": "relu",
@@ -26,6 +27,7 @@ LENS_ACTIVATIONS = {
     "gelu-tanh": "gelu_new",
     "swiglu": "silu",
     "geglu": "gelu",
+    "geglu-tanh": "gelu_pytorch_tanh",
 }
 
 
