@@ -161,7 +161,7 @@ def compare_variants(
     results = []
     if progress is not None:
         progress.stage(
-            f"loss on {windows} windows of {context} tokens per split", 2 * len(models) * math.ceil(windows / batch)
+            f"loss on {windows} windows per split ({context} tokens each)", 2 * len(models) * math.ceil(windows / batch)
         )
     for model in models:
         losses = {split: mean_loss(model.network, *batches[split], batch, progress) for split in batches}

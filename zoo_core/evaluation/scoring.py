@@ -51,7 +51,7 @@ def evaluate_language_model(
     losses = {}
     if progress is not None:
         batches = 2 if unbounded else 2 * math.ceil(count / sizing.batch_size)
-        progress.stage(f"loss on {count} windows of {context} tokens per split", batches)
+        progress.stage(f"loss on {count} windows per split ({context} tokens each)", batches)
     for split in ("train", "validation"):
         tokens = corpus.split(split)
         if unbounded:
