@@ -431,6 +431,10 @@ def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path
     site = tmp_path / "site"
     installed.zoo("gallery", "--variants", "bigram", "--out", str(site), "--quiet")
     assert "bigram" in (site / "index.html").read_text() and (site / "variants").is_dir()
+    # The shipped results tables travel with the wheel: shown without --results (issue 58).
+    index = (site / "index.html").read_text()
+    for table in sorted((ROOT / "results").glob("*.csv")):
+        assert f"results/{table.name}" in index, table.name
 
     server, url = _serving(installed, site, tmp_path / "serve.log")
     try:
