@@ -46,7 +46,7 @@ from .conftest import ROOT
 
 SHIPPED_NAMES = list(tomllib.loads((ROOT / "registry.toml").read_text()))
 # What the wheel is built from: the files the repository tracks for the package.
-SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints", "data", "pyproject.toml",
+SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints", "data", "results", "pyproject.toml",
            "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md", "constraints.txt"]
 DISTRIBUTION = "zoo-lm"
 SMALL = "transformer-1b-learned-ctx8"  # quick to load, and GPT-2 shaped: it exports to Hugging Face

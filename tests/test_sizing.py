@@ -149,31 +149,35 @@ CHROMIUM = os.environ.get("ZOO_CHROMIUM") or shutil.which("chromium") or "/usr/b
 @pytest.mark.smollm2
 def test_a_gallery_with_smollm2_in_the_catalogue_in_headless_chromium(smollm2_home, tmp_path):
     """The whole catalogue's gallery, SmolLM2's page within the budget and 2 GiB above the
-    model; in Chromium its page shows the card, a sample, its measured views, and the index
-    its bits per byte beside the Shakespeare variants'."""
+    model; its page shows the card, a sample, its measured views (each saying on what), and
+    the index its bits per byte beside the Shakespeare variants'; then the same in Chromium."""
     pytest.importorskip("jinja2", reason="the gallery needs the web extra")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the browser check needs Playwright")
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
     site = tmp_path / "site"
     memory, _ = _peak(["gallery", "--out", str(site), "--quiet"], smollm2_home, tmp_path)
-    assert memory["code"] == 0 and memory["peak_mib"] < 3 * GiB, memory
+    assert memory["code"] == 0 and memory["peak_mib"] < 3 * GiB, memory  # the model: 0.5 GiB of float32
+    index = (site / "index.html").read_text()
+    assert f'data-name="{NAME}"' in index and "measured by the gallery on the first" in index
+    page = (site / "variants" / f"{NAME}.html").read_text()
+    for part in ("Samples", "in bits per byte", "Attention maps", "Logit lens", "Head ablation", "Card",
+                 "of its 270 heads, chosen at random", "this page's budget"):
+        assert part in page, part
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the browser check needs Playwright")
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no Chromium at {CHROMIUM} for the browser half: apt-get install chromium (or set ZOO_CHROMIUM)")
     from .test_web_browser import LAUNCH_FLAGS
 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_FLAGS)
-        page = browser.new_page()
+        view = browser.new_page()
         errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto((site / "index.html").as_uri())
-        rows = {row.get_attribute("data-name"): row.inner_text() for row in page.query_selector_all("#variants tbody tr")}
-        assert NAME in rows and "gpt-char-mini" in rows
-        assert "*" in rows[NAME]  # its bits per byte, measured by the gallery, with the note saying on what
-        page.goto((site / "variants" / f"{NAME}.html").as_uri())
-        text = page.inner_text("body")
+        view.on("pageerror", lambda error: errors.append(str(error)))
+        view.goto((site / "index.html").as_uri())
+        rows = {row.get_attribute("data-name"): row.inner_text() for row in view.query_selector_all("#variants tbody tr")}
+        assert NAME in rows and "gpt-char-mini" in rows and "*" in rows[NAME]
+        view.goto((site / "variants" / f"{NAME}.html").as_uri())
+        text = view.inner_text("body")
         for heading in ("Samples", "in bits per byte", "Attention maps", "Logit lens", "Head ablation", "Card"):
             assert heading in text, heading
-        assert "of its 270 heads, chosen at random" in text and '"architecture"' in text
-        broken = page.evaluate("Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length")
+        broken = view.evaluate("Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length")
         assert broken == 0 and not errors, errors
         browser.close()

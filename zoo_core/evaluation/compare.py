@@ -164,7 +164,10 @@ def compare_variants(
             f"loss on {windows} windows per split ({context} tokens each)", 2 * len(models) * math.ceil(windows / batch)
         )
     for model in models:
-        losses = {split: mean_loss(model.network, *batches[split], batch, progress) for split in batches}
+        losses = {
+            split: mean_loss(model.network, inputs, targets, batch, progress)
+            for split, (inputs, targets) in batches.items()
+        }
         results.append(
             {
                 "name": model.name,

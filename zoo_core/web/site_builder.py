@@ -101,7 +101,7 @@ class SiteBuilder:
             self._wanted.wait()
             self._wanted.clear()
             report, failure = self._build()
-            if failure is not None:
+            if report is None or failure is not None:
                 self.state = f"failed: {failure}"
                 print(f"zoo serve: the gallery could not be built: {failure}", file=sys.stderr, flush=True)
                 continue
@@ -129,10 +129,12 @@ class SiteBuilder:
         except OSError as exc:
             return None, f"cannot start the build: {exc}"
         errors: list[str] = []
-        drain = threading.Thread(target=lambda: errors.extend(child.stderr), daemon=True)  # never a full pipe
+        stdout, stderr = child.stdout, child.stderr
+        assert stdout is not None and stderr is not None  # both piped above
+        drain = threading.Thread(target=lambda: errors.extend(stderr), daemon=True)  # never a full pipe
         drain.start()
         report, failure = None, None
-        for line in child.stdout:
+        for line in stdout:
             try:
                 message = json.loads(line)
             except ValueError:
