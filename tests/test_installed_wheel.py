@@ -46,7 +46,7 @@ from .conftest import ROOT
 
 SHIPPED_NAMES = list(tomllib.loads((ROOT / "registry.toml").read_text()))
 # What the wheel is built from: the files the repository tracks for the package.
-SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints", "data", "pyproject.toml",
+SOURCES = ["zoo_core", "plugins", "experiments", "registry.toml", "checkpoints", "data", "results", "pyproject.toml",
            "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md", "constraints.txt"]
 DISTRIBUTION = "zoo-lm"
 SMALL = "transformer-1b-learned-ctx8"  # quick to load, and GPT-2 shaped: it exports to Hugging Face
@@ -431,6 +431,10 @@ def test_gallery_and_server_run_from_the_installed_templates(installed, tmp_path
     site = tmp_path / "site"
     installed.zoo("gallery", "--variants", "bigram", "--out", str(site), "--quiet")
     assert "bigram" in (site / "index.html").read_text() and (site / "variants").is_dir()
+    # The shipped results tables travel with the wheel: shown without --results (issue 58).
+    index = (site / "index.html").read_text()
+    for table in sorted((ROOT / "results").glob("*.csv")):
+        assert f"results/{table.name}" in index, table.name
 
     server, url = _serving(installed, site, tmp_path / "serve.log")
     try:

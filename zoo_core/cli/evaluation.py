@@ -76,19 +76,24 @@ def cmd_compare(args) -> int:
     sampling_settings(args)
     for name in args.names:
         check_for_variant(args, get_variant(name).card)
-    report = compare_variants(
-        args.names,
-        args.windows,
-        args.seed,
-        args.prompt,
-        args.max_new_tokens,
-        args.data,
-        device=args.device,
-        dtype=args.dtype,
-        bits_per_byte=args.bits_per_byte,
-        text_chars=args.text_chars,
-        context=args.context,
-    )
+    progress = WorkProgress("compare", enabled=not args.json)
+    try:
+        report = compare_variants(
+            args.names,
+            args.windows,
+            args.seed,
+            args.prompt,
+            args.max_new_tokens,
+            args.data,
+            device=args.device,
+            dtype=args.dtype,
+            bits_per_byte=args.bits_per_byte,
+            text_chars=args.text_chars,
+            context=args.context,
+            progress=progress,
+        )
+    finally:
+        progress.close()
     in_bits = report["unit"] == "bits per byte"
     if args.out:
         score = "bits_per_byte" if in_bits else "validation_loss"
@@ -113,6 +118,8 @@ def _parameters(measured: dict) -> str:
 def _print_bits_comparison(report: dict) -> None:
     print(f"{report['reason']}.\nscored text: {report['text']} of {report['dataset']}, identical for every model")
     print(f"method: {report['method']}")
+    if report.get("sizing"):
+        print(f"({report['sizing']})")
     rows = [
         [
             m["name"],
@@ -146,6 +153,8 @@ def _print_loss_comparison(report: dict) -> None:
         f"{report['windows']} windows of {report['context']} tokens per split of {report['dataset']}, seed {report['seed']}; "
         f"losses in {report['unit']}, deltas against {report['baseline']}"
     )
+    if report.get("sizing"):
+        print(f"({report['sizing']}; --windows and --context ask for more)")
     rows = [
         [
             m["name"],
@@ -233,25 +242,11 @@ def cmd_inspect(args) -> int:
     check_for_variant(args, get_variant(args.name).card)
     model = load(args.name, device=args.device, dtype=args.dtype)
     report: dict = {"name": model.name}
-    if args.logit_lens:
-        report["logit_lens"] = logit_lens(model, args.prompt).to_dict()
-    if args.patch:
-        report["patching"] = patch_residual(model, args.prompt, args.corrupt).to_dict()
-    if args.routing:
-        report["routing"] = expert_counts(model, args.prompt).to_dict()
-    if args.ablate:
-        answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
-        if answers is not None:
-            if args.ablation != "zero":
-                raise ZooError(f"'{model.name}' is ablated by zeroing heads only; drop --ablation {args.ablation}")
-            report["answer_ablation"] = answers
-        else:
-            groups = groups if groups is not None else ablation.every_head(model)
-            report["ablation"] = ablation.ablate_heads(
-                model, groups, args.ablation, args.windows, args.context
-            ).to_dict()
-    if args.verify_roles:
-        report["roles"] = verify_roles(model)
+    progress = WorkProgress(model.name, enabled=not args.json)
+    try:
+        _inspect_views(args, model, groups, report, progress)
+    finally:
+        progress.close()
     if args.out is not None:
         _draw(report, args.out)
     # A role check that does not hold fails the command, as a failing test does.
@@ -273,6 +268,29 @@ def cmd_inspect(args) -> int:
     if args.out is not None:
         print(f"written to {args.out}")
     return status
+
+
+def _inspect_views(args, model, groups, report: dict, progress: WorkProgress) -> None:
+    """The views asked for, into ``report``; the long ones (patching, ablation) shown on ``progress``."""
+    if args.logit_lens:
+        report["logit_lens"] = logit_lens(model, args.prompt).to_dict()
+    if args.patch:
+        report["patching"] = patch_residual(model, args.prompt, args.corrupt, progress=progress).to_dict()
+    if args.routing:
+        report["routing"] = expert_counts(model, args.prompt).to_dict()
+    if args.ablate:
+        answers = task_ablation(model, groups)  # a task network (the puzzle): answers, not a loss
+        if answers is not None:
+            if args.ablation != "zero":
+                raise ZooError(f"'{model.name}' is ablated by zeroing heads only; drop --ablation {args.ablation}")
+            report["answer_ablation"] = answers
+        else:
+            groups = groups if groups is not None else ablation.every_head(model)
+            report["ablation"] = ablation.ablate_heads(
+                model, groups, args.ablation, args.windows, args.context, progress=progress
+            ).to_dict()
+    if args.verify_roles:
+        report["roles"] = verify_roles(model)
 
 
 def _show_logit_lens(lens: dict) -> None:
@@ -324,6 +342,8 @@ def _show_ablation(report: dict) -> None:
         f"head ablation ({report['method']}): validation loss on {report['windows']} windows of {report['context']} "
         f"tokens of {report['dataset']}; intact {report['loss']:.4f}"
     )
+    if report.get("sizing"):
+        print(f"({report['sizing']}; --windows and --context ask for more)")
     rows = [[",".join(a["heads"]), f"{a['loss']:.4f}", f"{a['delta']:+.4f}"] for a in report["ablations"]]
     print(render_table(["heads removed", "loss", "Δ loss"], rows, right={1, 2}))
     print()

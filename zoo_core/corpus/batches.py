@@ -103,8 +103,9 @@ def fixed_windows(
 
 
 @torch.inference_mode()
-def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 64) -> float:
-    """Mean next-token cross-entropy (nats per token) over the given windows.
+def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 64, progress=None) -> float:
+    """Mean next-token cross-entropy (nats per token) over the given windows, read
+    ``batch_size`` at a time (``progress``: a WorkProgress told of each batch).
 
     Under `inference_mode`, not just `no_grad`: no autograd bookkeeping at all.
     The losses are summed as float tensors and read back once at the end,
@@ -119,6 +120,8 @@ def mean_loss(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: in
             _, loss = model(x, y)
             total = total + loss.double() * y.numel()
             count += y.numel()
+            if progress is not None:
+                progress.advance()
     finally:
         model.train(was_training)
     return float(total) / count

@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from ..corpus.batches import split_text
 from ..errors import ZooError
 from ..inference.carried import carried_nll, context_description, is_unbounded
+from .budget import batch_size, shape_of
 
 METHOD = (
     "each model tokenizes the scored text with its own tokenizer, separately from the text before it "
@@ -95,13 +96,16 @@ def bits_per_byte(model, text: str, before: str, progress=None, context: int | N
     """Score ``text`` (preceded by ``before``) with a loaded zoo model, each token
     from at most ``context`` tokens (default: the card's context length)."""
     context = scoring_context(model, context)
-    return network_bits_per_byte(model.network, model.tokenizer, context, text, before, progress)
+    batch = batch_size(shape_of(model), context)  # windows at once under the memory bound, or a refusal
+    return network_bits_per_byte(model.network, model.tokenizer, context, text, before, progress, batch)
 
 
-def network_bits_per_byte(network, tokenizer, context: int, text: str, before: str, progress=None) -> dict:
+def network_bits_per_byte(
+    network, tokenizer, context: int, text: str, before: str, progress=None, batch_size: int = 64
+) -> dict:
     """Score ``text`` (preceded by ``before``) with a network and its tokenizer, each
-    token from at most ``context`` tokens (a study's arm in training has no loaded
-    model around it)."""
+    token from at most ``context`` tokens, ``batch_size`` windows at a time (a
+    study's arm in training has no loaded model around it)."""
     if not text:
         raise ZooError("no text to score")
     history = tokenizer.encode(before[-8 * context :])[-context:] if before else []
@@ -109,7 +113,7 @@ def network_bits_per_byte(network, tokenizer, context: int, text: str, before: s
     if not history:  # nothing before: the first token is context, not scored
         history, ids = ids[:1], ids[1:]
         text = tokenizer.decode(history + ids)[len(tokenizer.decode(history)) :]
-    nats = summed_nll(network, history + ids, len(history), context, progress=progress)
+    nats = summed_nll(network, history + ids, len(history), context, batch_size, progress=progress)
     bits = nats / math.log(2)
     return {
         "bits_per_byte": bits / len(text.encode("utf-8")),

@@ -15,6 +15,8 @@ every token with its own kind of context, and each result says which.
 from __future__ import annotations
 
 import contextlib
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -30,6 +32,8 @@ from ..loading.texts import variant_text
 from ..plugin_api.protocols import TaskModel, implements
 from ..seeding import seeded_generator
 from .bits import METHOD, bits_per_byte, validation_text
+from .budget import COMPUTE_BUDGET, batch_size, default_context, shape_of, size_windows
+from .scoring import DEFAULT_WINDOWS
 
 
 def _shared_tokenizer(models) -> str | None:
@@ -91,7 +95,7 @@ def shared_windows(tokens: torch.Tensor, context: int, count: int, generator: to
 
 def compare_variants(
     names: list[str],
-    windows: int = 320,
+    windows: int | None = None,
     seed: int = 42,
     prompt: str | None = None,
     max_new_tokens: int = 100,
@@ -102,11 +106,15 @@ def compare_variants(
     bits_per_byte: bool = False,
     text_chars: int | None = None,
     context: int | None = None,
+    progress=None,
 ) -> dict:
-    """``context``: score with at most this many tokens of context (default: each card's)."""
+    """``context``: score with at most this many tokens of context (default: each card's).
+    ``windows``, ``context`` and ``text_chars`` not given are sized to the models within the
+    compute budget and memory bound (zoo_core.evaluation.budget); ``progress`` (a
+    WorkProgress) is told of each batch."""
     if len(names) < 2:
         raise ZooError("compare needs at least two variants")
-    if windows < 1:
+    if windows is not None and windows < 1:
         raise ZooError(f"windows must be at least 1, not {windows}")
     if text_chars is not None and text_chars < 1:
         raise ZooError(f"--text-chars must be at least 1, not {text_chars}")
@@ -126,9 +134,16 @@ def compare_variants(
             f"rather than a window (context_kind 'unbounded'), so windows are not a shared measure"
         )
     if different or bits_per_byte:
-        return compare_in_bits_per_byte(models, different, sampling, prompt, data, text_chars, context)
+        return compare_in_bits_per_byte(models, different, sampling, prompt, data, text_chars, context, progress)
     first = models[0]
-    context = min([model.card.context_length for model in models] + ([context] if context else []))
+    shapes = [shape_of(model) for model in models]
+    # Sized as one model as costly per token as the costliest, read once per split per model.
+    costliest = max(shapes, key=lambda s: s.flops_per_token(1))
+    shared = replace(costliest, context=min(s.context for s in shapes))
+    asked = min(context, shared.context) if context else None  # more than the shortest card reads: all it reads
+    sizing = size_windows(shared, windows, asked, DEFAULT_WINDOWS, passes=2 * len(models))
+    context, windows = sizing.context, sizing.windows
+    batch = min(batch_size(s, context) for s in shapes)
     text = shared_text(models, data)
     # A fine-tune that dropped the characters its vocabulary lacks is compared on the
     # text without them, as it was trained: every model sees the same tokens.
@@ -144,8 +159,15 @@ def compare_variants(
     if prompt is None:
         prompt = first.tokenizer.decode(corpus.train[:context].tolist())
     results = []
+    if progress is not None:
+        progress.stage(
+            f"loss on {windows} windows per split ({context} tokens each)", 2 * len(models) * math.ceil(windows / batch)
+        )
     for model in models:
-        losses = {split: mean_loss(model.network, *batches[split]) for split in batches}
+        losses = {
+            split: mean_loss(model.network, inputs, targets, batch, progress)
+            for split, (inputs, targets) in batches.items()
+        }
         results.append(
             {
                 "name": model.name,
@@ -168,6 +190,7 @@ def compare_variants(
         "prompt": prompt,
         "baseline": first.name,
         "models": results,
+        **({"sizing": note} if (note := sizing.note(shared, DEFAULT_WINDOWS)) else {}),
     }
 
 
@@ -181,28 +204,47 @@ def parameter_counts(model) -> dict[str, int]:
     return {"parameters": own, "base_parameters": model.parameters() - own}
 
 
-def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, context=None) -> dict:
+def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, context=None, progress=None) -> dict:
     """Every model scores the same validation text (its first ``text_chars``
     characters, or all of it) in bits per byte with its own tokenizer, from at most
     ``context`` tokens of its own (default: its card's context length)."""
     first = models[0]
     source = shared_text(models, data)  # never silently the first one's text: theirs differ, or it is named
+    shapes = [shape_of(model) for model in models]
+    contexts = [min(context, s.context) if context else default_context(s) for s in shapes]
+    sized = None
+    if text_chars is None:  # all of the validation text, or its start where scoring all would pass the budget
+        whole, _ = validation_text(source.text, first.card.recipe.train_fraction)
+        cost = 0.0
+        for model, shape, length in zip(models, shapes, contexts):
+            with _scoring([model.name], source):  # a text the model cannot spell is refused naming both
+                cost += 2.0 * len(model.tokenizer.encode(whole)) * shape.flops_per_token(length)
+        if cost > COMPUTE_BUDGET:
+            text_chars = max(1, int(len(whole) * COMPUTE_BUDGET / cost))
+            sized = (
+                f"sized to the budget ({COMPUTE_BUDGET:.0e} operations): the first {text_chars:,} of "
+                f"{len(whole):,} validation characters; --text-chars asks for more"
+            )
     text, before = validation_text(source.text, first.card.recipe.train_fraction, text_chars)
     results = []
-    for model in models:
-        with _scoring([model.name], source):
-            score = bits_per_byte(
-                model, text, before, context=min(context or model.card.context_length, model.card.context_length)
+    try:
+        for model, model_context in zip(models, contexts):
+            if progress is not None:
+                progress.name = model.name
+            with _scoring([model.name], source):
+                score = bits_per_byte(model, text, before, progress=progress, context=model_context)
+            results.append(
+                {
+                    "name": model.name,
+                    **parameter_counts(model),
+                    "tokenizer": model.card.tokenizer.kind,
+                    **score,
+                    "sample": model.generate(prompt or before[:100], sampling),
+                }
             )
-        results.append(
-            {
-                "name": model.name,
-                **parameter_counts(model),
-                "tokenizer": model.card.tokenizer.kind,
-                **score,
-                "sample": model.generate(prompt or before[:100], sampling),
-            }
-        )
+    finally:
+        if progress is not None:
+            progress.close()
     for result in results:
         result["bits_per_byte_delta"] = result["bits_per_byte"] - results[0]["bits_per_byte"]
     return {
@@ -216,4 +258,5 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, co
         "prompt": prompt or before[:100],
         "baseline": first.name,
         "models": results,
+        **({"sizing": sized} if sized else {}),
     }

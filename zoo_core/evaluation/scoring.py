@@ -13,7 +13,10 @@ from ..loading.texts import variant_text
 from ..plugin_api.protocols import BOUNDED, UNBOUNDED
 from ..storage.files import exclusive_lock
 from ..storage.locations import inside_installed_package
-from .bits import bits_per_byte, scoring_context, validation_text
+from .bits import bits_per_byte, validation_text
+from .budget import COMPUTE_BUDGET, shape_of, size_windows, text_characters
+
+DEFAULT_WINDOWS = 320  # a card's recipe.eval_windows when it names none
 
 
 def evaluate_language_model(
@@ -38,24 +41,42 @@ def evaluate_language_model(
     # Trained without the characters its vocabulary lacks: scored so too.
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
-    count = windows or recipe.eval_windows
-    context = scoring_context(model, context)
+    # The recipe's windows and the card's context, or fewer where they would cost more
+    # than the budget (an imported model of 8,192 tokens): half of it for the losses.
+    shape = shape_of(model)
+    default_windows = recipe_windows(card)
+    sizing = size_windows(shape, windows, context, default_windows, passes=2, budget=COMPUTE_BUDGET / 2)
+    count, context = sizing.windows, sizing.context
     unbounded = is_unbounded(model.network)
     losses = {}
     if progress is not None:
-        progress.stage(f"loss on {count} windows per split", 2)
+        batches = 2 if unbounded else 2 * math.ceil(count / sizing.batch_size)
+        progress.stage(f"loss on {count} windows per split ({context} tokens each)", batches)
     for split in ("train", "validation"):
         tokens = corpus.split(split)
         if unbounded:
             losses[split] = _carried_loss(model.network, tokens, context, count)
+            if progress is not None:
+                progress.advance()
         else:
-            losses[split] = mean_loss(model.network, *fixed_windows(tokens, context, count))
-        if progress is not None:
-            progress.advance()
+            inputs, targets = fixed_windows(tokens, context, count)
+            losses[split] = mean_loss(model.network, inputs, targets, sizing.batch_size, progress)
     uniform = math.log(card.tokenizer.vocab_size)
+    if text_chars is None:  # all of the validation text, or as much as the other half of the budget scores
+        whole, _ = validation_text(source, recipe.train_fraction)
+        text_chars = text_characters(shape, len(whole), len(corpus.split("validation")), context)
+        sizing_note = sizing.note(shape, default_windows)
+        if text_chars is not None:
+            sizing_note = (sizing_note + "; " if sizing_note else "sized to the budget: ") + (
+                f"bits per byte on the first {text_chars:,} of {len(whole):,} validation characters"
+            )
+    else:
+        sizing_note = sizing.note(shape, default_windows)
+    if sizing_note is not None:
+        sizing_note += "; --windows, --context and --text-chars ask for more"
     scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
     bits = bits_per_byte(model, scored, before, progress=progress, context=context)
-    return {
+    report = {
         "train_loss": losses["train"],
         "validation_loss": losses["validation"],
         "validation_perplexity": math.exp(losses["validation"]),
@@ -76,6 +97,17 @@ def evaluate_language_model(
         "bits_scored_characters": bits["characters"],
         "bits_context": bits["context"],
     }
+    if sizing_note is not None:  # only where a default was cut: the built-in variants' reports are unchanged
+        report["sizing"] = sizing_note
+    return report
+
+
+def recipe_windows(card) -> int:
+    """The evaluation windows the card's recipe names, or the zoo's default where
+    it names none (an imported card carries no training recipe)."""
+    recipe = getattr(card, "recipe", None)
+    windows = getattr(recipe, "eval_windows", None)
+    return windows if windows else DEFAULT_WINDOWS
 
 
 def _carried_loss(network, tokens, context: int, count: int) -> float:

@@ -9,20 +9,25 @@ next-token cross-entropy on the same fixed validation windows `zoo eval` scores.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import torch
+from torch.nn import functional as F
 
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..errors import ZooError, printable
 from ..evaluation.bits import scoring_context
+from ..evaluation.budget import shape_of, size_windows
+from ..evaluation.scoring import recipe_windows
 from ..loading.texts import variant_text
 from ..plugin_api.hook_points import hooks
 from .stream import head_counts
 
 METHODS = ("zero", "mean")
+SWEEP_MIN_CONTEXT = 32  # the shortest windows a sized sweep reads
 Head = tuple[int, int]  # (layer, head), both counted from 0 as in the hook point names
 
 
@@ -41,6 +46,7 @@ class AblationReport:
     dataset: str
     loss: float  # the intact model's
     ablations: list[HeadAblation]
+    sizing: str | None = None  # what the budget cut from the defaults (zoo_core.evaluation.budget), if anything
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,8 +70,9 @@ def parse_heads(text: str) -> list[Head]:
     return heads
 
 
-def check_heads(model, heads: Sequence[Head]) -> None:
-    counts = head_counts(model)
+def check_heads(model, heads: Sequence[Head], counts: list[int] | None = None) -> None:
+    """Refuse heads ``model`` lacks (``counts``: its heads per layer, when already known)."""
+    counts = head_counts(model) if counts is None else counts
     if len(heads) > sum(counts):  # before each is looked at: a list of 20,000 is one line, at once
         raise ZooError(
             f"--ablate names {len(heads):,} heads; '{model.name}' has {sum(counts)} "
@@ -92,11 +99,13 @@ def validation_windows(
     text = variant_text(model.variant)
     source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
     corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
-    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or recipe.eval_windows)
+    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or recipe_windows(model.card))
     return inputs, targets, text.name
 
 
-def mean_head_outputs(model, layers: set[int], inputs: torch.Tensor, batch_size: int = 64) -> dict[int, torch.Tensor]:
+def mean_head_outputs(
+    model, layers: set[int], inputs: torch.Tensor, batch_size: int = 64, progress=None
+) -> dict[int, torch.Tensor]:
     """Each layer's head outputs (T, H, D) averaged over the windows, position by position."""
     sums: dict[int, torch.Tensor] = {}
 
@@ -109,6 +118,8 @@ def mean_head_outputs(model, layers: set[int], inputs: torch.Tensor, batch_size:
     with torch.inference_mode(), hooks(model.network, {f"blocks.{layer}.attention.heads": add for layer in layers}):
         for i in range(0, len(inputs), batch_size):
             model.network(inputs[i : i + batch_size].to(device))
+            if progress is not None:
+                progress.advance()
     return {layer: (total / len(inputs)).to(model.device) for layer, total in sums.items()}
 
 
@@ -136,24 +147,94 @@ def ablate_heads(
     method: str = "zero",
     windows: int | None = None,
     context: int | None = None,
+    progress=None,
 ) -> AblationReport:
     """The validation loss with each group of heads removed together (``method`` "zero" or "mean"),
-    against the intact model's, on the same windows (``context`` tokens long, default the card's)."""
+    against the intact model's, on the same windows (``context`` tokens long, default the card's).
+    Windows and context not given are sized so that the whole sweep, one pass per group and
+    one intact, stays within the compute budget (zoo_core.evaluation.budget); ``progress``
+    (a WorkProgress) is told of each batch."""
     if method not in METHODS:
         raise ZooError(f"--ablation is one of {', '.join(METHODS)}, not {method!r}")
+    counts = head_counts(model)  # a forward pass: once, not once per group
     for group in groups:
-        check_heads(model, group)
-    inputs, targets, dataset = validation_windows(model, windows, context)
+        check_heads(model, group, counts)
+    shape = shape_of(model)
+    passes = len(groups) + 1 + (method == "mean")
+    default_windows = recipe_windows(model.card)
+    # A sweep of hundreds of heads reads short windows rather than blow the budget many times over.
+    sizing = size_windows(shape, windows, context, default_windows, passes=passes, min_context=SWEEP_MIN_CONTEXT)
+    inputs, targets, dataset = validation_windows(model, sizing.windows, sizing.context)
+    batch = sizing.batch_size
+    # Few windows (a sized sweep over many heads): several groups share each forward pass,
+    # whose cost on a large model is reading its weights, not the few tokens.
+    packed = max(1, batch // len(inputs)) if len(groups) > 1 and len(inputs) < batch else 1
+    if progress is not None:
+        per_pass = math.ceil(len(inputs) / batch)
+        sweep = math.ceil(len(groups) / packed) if packed > 1 else len(groups) * per_pass
+        progress.stage(
+            f"ablating {len(groups)} head groups on {len(inputs)} windows of {inputs.shape[1]} tokens",
+            (passes - len(groups)) * per_pass + sweep,
+        )
     means = None
     if method == "mean":
-        means = mean_head_outputs(model, {layer for group in groups for layer, _ in group}, inputs)
-    intact = mean_loss(model.network, inputs, targets)
-    results = []
-    for group in groups:
-        with hooks(model.network, _replacing(group, means)):
-            loss = mean_loss(model.network, inputs, targets)
-        results.append(HeadAblation([f"{layer}.{head}" for layer, head in group], loss, loss - intact))
-    return AblationReport(method, len(inputs), inputs.shape[1], dataset, intact, results)
+        means = mean_head_outputs(model, {layer for group in groups for layer, _ in group}, inputs, batch, progress)
+    intact = mean_loss(model.network, inputs, targets, batch, progress)
+    if packed > 1:
+        losses = _packed_losses(model, groups, means, inputs, targets, packed, progress)
+    else:
+        losses = []
+        for group in groups:
+            with hooks(model.network, _replacing(group, means)):
+                losses.append(mean_loss(model.network, inputs, targets, batch, progress))
+    results = [
+        HeadAblation([f"{layer}.{head}" for layer, head in group], loss, loss - intact)
+        for group, loss in zip(groups, losses)
+    ]
+    note = sizing.note(shape, default_windows)
+    return AblationReport(method, len(inputs), inputs.shape[1], dataset, intact, results, note)
+
+
+def _packed_losses(model, groups, means, inputs, targets, per_batch: int, progress=None) -> list[float]:
+    """Each group's mean loss on ``inputs``, ``per_batch`` groups to a forward pass: the
+    windows repeated once per group, each copy with its own group's heads removed."""
+    network, device = model.network, model.device
+    count = len(inputs)
+    losses: list[float] = []
+    was_training = network.training
+    network.eval()
+    try:
+        for start in range(0, len(groups), per_batch):
+            chunk = groups[start : start + per_batch]
+            removed: dict[int, list[tuple[int, int, int]]] = {}  # layer: (first row, end row, head)
+            for i, group in enumerate(chunk):
+                for layer, head in group:
+                    removed.setdefault(layer, []).append((i * count, (i + 1) * count, head))
+
+            def remove(activation, name):
+                layer = int(name.split(".")[1])
+                ablated = activation.clone()
+                for first, end, head in removed[layer]:
+                    if means is None:
+                        ablated[first:end, :, head] = 0
+                    else:
+                        ablated[first:end, :, head] = means[layer][: activation.shape[1], head].to(activation.dtype)
+                return ablated
+
+            x = inputs.repeat(len(chunk), 1).to(device)
+            y = targets.repeat(len(chunk), 1).to(device)
+            with (
+                torch.inference_mode(),
+                hooks(network, {f"blocks.{layer}.attention.heads": remove for layer in removed}),
+            ):
+                logits = network(x)[0]
+                nats = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view(len(chunk), -1)
+            losses.extend(float(row.double().mean()) for row in nats)
+            if progress is not None:
+                progress.advance()
+    finally:
+        network.train(was_training)
+    return losses
 
 
 def every_head(model) -> list[list[Head]]:

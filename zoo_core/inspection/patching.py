@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..errors import ZooError
+from ..evaluation.budget import batch_size, shape_of
 from ..plugin_api.hook_points import hooks, run_with_cache
 from .stream import printable_token, residual_stream, token_labels
 
@@ -41,14 +42,17 @@ def _difference(logits: torch.Tensor, answer: int, wrong: int) -> float:
     return float(last[answer] - last[wrong])
 
 
-def patch_residual(model, clean: str | torch.Tensor, corrupted: str | torch.Tensor) -> Patching:
-    """Patch the clean prompt's residual stream into the corrupted run, layer by layer and position by position."""
+def patch_residual(model, clean: str | torch.Tensor, corrupted: str | torch.Tensor, progress=None) -> Patching:
+    """Patch the clean prompt's residual stream into the corrupted run, layer by layer and
+    position by position (``progress``, a WorkProgress, told of each run)."""
     clean_ids, corrupted_ids = model.prompt_ids(clean), model.prompt_ids(corrupted)
     if clean_ids.shape != corrupted_ids.shape:
         raise ZooError(
             f"the clean prompt is {clean_ids.shape[1]} tokens and the corrupted one {corrupted_ids.shape[1]}: "
             "patching compares them position by position, so give prompts of the same length"
         )
+    # One prompt at a time under the memory bound, or one line naming what to shorten.
+    batch_size(shape_of(model), clean_ids.shape[1], option="the prompts' length")
     stream = residual_stream(model)
     network = model.network
     with torch.no_grad():
@@ -66,6 +70,10 @@ def patch_residual(model, clean: str | torch.Tensor, corrupted: str | torch.Tens
                 "prediction: there is nothing to recover; corrupt a token the answer depends on"
             )
         recovered = []
+        if progress is not None:
+            progress.stage(
+                f"patching {len(stream)} layers × {clean_ids.shape[1]} positions", len(stream) * clean_ids.shape[1]
+            )
         for point in stream:
             row = []
             for position in range(clean_ids.shape[1]):
@@ -79,6 +87,8 @@ def patch_residual(model, clean: str | torch.Tensor, corrupted: str | torch.Tens
                 with hooks(network, {point.name: patch}):
                     patched_logits = network(corrupted_ids)[0]
                 row.append((_difference(patched_logits, answer, wrong) - corrupted_difference) / span)
+                if progress is not None:
+                    progress.advance()
             recovered.append(row)
     return Patching(
         clean_tokens=token_labels(model, clean_ids),

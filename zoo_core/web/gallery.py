@@ -27,7 +27,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -35,6 +35,15 @@ from ..catalogue.history import TrainingHistory, read_history
 from ..catalogue.publishing import history_of
 from ..corpus.batches import Corpus, mean_loss
 from ..errors import ZooError
+from ..evaluation.bits import bits_per_byte, validation_text
+from ..evaluation.budget import (
+    COMPUTE_BUDGET,
+    MIN_WINDOWS,
+    default_context,
+    shape_of,
+    size_windows,
+    text_characters,
+)
 from ..evaluation.compare import shared_windows
 from ..inference.settings import SamplingSettings
 from ..inspection.ablation import ablate_heads, every_head
@@ -77,8 +86,20 @@ PUZZLE_QUESTIONS = (
 # Head ablation on a small fixed sample of validation windows (chosen by the
 # same seed as `zoo eval`'s): enough to rank the heads, cheap for every variant.
 ABLATION_WINDOWS = 32
+# What one variant's page may cost (zoo_core.evaluation.budget): every built-in
+# variant's measurements fit whole; a larger model's are cut to fit, each part
+# saying on what it was measured. A third of a `zoo eval` each for the head
+# ablation and the bits-per-byte comparison, which are the costly parts.
+ABLATION_BUDGET = COMPUTE_BUDGET / 4
+BITS_BUDGET = COMPUTE_BUDGET / 4
+SAMPLED_ABLATION = (4, 64)  # windows and tokens per head where the heads are sampled
+ATTENTION_PANELS = 32  # heat maps a page shows at most (the built-in variants have at most 24 heads)
+# Drawing a token reads every weight once: a large model's samples are shorter, so
+# that drawing them reads at most SAMPLE_READS weights (every built-in variant draws SAMPLE_TOKENS).
+SAMPLE_READS = 4e9
+SAMPLED_HEADS_SEED = 0  # chooses the heads shown or ablated where not all are
 # Bump when what is cached changes shape or meaning.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def default_cache_folder() -> Path:
@@ -195,9 +216,15 @@ class _Baseline:
 
 
 def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | None:
-    """What `zoo compare bigram NAME --windows 128 --seed 42` reports, without its samples."""
-    if model.name == BASELINE or not baseline.shares_tokenizer(model.variant):
+    """What `zoo compare bigram NAME --windows 128 --seed 42` reports, without its samples.
+    A variant of another tokenizer whose card states no bits per byte (an imported
+    model) is compared in bits per byte instead (`_compare_in_bits`)."""
+    if model.name == BASELINE or baseline.variant is None:
         return None
+    if not baseline.shares_tokenizer(model.variant):
+        if model.card.metrics.validation_bits_per_byte is not None:
+            return None  # the card's own figure, on the whole validation text, stands in the index
+        return _compare_in_bits(model, baseline, cache_models)
     if baseline.model is None:
         baseline.model = cache_models.get(BASELINE)
     first = baseline.model
@@ -219,6 +246,45 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
     return result
 
 
+def _compare_in_bits(model, baseline: _Baseline, cache_models) -> dict | None:
+    """Bits per byte of the variant and the bigram on the same start of the bigram's
+    validation text (as much of it as BITS_BUDGET scores), each with its own tokenizer:
+    `zoo compare bigram NAME --bits-per-byte --text-chars N` reports the same."""
+    if not implements(model.network, LanguageModel):
+        return None
+    if baseline.model is None:
+        baseline.model = cache_models.get(BASELINE)
+    first = baseline.model
+    text = variant_text(first.variant)
+    whole, before = validation_text(text.text, first.card.recipe.train_fraction)
+    shape = shape_of(model)
+    context = default_context(shape)
+    characters = text_characters(shape, len(whole), len(model.tokenizer.encode(whole)), context, 1.0, BITS_BUDGET)
+    scored = whole[:characters] if characters is not None else whole
+    try:
+        ours = bits_per_byte(model, scored, before, context=context)
+        theirs = bits_per_byte(first, scored, before)
+    except ZooError:
+        return None  # a text the variant cannot encode: no comparison, the rest of the page stands
+    return {
+        "unit": "bits per byte",
+        "baseline": BASELINE,
+        "dataset": text.name,
+        "characters": len(scored),
+        "of": len(whole),
+        "context": context,
+        "variant": ours["bits_per_byte"],
+        "baseline_bits": theirs["bits_per_byte"],
+        "delta": ours["bits_per_byte"] - theirs["bits_per_byte"],
+    }
+
+
+def sample_tokens(parameters: int) -> int:
+    """New tokens per sample: SAMPLE_TOKENS, fewer (not under 16) for a model so large that
+    drawing them all would read more than SAMPLE_READS weights."""
+    return max(16, min(SAMPLE_TOKENS, int(SAMPLE_READS / (len(SAMPLE_SEEDS) * max(1, parameters)))))
+
+
 def _attention(model, prompt: str) -> dict | None:
     network = model.network
     if not implements(network, LanguageModel):
@@ -237,9 +303,13 @@ def _attention(model, prompt: str) -> dict | None:
         for layer, matrix in enumerate(maps):
             for head in range(matrix.shape[1]):
                 panels.append({"title": f"layer {layer + 1}, head {head + 1}", "matrix": matrix[0, head].tolist()})
+    total = len(panels)
+    if total > ATTENTION_PANELS:  # a large model's hundreds of heads: a seeded sample of them, in order
+        chosen = torch.randperm(total, generator=torch.Generator().manual_seed(SAMPLED_HEADS_SEED))[:ATTENTION_PANELS]
+        panels = [panels[i] for i in sorted(chosen.tolist())]
     for panel in panels:
-        panel["matrix"] = [[round(v, 4) for v in row] for row in panel["matrix"]]
-    return {"prompt": prompt, "labels": labels, "panels": panels}
+        panel["matrix"] = [[round(float(v), 4) for v in row] for row in panel["matrix"]]
+    return {"prompt": prompt, "labels": labels, "panels": panels, "heads": total}
 
 
 def _inspection(model, prompt: str) -> dict | None:
@@ -249,10 +319,30 @@ def _inspection(model, prompt: str) -> dict | None:
     ids = torch.tensor([model.encode_prompt(prompt)[-model.card.context_length :]])
     try:
         lens = logit_lens(model, ids).to_dict()
-        ablation = ablate_heads(model, every_head(model), "zero", windows=ABLATION_WINDOWS).to_dict()
+        heads = every_head(model)
+        groups, windows, context = _ablation_plan(model, heads)
+        ablation = ablate_heads(model, groups, "zero", windows=windows, context=context).to_dict()
     except ZooError:
         return None
+    ablation["heads_total"] = len(heads)
     return {"prompt": prompt, "logit_lens": lens, "ablation": ablation}
+
+
+def _ablation_plan(model, heads: list) -> tuple[list, int, int]:
+    """The heads to zero one by one, and the windows and context to do it on, within
+    ABLATION_BUDGET: every head on ABLATION_WINDOWS windows of the card's context
+    where that fits (every built-in variant); else windows and context cut first
+    (zoo_core.evaluation.budget), and where even MIN_WINDOWS windows of MIN_CONTEXT
+    tokens per head would not fit, a seeded sample of the heads."""
+    shape = shape_of(model)
+    sizing = size_windows(shape, None, None, ABLATION_WINDOWS, passes=len(heads) + 1, budget=ABLATION_BUDGET)
+    if sizing.windows >= min(MIN_WINDOWS, ABLATION_WINDOWS):
+        return heads, sizing.windows, sizing.context
+    windows, context = SAMPLED_ABLATION[0], min(shape.context, SAMPLED_ABLATION[1])
+    passes = int(ABLATION_BUDGET / (windows * context * shape.flops_per_token(context)))
+    count = max(1, min(len(heads), passes - 1))
+    chosen = torch.randperm(len(heads), generator=torch.Generator().manual_seed(SAMPLED_HEADS_SEED))[:count]
+    return [heads[i] for i in sorted(chosen.tolist())], windows, context
 
 
 def _role_check(model) -> dict | None:
@@ -299,8 +389,11 @@ def _measure(variant, models, baseline: _Baseline) -> dict:
         measured["task"] = _task_structure(model)
         measured["roles"] = _role_check(model)
         return measured
+    tokens = sample_tokens(model.parameters())
+    measured["sample_tokens"] = tokens
     measured["samples"] = [
-        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed))} for seed in SAMPLE_SEEDS
+        {"seed": seed, "text": model.generate(SAMPLE_PROMPT, SAMPLING.replace(seed=seed, max_new_tokens=tokens))}
+        for seed in SAMPLE_SEEDS
     ]
     measured["attention"] = _attention(model, ATTENTION_PROMPT)
     measured["comparison"] = _compare_with_baseline(model, baseline, models)
@@ -321,6 +414,7 @@ def _cached_measure(variant, models, baseline: _Baseline, cache: Path) -> tuple[
         "baseline": baseline.variant.card.checkpoint.sha256 if baseline.variant else None,
         "questions": PUZZLE_QUESTIONS,
         "ablation_windows": ABLATION_WINDOWS,
+        "budget": [SAMPLE_READS, ABLATION_BUDGET, BITS_BUDGET, ATTENTION_PANELS, SAMPLED_HEADS_SEED, SAMPLED_ABLATION],
     }
     path = cache / f"{_slug(variant.name)}.json"
     if sha is not None and path.is_file():
@@ -450,6 +544,16 @@ def _is_number(cell: str) -> bool:
     return True
 
 
+def shipped_results(everything) -> Path:
+    """The results tables shipped with the zoo: results/ beside the built-in registry
+    (a checkout's top folder, or the wheel's copy of it, pyproject.toml's package data);
+    the checkout's own where a test replaced the built-in registry."""
+    for variant in everything:
+        if variant.layer == "built-in" and (variant.source.parent / "results").is_dir():
+            return variant.source.parent / "results"
+    return PROJECT_ROOT / "results"
+
+
 def _results_tables(folder: Path, variant_names: set[str]) -> list[dict]:
     """Each CSV of ``folder`` (the checkout's results/, like timm's results tables) as a
     table of its own columns: numeric where every cell is a number, the first column
@@ -492,9 +596,12 @@ def write_gallery(
     quiet: bool = False,
     experiments: Path | None = None,
     results: Path | None = None,
+    on_progress: Callable[[dict], None] | None = None,
 ) -> dict:
     """Write the site into ``out``; returns counts and the seconds it took. The index
-    shows every CSV of ``results`` (default: the checkout's results/)."""
+    shows every CSV of ``results`` (default: the results tables shipped with the zoo).
+    ``on_progress`` is told ``{"total": N}``, then ``{"measuring": NAME}`` and
+    ``{"written": K}`` for each variant page."""
     started = time.perf_counter()
     environment = _templates()
     everything = catalogue()
@@ -504,13 +611,15 @@ def write_gallery(
     cache = cache or default_cache_folder()
     out = Path(out)
     _prepare_site(out)
-    rows, tasks, cached = _write_variant_pages(out, environment, variants, everything, cache, quiet)
+    if on_progress is not None:
+        on_progress({"total": len(variants)})
+    rows, tasks, cached = _write_variant_pages(out, environment, variants, everything, cache, quiet, on_progress)
     _remove_pages_not_written(out / "variants", {row["slug"] for row in rows})
     if pattern is None:  # the whole catalogue: measurements of variants that are gone go too
         _remove_pages_not_written(cache, {_slug(variant.name) for variant in everything})
     introduction, studies = _write_studies(out, environment, experiments, {r["name"] for r in rows})
     _write_puzzle(out, environment, tasks)
-    tables = _results_tables(results or PROJECT_ROOT / "results", {r["name"] for r in rows})
+    tables = _results_tables(results or shipped_results(everything), {r["name"] for r in rows})
     _write_index(out, environment, rows, tasks, introduction, studies, tables)
     return {
         "variants": len(rows),
@@ -533,7 +642,7 @@ def _prepare_site(out: Path) -> None:
     shutil.copyfile(STATIC / "gallery.js", out / "static" / "gallery.js")
 
 
-def _write_variant_pages(out: Path, environment, variants, everything, cache: Path, quiet: bool):
+def _write_variant_pages(out: Path, environment, variants, everything, cache: Path, quiet: bool, on_progress=None):
     """One page per variant; returns the index's rows, the task models' entries
     for the puzzle page, and how many measurements came from the cache."""
 
@@ -542,7 +651,9 @@ def _write_variant_pages(out: Path, environment, variants, everything, cache: Pa
     rows: list[dict[str, Any]] = []
     tasks: list[dict[str, Any]] = []
     cached = 0
-    for variant in variants:
+    for written, variant in enumerate(variants):
+        if on_progress is not None:
+            on_progress({"measuring": variant.name})
         row = _row(variant)
         page, task, hit = _variant_page(variant, row, models, baseline, cache, out / "img")
         cached += hit
@@ -559,6 +670,8 @@ def _write_variant_pages(out: Path, environment, variants, everything, cache: Pa
                 attention_prompt=ATTENTION_PROMPT,
             ),
         )
+        if on_progress is not None:
+            on_progress({"written": written + 1})
         if not quiet:
             print(
                 f"  {variant.name}{'' if not row['weights'] else ' (cached)' if page['measured'] and hit else ''}",
@@ -591,6 +704,14 @@ def _variant_page(variant, row: dict, models, baseline, cache: Path, images: Pat
         try:
             measured, hit = _cached_measure(variant, models, baseline, cache)
             page["measured"] = measured
+            comparison = measured.get("comparison") or {}
+            if comparison.get("unit") == "bits per byte" and row["bits_per_byte"] is None:
+                # Measured here, on the start of the validation text the Shakespeare variants' cards were scored on.
+                row["bits_per_byte"] = comparison["variant"]
+                row["bits_note"] = (
+                    f"measured by the gallery on the first {comparison['characters']:,} of the "
+                    f"{comparison['of']:,} validation characters of {comparison['dataset']}"
+                )
             page["attention"] = _attention_images(variant.name, measured.get("attention"), images)
             page["inspection"] = _inspection_images(variant.name, measured.get("inspection"), images)
             if "task" in measured:

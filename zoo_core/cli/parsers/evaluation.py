@@ -12,7 +12,12 @@ from .options import device_options
 def eval_arguments(commands) -> None:
     p = commands.add_parser("eval", help="measure a variant: validation loss and perplexity (or its task score)")
     p.add_argument("name", help="the variant (see `zoo list`)")
-    p.add_argument("--windows", type=int, default=None, help="evaluation windows per split (default: the recipe's)")
+    p.add_argument(
+        "--windows",
+        type=int,
+        default=None,
+        help="evaluation windows per split (default: the recipe's, fewer where the model's size needs)",
+    )
     data = p.add_argument(
         "--data",
         metavar="NAME|PATH",
@@ -48,7 +53,9 @@ def eval_arguments(commands) -> None:
 def compare_arguments(commands) -> None:
     p = commands.add_parser("compare", help="score variants on the same windows; deltas and same-seed samples")
     p.add_argument("names", nargs="+", metavar="NAME", help="the variants to compare; the first is the baseline")
-    p.add_argument("--windows", type=int, default=320, help="windows per split")
+    p.add_argument(
+        "--windows", type=int, default=None, help="windows per split (default: 320, fewer where the models' size needs)"
+    )
     p.add_argument("--seed", type=int, default=42, help="chooses the windows and the sampling draws")
     p.add_argument("--prompt", help="the samples' prompt (default: the start of the training text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens drawn per sample")
@@ -119,7 +126,12 @@ def inspect_arguments(commands) -> None:
         default="zero",
         help="how --ablate removes a head: zero its output, or put in its mean over the validation windows",
     )
-    p.add_argument("--windows", type=int, default=None, help="validation windows for --ablate (default: the recipe's)")
+    p.add_argument(
+        "--windows",
+        type=int,
+        default=None,
+        help="validation windows for --ablate (default: the recipe's, fewer where the sweep's size needs)",
+    )
     p.add_argument(
         "--context",
         type=int,
