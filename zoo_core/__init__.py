@@ -12,10 +12,16 @@ from .version import __version__ as __version__
 hookimpl = pluggy.HookimplMarker("zoo")
 
 # The API is resolved lazily so that `import zoo_core` stays free of torch.
-_API = {"list_variants", "load", "get_variant", "build_network", "load_tokenizer"}
+_API = {"load", "build_network", "load_tokenizer"}
+# Finding variants reads cards, never builds a network: these come from the torch-free front.
+_LOOKUP = {"list_variants", "get_variant"}
 
 
 def __getattr__(name):
+    if name in _LOOKUP:
+        from .loading import lookup
+
+        return getattr(lookup, name)
     if name in _API:
         from .loading import api
 
