@@ -112,7 +112,7 @@ def test_every_type_reads_as_the_package_dequantises_it(zoo, tmp_path, tokenizer
     assert card.tokenizer.kind == "hf" and card.tokenizer.sha256 and card.tokenizer.vocab_size == VOCAB
     assert imported.tokenizer.encode(PROMPTS[0]) == tokenizer.encode(PROMPTS[0]).ids
     assert "gguf-llama" in card.tags and any(tag.startswith("gguf-") and tag != "gguf-llama" for tag in card.tags)
-    assert "1 Q4_K" in card.recipe.notes and "dequantised to float32" in card.recipe.notes
+    assert "1 Q4_K" in card.imported.notes and "dequantised to float32" in card.imported.notes
     assert card.lineage.endswith(__import__("hashlib").sha256(path.read_bytes()).hexdigest())
     assert math.isfinite(card.metrics.paragraph_perplexity) and card.metrics.paragraph_perplexity > 1
     assert 0 < card.metrics.paragraph_bits_per_byte < 20

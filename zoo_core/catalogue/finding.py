@@ -32,7 +32,9 @@ def dataset_of(variant: Variant) -> str | None:
     """The data a variant was trained on, as its recipe records it: the standard
     trainer's, or any other trainer's (lora, a plugin's) that read a text and
     recorded its sha256. None for hand-set weights and trainers that read no text."""
-    recipe = variant.index["recipe"]
+    recipe = variant.index.get("recipe")
+    if recipe is None:  # trained elsewhere: the zoo does not know on what
+        return None
     read_text = recipe["kind"] == "trained" or recipe.get("data_sha256") is not None
     return recipe["data"] if recipe["kind"] != "hand-built" and read_text else None
 

@@ -132,10 +132,10 @@ def compare_variants(
     text = shared_text(models, data)
     # A fine-tune that dropped the characters its vocabulary lacks is compared on the
     # text without them, as it was trained: every model sees the same tokens.
-    skip_unknown = any(model.card.recipe.skip_unknown for model in models)
+    skip_unknown = any(model.card.skips_unknown for model in models)
     source = encodable_text(text.text, first.tokenizer) if skip_unknown else text.text
     with _scoring([model.name for model in models], text):
-        corpus = Corpus.from_text(source, first.tokenizer, first.card.recipe.train_fraction)
+        corpus = Corpus.from_text(source, first.tokenizer, first.card.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
     generator = seeded_generator(seed)
     batches = {
@@ -187,7 +187,7 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, co
     ``context`` tokens of its own (default: its card's context length)."""
     first = models[0]
     source = shared_text(models, data)  # never silently the first one's text: theirs differ, or it is named
-    text, before = validation_text(source.text, first.card.recipe.train_fraction, text_chars)
+    text, before = validation_text(source.text, first.card.train_fraction, text_chars)
     results = []
     for model in models:
         with _scoring([model.name], source):

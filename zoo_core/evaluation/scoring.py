@@ -15,6 +15,15 @@ from ..storage.files import exclusive_lock
 from ..storage.locations import inside_installed_package
 from .bits import bits_per_byte, scoring_context, validation_text
 
+# Windows per split for a variant without an evaluation setting of its own (weights
+# trained elsewhere have no recipe): few, since such models are the large ones.
+UNSET_WINDOWS = 8
+
+
+def default_windows(card) -> int:
+    """The windows per split scored when none are asked for: the recipe's, else ``UNSET_WINDOWS``."""
+    return card.recipe.eval_windows if card.recipe is not None else UNSET_WINDOWS
+
 
 def evaluate_language_model(
     model,
@@ -33,12 +42,11 @@ def evaluate_language_model(
     if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
         raise ZooError(f"--windows must be at least 1, not {windows}")
     card = model.card
-    recipe = card.recipe
     text = variant_text(model.variant, data)
     # Trained without the characters its vocabulary lacks: scored so too.
-    source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
-    corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
-    count = windows or recipe.eval_windows
+    source = encodable_text(text.text, model.tokenizer) if card.skips_unknown else text.text
+    corpus = Corpus.from_text(source, model.tokenizer, card.train_fraction)
+    count = windows or default_windows(card)
     context = scoring_context(model, context)
     unbounded = is_unbounded(model.network)
     losses = {}
@@ -53,7 +61,7 @@ def evaluate_language_model(
         if progress is not None:
             progress.advance()
     uniform = math.log(card.tokenizer.vocab_size)
-    scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
+    scored, before = validation_text(source, card.train_fraction, text_chars)  # the text read once, above
     bits = bits_per_byte(model, scored, before, progress=progress, context=context)
     return {
         "train_loss": losses["train"],

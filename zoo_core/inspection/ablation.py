@@ -18,6 +18,7 @@ import torch
 from ..corpus.batches import Corpus, encodable_text, fixed_windows, mean_loss
 from ..errors import ZooError, printable
 from ..evaluation.bits import scoring_context
+from ..evaluation.scoring import default_windows
 from ..loading.texts import variant_text
 from ..plugin_api.hook_points import hooks
 from .stream import head_counts
@@ -85,14 +86,14 @@ def validation_windows(
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """The fixed validation windows `zoo eval` scores the variant on (``context`` tokens
     long, default the card's context length): inputs, targets, dataset name."""
-    recipe = model.card.recipe
+    card = model.card
     if windows is not None and windows < 1:
         raise ZooError(f"--windows must be at least 1, not {windows}")
     context = scoring_context(model, context)
     text = variant_text(model.variant)
-    source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
-    corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
-    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or recipe.eval_windows)
+    source = encodable_text(text.text, model.tokenizer) if card.skips_unknown else text.text
+    corpus = Corpus.from_text(source, model.tokenizer, card.train_fraction)
+    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or default_windows(card))
     return inputs, targets, text.name
 
 

@@ -29,7 +29,7 @@ import torch
 from ..errors import ZooError
 from ..plugin_api import families
 from .hf import _require_transformers, quiet_transformers, verification_ids
-from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode
 
 # --gguf-type: what the matrices are written as.
 GGUF_TYPES = ("f32", "f16", "q8_0")
@@ -124,7 +124,7 @@ def _typed(array: np.ndarray, tensor_type: str):
 
 def _tokenizer(writer, model, vocab_size: int) -> None:
     """llama.cpp's byte-level BPE with the zoo tokenizer's ids, and the card's chat template."""
-    backend = hf_tokenizer_for(model.tokenizer, model.card.context_length).backend_tokenizer
+    backend = backend_tokenizer_for(model.tokenizer)
     described = json.loads(backend.to_str())
     kind = described["model"]["type"]
     token_type = gguf.TokenType

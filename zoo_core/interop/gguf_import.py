@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from ..catalogue.cards import ChatSpec, ModelCard, Recipe
+from ..catalogue.cards import ChatSpec, ModelCard
 from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
 from ..plugin_api import families
@@ -31,11 +31,11 @@ from ..storage.checkpoints import sha256_file
 from .gguf_files import GGUFHeader, check_gguf_header
 from .gguf_tokenizer import tokenizer_from_gguf
 from .imports import (
-    BUILTIN_CORPUS,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
     count_parameters,
+    hub_repository_of,
     imported_card,
     publish_import,
     tokenizer_for_vocabulary,
@@ -89,7 +89,11 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
             source,
             sha256_file(source, "GGUF file"),
             f"GGUF {architecture}",
-            Recipe(data=str(BUILTIN_CORPUS), notes=f"trained elsewhere; imported from a GGUF file ({_types(header)})"),
+            None,
+            notes=_types(header),
+            hub_repository=hub_repository_of(
+                *(_optional_text(metadata, key) for key in ("general.source.repo_url", "general.source.url"))
+            ),
             license=license or _optional_text(metadata, gguf.Keys.General.LICENSE) or "unspecified",
             architecture=record.architectures[0],
             family=record.name,
