@@ -88,6 +88,9 @@ def test_publish_compare_eval_and_remove(zoo, tmp_path, private_home):
     assert checkpoint.exists()
     removed = zoo("remove", "my-bigram")
     assert removed.code == 0 and not checkpoint.exists() and not checkpoint.with_suffix(".history.json").exists()
+    # the run's log outlives the weights, and the command says where it is
+    logs = private_home / "runs" / "my-bigram"
+    assert logs.is_dir() and f"kept its run logs in {logs}" in removed.out
     assert not mine.tokenizer_path.exists()  # no other card used that copy
     assert "my-bigram" not in zoo("list").out
     _one_line_error(zoo("remove", "my-bigram"), "unknown variant 'my-bigram'")
