@@ -68,7 +68,10 @@ def test_publish_compare_eval_and_remove(zoo, tmp_path, private_home):
     (mine,) = read_registry_file(registry, "user")
     assert mine.card.recipe.data == str(text) and len(mine.card.recipe.data_sha256) == 64
     assert mine.card.tokenizer.sha256 is not None and mine.tokenizer_path.parent == private_home / "checkpoints"
-    assert [row["name"] for row in json.loads(zoo("list", "--source", "user", "--json").out)] == ["my-bigram"]
+    (row,) = json.loads(zoo("list", "--source", "user", "--json").out)
+    # its validation loss is on the held-out end of the user's text, and the listing says so
+    assert row["name"] == "my-bigram" and row["validation_data"] == "verses.txt"
+    assert "verses.txt" in zoo("list", "my-bigram").out.splitlines()[2].split()
 
     # trained on other text than bigram: compare refuses in either order, unless told which text
     for names in (("bigram", "my-bigram"), ("my-bigram", "bigram")):

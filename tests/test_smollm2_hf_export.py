@@ -91,6 +91,10 @@ def test_the_imported_card_has_provenance_and_no_recipe(smollm2_home, monkeypatc
         "notes": card["imported"]["notes"],
     }
     assert (card["license"], card["family"], card["parameters"]) == ("apache-2.0", "llama", 134_515_008)
+    # `zoo list` shows the norm its card says (TransformerConfig's default block, RMSNorm), and no
+    # validation figures: its paragraph perplexity is the import's, not a validation split's.
+    (row,) = json.loads(zoo("list", SMOLLM2_NAME, "--json").out)
+    assert row["norm"] == "pre-RMS" and row["validation_loss"] is None and row["validation_data"] is None
     # Training it again would need a recipe it never had: one line, naming the fine-tune instead.
     refused = zoo("train", SMOLLM2_NAME, "--steps", "1")
     assert refused.code != 0 and "Traceback" not in refused.err

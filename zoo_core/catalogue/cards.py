@@ -33,6 +33,7 @@ from pydantic.json_schema import JsonDict
 
 from ..errors import ZooError
 from ..plugin_api.manager import get_plugins
+from .evaluation_text import EVALUATION_DATASET, EVALUATION_TRAIN_FRACTION
 from .limits import ShapeError
 
 WEIGHTS: JsonDict = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
@@ -315,12 +316,6 @@ class ImportRecord(_Strict):
         "HF export's README gives it as base_model",
     )
     notes: str = Field("", description="what else the import found (tensor types, claims it did not measure)")
-
-
-# What a variant trained elsewhere (no recipe) is scored on, unless its source names a
-# registered dataset: the zoo's standard English text, with the usual last tenth as validation.
-EVALUATION_DATASET = "tinyshakespeare"
-EVALUATION_TRAIN_FRACTION = 0.9
 
 
 class ChatSpec(_Strict):

@@ -14,6 +14,7 @@ from pathlib import PurePath
 from typing import Iterable
 
 from ..errors import ZooError
+from .evaluation_text import EVALUATION_DATASET
 from .registry import Variant
 
 SORT_KEYS = ("name", "validation_loss", "parameters")
@@ -37,6 +38,18 @@ def dataset_of(variant: Variant) -> str | None:
         return None
     read_text = recipe["kind"] == "trained" or recipe.get("data_sha256") is not None
     return recipe["data"] if recipe["kind"] != "hand-built" and read_text else None
+
+
+def validation_data_of(variant: Variant) -> str | None:
+    """The text a variant's validation figures are measured on, as `zoo list` labels
+    them: its training text's held-out part (the recipe's dataset, a file by its
+    name), or for weights trained elsewhere the text `zoo eval` scores them on."""
+    index = variant.index
+    if index.get("recipe") is None:
+        imported = index.get("imported") or {}
+        return imported.get("dataset") or EVALUATION_DATASET
+    data = dataset_of(variant)
+    return PurePath(data).name if data is not None else None
 
 
 def _dataset_matches(variant: Variant, wanted: str) -> bool:
