@@ -3,6 +3,8 @@
 Importing this package is cheap: torch is imported only when a model is built.
 """
 
+import importlib
+
 import pluggy
 
 from .errors import UnknownName as UnknownName
@@ -18,14 +20,10 @@ _LOOKUP = {"list_variants", "get_variant"}
 
 
 def __getattr__(name):
-    if name in _LOOKUP:
-        from .loading import lookup
+    if name in _LOOKUP or name in _API:
+        from .loading import lookup  # torch-free; the API below imports torch only when asked for
 
-        return getattr(lookup, name)
-    if name in _API:
-        from .loading import api
-
-        return getattr(api, name)
+        return getattr(lookup if name in _LOOKUP else importlib.import_module(".loading.api", __name__), name)
     if name == "SamplingSettings":  # torch-free too
         from .inference.settings import SamplingSettings
 

@@ -24,6 +24,7 @@ import torch
 from ..catalogue.limits import limits
 from ..corpus.batches import encodable_text, split_text
 from ..errors import ZooError
+from ..inference.chat import chat_stops
 from ..loading.texts import variant_text
 from ..plugin_api import families
 from ..plugin_api.manager import get_plugins
@@ -116,8 +117,6 @@ def hub_base_model(card) -> str | None:
 def chat_end_ids(model) -> list[int]:
     """The ids at which the zoo's chat ends a reply (the card's eos token and stop
     texts, ``chat_stops``) that are single tokens: what ``generate`` can stop at."""
-    from ..inference.chat import chat_stops
-
     if model.card.chat is None:
         return []
     backend = backend_tokenizer_for(model.tokenizer)
