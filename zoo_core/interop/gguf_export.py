@@ -18,6 +18,8 @@ What llama.cpp has no key or graph for is refused, naming the setting.
 from __future__ import annotations
 
 import contextlib
+import copy
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -26,8 +28,10 @@ import gguf
 import numpy as np
 import torch
 
+from ..catalogue.cards import first_difference
 from ..errors import ZooError
 from ..plugin_api import families
+from .gguf_import import read_back
 from .hf import _require_transformers, quiet_transformers, verification_ids
 from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode
 
@@ -214,16 +218,48 @@ def _single_digits(step: dict) -> bool:
 
 
 def _check_logits(model, path: Path, tensor_type: str) -> dict:
-    """The file read back by transformers' GGUF loader (its own dequantising, its
-    own undoing of the Q/K permutation), its logits against the zoo's."""
-    transformers = _require_transformers()
-    quiet_transformers()
+    """The file read back with the gguf package alone (what `[gguf]` installs), as
+    `zoo import gguf` reads it: its configuration must be the card's and its
+    weights, in a copy of the network, must give the zoo's logits within the
+    type's tolerance. With transformers and accelerate installed, transformers'
+    own GGUF loader (its own dequantising, its own undoing of the Q/K permutation)
+    checks the file too: an error made the same way both ways cancels out in the
+    zoo's round trip, and not in another reader."""
     ids, _ = verification_ids(model)
-    # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
-    with contextlib.redirect_stderr(io.StringIO()):
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
+    settings, context_length, tensors = read_back(path)
+    expected = {key: value for key, value in model.card.config.items() if key in settings}
+    difference_in = first_difference({key: settings[key] for key in expected}, expected)
+    if difference_in is not None or context_length != model.card.context_length:
+        where = difference_in[0] if difference_in else "context_length"
+        raise ZooError(
+            f"the GGUF file's metadata reads back with another {where} than the card's; nothing usable was written"
+        )
+    network = copy.deepcopy(model.network)
+    network.load_state_dict(tensors)
+    checks = {"logit_tokens": len(ids), "max_logit_difference": _difference(model, network.eval(), ids, tensor_type)}
+    if _has_transformers_gguf_loader():
+        transformers = _require_transformers()
+        quiet_transformers()
+        # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
+        with contextlib.redirect_stderr(io.StringIO()):
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
+        checks["transformers_max_logit_difference"] = _difference(
+            model, lambda x: (loaded(x).logits, None), ids, tensor_type
+        )
+        checks["max_logit_difference"] = max(
+            checks["max_logit_difference"], checks["transformers_max_logit_difference"]
+        )
+    return checks
+
+
+def _has_transformers_gguf_loader() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("transformers", "accelerate"))
+
+
+def _difference(model, network, ids: list[int], tensor_type: str) -> float:
+    """The largest logit difference from the zoo's, refused above the type's tolerance."""
     with torch.no_grad():
-        theirs = loaded(torch.tensor([ids])).logits
+        theirs, _ = network(torch.tensor([ids]))
         ours, _ = model.network(torch.tensor([ids]))
     difference = float((theirs - ours).abs().max())
     largest = float(ours.abs().max())
@@ -233,4 +269,4 @@ def _check_logits(model, path: Path, tensor_type: str) -> dict:
             f"the GGUF file's logits differ from the zoo's by {difference:.2e} (> {tolerance:.2e} for "
             f"{tensor_type}, the largest logit {largest:.2f}); nothing usable was written"
         )
-    return {"max_logit_difference": difference, "logit_tokens": len(ids)}
+    return difference

@@ -106,6 +106,22 @@ def import_gguf(source: Path, name: str | None = None, license: str | None = Non
     return card, registry
 
 
+def read_back(source: Path) -> tuple[dict[str, Any], int, dict[str, torch.Tensor]]:
+    """The file's configuration, context length and tensors (the zoo's names,
+    float32), read as `zoo import gguf` reads them, with the gguf package alone:
+    what `zoo export --format gguf` checks the file it wrote against."""
+    reader = _reader(source)
+    metadata = _metadata(source, reader)
+    architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
+    record = families.for_gguf_architecture(architecture)
+    if record is None:
+        raise ZooError(f"{source}: architecture '{printable(architecture)}' does not import")
+    settings, context_length = record.config_from_gguf(metadata, source)
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    settings, renamed = record.tensors_from_gguf(settings, tensors, lambda tensor: _dequantized(source, tensor), source)
+    return settings, context_length, renamed
+
+
 def _reader(source: Path) -> gguf.GGUFReader:
     try:
         return gguf.GGUFReader(source)

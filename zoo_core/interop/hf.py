@@ -53,7 +53,7 @@ def _require_transformers():
     try:
         import transformers
     except ImportError:
-        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo-lm[interop]'") from None
+        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo-lm[hf]'") from None
     return transformers
 
 
