@@ -25,7 +25,7 @@ from ..corpus.datasets import ResolvedText
 from ..errors import ZooError
 from ..inference.carried import is_unbounded
 from ..inference.settings import SamplingSettings
-from ..loading.api import load
+from ..loading.api import load_many
 from ..loading.texts import variant_text
 from ..plugin_api.protocols import TaskModel, implements
 from ..seeding import seeded_generator
@@ -114,7 +114,7 @@ def compare_variants(
         raise ZooError(f"--context must be at least 1, not {context}")
     # Every model draws its sample with these same settings (temperature 1).
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
-    models = [load(name, device=device, dtype=dtype) for name in names]
+    models = load_many(names, device=device, dtype=dtype)  # an adapter shares its base's weights
     for model in models:
         if implements(model.network, TaskModel):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
