@@ -286,3 +286,21 @@ def test_the_package_dequantises_what_the_importer_reads():
     for kind in EVERY_TYPE:
         block, size = gguf.GGML_QUANT_SIZES[kind]
         assert gguf.quants.dequantize(np.zeros((1, size), np.uint8), kind).shape == (1, block)
+
+
+def test_the_import_shows_its_progress_stage_by_stage(tmp_path, tokenizer, private_home):
+    """Half a minute for a 135M model: on a terminal a bar counts the tensors dequantised,
+    then the network built, the paragraph measured and the checkpoint written."""
+    import io
+
+    from zoo_core.interop.gguf_import import import_gguf
+    from zoo_core.training.progress import WorkProgress
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, tiny_model(), [Q.F32], tokenizer)
+    screen = io.StringIO()
+    card, _ = import_gguf(path, "shown", progress=WorkProgress("import shown", stream=screen, interactive=True))
+    drawn = screen.getvalue()
+    assert card.name == "shown"
+    assert "import shown: dequantising tensors" in drawn
+    assert "import shown: checking, measuring, writing" in drawn
