@@ -36,6 +36,7 @@ def load_adapted(
     build_network: Callable[[Variant, PluginSet], Any],
     merge: bool = False,
     loaded_base: Any = None,
+    progress: Any = None,
 ) -> tuple[Any, Verification]:
     """The base's network with ``variant``'s adapter applied (``merge``: folded into
     the weights), and what was verified: the adapter file's checks, then the base's.
@@ -64,7 +65,12 @@ def load_adapted(
         shared = "weights shared with the loaded base"
     else:
         verified_base = load_verified(
-            base.checkpoint_path, base_card.checkpoint.sha256, network, base_card.parameters, card=base_card
+            base.checkpoint_path,
+            base_card.checkpoint.sha256,
+            network,
+            base_card.parameters,
+            card=base_card,
+            progress=progress,
         )
         shared = None
     tensors, verification = load_verified_tensors(

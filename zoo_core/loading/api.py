@@ -195,8 +195,10 @@ def load_variant(
     merge_adapter: bool = False,
     quantize: str | None = None,
     base=None,
+    progress=None,
 ):
-    """``load`` for a variant already looked up (`zoo verify` walks every one)."""
+    """``load`` for a variant already looked up (`zoo verify` walks every one);
+    ``progress`` (a WorkProgress) is shown the first verification of its weights."""
     plugins = plugins or get_plugins()
     if quantize is not None and device == "auto":
         device = "cpu"  # the int8 kernels are the CPU's
@@ -223,13 +225,19 @@ def load_variant(
         # Shared only where the network stays float32 on the CPU: placing or casting it would copy the weights.
         shareable = target.type == "cpu" and target_dtype == torch.float32
         network, verification = load_adapted(
-            variant, plugins, catalogue(plugins), _build_checked, merge=merge, loaded_base=base if shareable else None
+            variant,
+            plugins,
+            catalogue(plugins),
+            _build_checked,
+            merge=merge,
+            loaded_base=base if shareable else None,
+            progress=progress,
         )
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = _build_checked(variant, plugins)
         verification = checkpoints.load_verified(
-            variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card
+            variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card, progress=progress
         )
     network.eval()
     place(network, target, target_dtype)
