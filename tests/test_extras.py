@@ -15,6 +15,8 @@ from .extra_venvs import make_venv
 pytest.importorskip("gguf", reason="the gguf extra is not installed")
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
+pytestmark = pytest.mark.slow  # two venvs, and a torch import per command (about a minute)
+
 VARIANT = "llama-char-mini"  # shipped, tiny, and laid out as both formats take it
 
 

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is not i
 pytest.importorskip("gguf", reason="the gguf extra is not installed")
 huggingface_hub = pytest.importorskip("huggingface_hub", reason="the hf extra is not installed")
 
-pytestmark = pytest.mark.smollm2
+pytestmark = [pytest.mark.slow, pytest.mark.smollm2]
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
