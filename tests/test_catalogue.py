@@ -58,6 +58,7 @@ def test_list_json_carries_card_facts(zoo):
     sin = rows["transformer-6b-sin"]
     assert (sin["layers"], sin["positions"], sin["norm"], sin["context"]) == (6, "sinusoidal", "pre-LN", 32)
     assert rows["transformer-1b-learned-post-ctx8"]["norm"] == "post-LN"
+    assert sin["validation_data"] == "tinyshakespeare" and rows["gpt-char"]["validation_data"] is None  # no weights
 
 
 def test_list_no_match_is_an_error(zoo):

@@ -78,3 +78,14 @@ def test_sampling_sets_its_threads_before_loading(zoo, monkeypatch):
 def test_help_imports_no_pydantic_or_torch():
     # `zoo help COMMAND` is the front, as `zoo COMMAND --help` is: it builds that command's parser alone
     assert _imported_after([["help", "train"], ["help", "datasets", "add"]], ("pydantic", "torch")) == set()
+
+
+def test_the_python_apis_listing_imports_no_torch(zoo):
+    # The package's docstring: torch is imported only when a model is built.
+    assert zoo("list").code == 0  # warms this test's cache folder
+    done = _fresh("import sys, zoo_core\n"
+                  "names = [card.name for card in zoo_core.list_variants('gpt-*')]\n"
+                  "assert names and zoo_core.get_variant(names[0]).name == names[0], names\n"
+                  "print('torch' in sys.modules)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

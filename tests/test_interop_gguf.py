@@ -113,7 +113,7 @@ def test_every_type_reads_as_the_package_dequantises_it(zoo, tmp_path, tokenizer
     assert card.tokenizer.kind == "hf" and card.tokenizer.sha256 and card.tokenizer.vocab_size == VOCAB
     assert imported.tokenizer.encode(PROMPTS[0]) == tokenizer.encode(PROMPTS[0]).ids
     assert "gguf-llama" in card.tags and any(tag.startswith("gguf-") and tag != "gguf-llama" for tag in card.tags)
-    assert "1 Q4_K" in card.recipe.notes and "dequantised to float32" in card.recipe.notes
+    assert "1 Q4_K" in card.imported.notes and "dequantised to float32" in card.imported.notes
     assert card.lineage.endswith(__import__("hashlib").sha256(path.read_bytes()).hexdigest())
     assert math.isfinite(card.metrics.paragraph_perplexity) and card.metrics.paragraph_perplexity > 1
     assert 0 < card.metrics.paragraph_bits_per_byte < 20
@@ -287,3 +287,21 @@ def test_the_package_dequantises_what_the_importer_reads():
     for kind in EVERY_TYPE + IQ_TYPES:
         block, size = gguf.GGML_QUANT_SIZES[kind]
         assert gguf.quants.dequantize(np.zeros((1, size), np.uint8), kind).shape == (1, block)
+
+
+def test_the_import_shows_its_progress_stage_by_stage(tmp_path, tokenizer, private_home):
+    """Half a minute for a 135M model: on a terminal a bar counts the tensors dequantised,
+    then the network built, the paragraph measured and the checkpoint written."""
+    import io
+
+    from zoo_core.interop.gguf_import import import_gguf
+    from zoo_core.training.progress import WorkProgress
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, tiny_model(), [Q.F32], tokenizer)
+    screen = io.StringIO()
+    card, _ = import_gguf(path, "shown", progress=WorkProgress("import shown", stream=screen, interactive=True))
+    drawn = screen.getvalue()
+    assert card.name == "shown"
+    assert "import shown: dequantising tensors" in drawn
+    assert "import shown: checking, measuring, writing" in drawn

@@ -68,7 +68,10 @@ def test_publish_compare_eval_and_remove(zoo, tmp_path, private_home):
     (mine,) = read_registry_file(registry, "user")
     assert mine.card.recipe.data == str(text) and len(mine.card.recipe.data_sha256) == 64
     assert mine.card.tokenizer.sha256 is not None and mine.tokenizer_path.parent == private_home / "checkpoints"
-    assert [row["name"] for row in json.loads(zoo("list", "--source", "user", "--json").out)] == ["my-bigram"]
+    (row,) = json.loads(zoo("list", "--source", "user", "--json").out)
+    # its validation loss is on the held-out end of the user's text, and the listing says so
+    assert row["name"] == "my-bigram" and row["validation_data"] == "verses.txt"
+    assert "verses.txt" in zoo("list", "my-bigram").out.splitlines()[2].split()
 
     # trained on other text than bigram: compare refuses in either order, unless told which text
     for names in (("bigram", "my-bigram"), ("my-bigram", "bigram")):
@@ -88,6 +91,9 @@ def test_publish_compare_eval_and_remove(zoo, tmp_path, private_home):
     assert checkpoint.exists()
     removed = zoo("remove", "my-bigram")
     assert removed.code == 0 and not checkpoint.exists() and not checkpoint.with_suffix(".history.json").exists()
+    # the run's log outlives the weights, and the command says where it is
+    logs = private_home / "runs" / "my-bigram"
+    assert logs.is_dir() and f"kept its run logs in {logs}" in removed.out
     assert not mine.tokenizer_path.exists()  # no other card used that copy
     assert "my-bigram" not in zoo("list").out
     _one_line_error(zoo("remove", "my-bigram"), "unknown variant 'my-bigram'")

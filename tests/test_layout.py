@@ -15,11 +15,41 @@ from zoo_core import cli
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize("old", ["sampling", "hookspecs", "plugin_manager", "testing", "components", "trainrun"])
+@pytest.mark.parametrize("old", ["hookspecs", "trainrun", "plugin_api.testing"])
 def test_the_paths_from_before_the_grouping_are_gone(old):
-    # One path per module: the old top-level names are not aliases any more.
+    # One path per module: old names that 0.1's plugin guide never gave are not aliases.
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(f"zoo_core.{old}")
+
+
+# 0.1's documented paths: deprecated aliases of the modules' new homes until 0.3 (CHANGELOG).
+DEPRECATED_PATHS = {
+    "components": "zoo_core.plugin_api.components",
+    "plugin_manager": "zoo_core.plugin_api.manager",
+    "sampling": "zoo_core.inference.sampling",
+    "testing": "zoo_core.kit.testing",
+    "api": "zoo_core.loading.api",
+}
+
+
+def test_the_previous_releases_paths_warn_and_give_the_moved_module():
+    # In a fresh interpreter (an import warns only the first time in a process), all five in one.
+    code = (
+        "import importlib, warnings\n"
+        f"for old, new in {DEPRECATED_PATHS!r}.items():\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always')\n"
+        "        module = importlib.import_module('zoo_core.' + old)\n"
+        "    said = [str(w.message) for w in caught if w.category is DeprecationWarning]\n"
+        "    print(old, module is importlib.import_module(new), said[0] if said else None, sep='|')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split("|") for line in done.stdout.strip().splitlines()]
+    assert [old for old, _, _ in lines] == list(DEPRECATED_PATHS)
+    for old, same, said in lines:
+        assert same == "True", old
+        assert said.startswith(f"zoo_core.{old} moved to {DEPRECATED_PATHS[old]}") and "removed in 0.3" in said
 
 
 def test_the_built_in_plugins_have_one_import_name():

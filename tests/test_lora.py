@@ -22,6 +22,7 @@ import zoo_core
 from zoo_core.catalogue.registry import read_registry_file, render_registry
 from zoo_core.corpus.batches import Corpus
 from zoo_core.errors import ZooError
+from zoo_core.loading.api import load_many
 from zoo_core.storage.checkpoints import header_card
 from zoo_core.storage.locations import user_registry_path
 from zoo_core.training.job import TrainingJob
@@ -270,3 +271,48 @@ def test_an_interrupted_lora_run_resumes_to_the_uninterrupted_adapter(lora_run, 
     resumed = load_file(registry.parent / card.checkpoint.path)
     whole = load_file(lora_run.registry.parent / lora_run.card.checkpoint.path)
     assert resumed.keys() == whole.keys() and all(torch.equal(resumed[n], whole[n]) for n in whole)
+
+
+def _bytes_held(*models) -> int:
+    """What the models' weights occupy, a storage two of them share counted once."""
+    storages = {}
+    for model in models:
+        for tensor in model.network.state_dict().values():
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def test_a_server_and_compare_hold_the_base_once_beside_its_adapters(lora_run, monkeypatch):
+    from zoo_core.evaluation.compare import compare_variants
+    from zoo_core.web.generation import ModelCache
+
+    monkeypatch.setenv("ZOO_REGISTRY", str(lora_run.registry))
+    cache = ModelCache()
+    base, adapted = cache.get(BASE), cache.get(NAME)
+    alone = _bytes_held(zoo_core.load(BASE))
+    adapter_bytes = 4 * lora_run.card.parameters
+    # The server's two models: the base's weights once, and the adapter's own.
+    assert _bytes_held(base, adapted) <= alone + adapter_bytes
+    assert "weights shared with the loaded base" in ", ".join(adapted.verification.checks)
+    # Sharing changes nothing the adapter computes: the same logits as loaded alone.
+    assert torch.equal(_logits(adapted), _logits(zoo_core.load(NAME)))
+    assert not torch.equal(_logits(adapted), _logits(base)) and torch.equal(_logits(base), _logits(zoo_core.load(BASE)))
+    # An adapter asked for first brings its base into the cache, which serving the base then reuses.
+    fresh = ModelCache()
+    fresh.get(NAME)
+    assert fresh.loaded() == sorted([BASE, NAME])
+    # zoo compare loads the base before its adapter, which shares it, and compares as before.
+    loaded = []
+    real = load_many
+
+    def watched(*args, **options):
+        loaded.extend(real(*args, **options))
+        return loaded
+
+    monkeypatch.setattr("zoo_core.evaluation.compare.load_many", watched)
+    compared = compare_variants([NAME, BASE], windows=2, max_new_tokens=2, data=lora_run.text)
+    assert [m.name for m in loaded] == [NAME, BASE] and _bytes_held(*loaded) <= alone + adapter_bytes
+    adapter_row, base_row = compared["models"]
+    assert (adapter_row["name"], base_row["name"]) == (NAME, BASE)
+    assert adapter_row["validation_loss"] != base_row["validation_loss"]  # the adapter still applies

@@ -49,3 +49,20 @@ def test_eta_holds_still_after_a_slow_first_step(monkeypatch):
     assert len(lines) == 21  # every 10 steps, plus step 1
     assert re.search(r"step  50/200  loss 4\.\d{4}  [\d,]+ tok/s  ETA 0m1\ds", lines[5])
     assert "eval: train 5.0000 val 5.1000" in lines[0] and "eval: train" in lines[10]
+
+
+def test_the_last_step_of_a_short_run_has_nothing_left(monkeypatch):
+    # A LoRA run of 4 steps evaluates at steps 1 and 4 (eval_every 500 is past its end):
+    # its last line once read "step 4/4 ... ETA 0m31s", the cost of an evaluation already done.
+    clock = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    log = io.StringIO()
+    bar = TrainingProgress("lora", 4, stream=log, eval_every=500, log_every=1, interactive=False)
+    for step in range(1, 5):
+        evaluated = step in (1, 4)
+        clock[0] += 1.0 + (30.0 if evaluated else 0.0)
+        bar.update(step, float(step), step * 64, {"train": 2.0, "validation": 2.1} if evaluated else None, batch_loss=2.0)
+    assert bar.eta_seconds(3) == pytest.approx(1.0 + 30.0, rel=0.05)  # one step and the last evaluation to come
+    assert bar.eta_seconds(4) == 0
+    last = log.getvalue().splitlines()[-1]
+    assert last.startswith("lora: step 4/4") and last.endswith(f"ETA {progress_module.format_duration(0)}")

@@ -56,8 +56,12 @@ def test_the_card_holds_what_the_file_says(smollm2):
     assert card.config["norm_eps"] == 1e-5 and card.config["rope_base"] == 100000.0
     assert card.context_length == 8192 and card.parameters == 134_515_008
     assert (card.chat.bos_token, card.chat.eos_token, card.chat.stop) == ("<|im_start|>", "<|im_end|>", ["<|im_end|>"])
-    assert "gguf-q4_1" in card.tags and "210 Q4_1, 61 F32, 1 Q8_0 tensors" in card.recipe.notes
+    assert "gguf-q4_1" in card.tags and "210 Q4_1, 61 F32, 1 Q8_0 tensors" in card.imported.notes
     assert "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" in card.lineage
+    # Its provenance, and no training recipe it never had (which set eval's defaults and leaked into exports).
+    sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert card.recipe is None and (card.imported.format, card.imported.sha256) == ("GGUF llama", sha256)
+    assert card.imported.file == SMOLLM2 and card.family == "llama"
     assert 5 < card.metrics.paragraph_perplexity < 100 and 0.5 < card.metrics.paragraph_bits_per_byte < 2
 
 

@@ -71,3 +71,25 @@ def test_verify_paths_read_from_any_folder(zoo, tmp_path, monkeypatch):
     assert row["file"] == str(root / "checkpoints" / "bigram.safetensors")
     monkeypatch.chdir(root)  # inside it: relative to where the user stands
     assert json.loads(zoo("verify", "bigram", "--json").out)[0]["file"] == "checkpoints/bigram.safetensors"
+
+
+def test_a_first_load_shows_its_verification_and_a_later_one_does_not(tmp_path, monkeypatch):
+    # The first load reads and hashes the whole file (14 s for SmolLM2), then checks
+    # every value; on a terminal a bar says so. Later loads map the file: no bar.
+    import io
+
+    from zoo_core.loading.api import get_variant, load_variant
+    from zoo_core.training.progress import WorkProgress
+
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))  # nothing verified yet
+    drawn, before = [], []
+    for _ in range(2):
+        screen = io.StringIO()
+        progress = WorkProgress("load gpt-char-mini", stream=screen, interactive=True)
+        model = load_variant(get_variant("gpt-char-mini"), progress=progress)
+        progress.close()
+        drawn.append(screen.getvalue())
+        before.append(model.verification.verified_before)
+    assert "load gpt-char-mini: verifying gpt-char-mini.safetensors: sha256" in drawn[0]
+    assert "load gpt-char-mini: verifying gpt-char-mini.safetensors: values" in drawn[0]
+    assert before == [False, True] and drawn[1] == ""

@@ -20,8 +20,17 @@ from zoo_core.plugin_api.hook_points import HookPoint
 
 from .norms import make_norm
 
-# qk_norm: none, unscaled, learned scales, learned scales stored as 1 + w (Gemma 3)
-QK_NORMS = (False, True, "rmsnorm", "rmsnorm-unit-offset")
+# qk_norm: none, unscaled, learned scales per head channel (stored as 1 + w: Gemma 3), over
+# the whole projected width (OLMo 2), LayerNorm shared by the heads (Phi) or each head's own
+QK_NORMS: tuple[bool | str, ...] = (
+    False,
+    True,
+    "rmsnorm",
+    "rmsnorm-unit-offset",
+    "rmsnorm-whole",
+    "layernorm",
+    "layernorm-per-head",
+)
 
 
 class KVCache:
@@ -100,9 +109,6 @@ class HeadwiseLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, (x.shape[-1],), eps=self.eps) * self.weight[:, None, :]
-
-
-QK_NORMS = (False, True, "rmsnorm", "rmsnorm-unit-offset", "rmsnorm-whole", "layernorm", "layernorm-per-head")
 
 
 class CausalSelfAttention(nn.Module):

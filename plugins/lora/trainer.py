@@ -54,7 +54,7 @@ class LoRATrainer(StandardTrainer):
 
     def saved_weights(self, network: torch.nn.Module, card: ModelCard) -> tuple[dict[str, torch.Tensor], ModelCard]:
         """Only the adapter's tensors, and a card that says what they apply to."""
-        recipe = card.recipe
+        recipe = card.training_recipe()
         if recipe.base is None or recipe.base_sha256 is None:
             raise ZooError("the lora trainer's adapter needs the base it was trained on (zoo train NEW --from VARIANT)")
         settings = LoRASettings.parse(recipe.options, WHERE)

@@ -5,7 +5,7 @@ from zoo_core import hookimpl
 
 def _norm_label(config: dict) -> str | None:
     """`zoo list`'s norm column: where the block puts its norms and which kind (``pre-LN``)."""
-    block = config.get("block")
+    block = config.get("block", "pre-norm")  # TransformerConfig's default: an imported card names none
     if not block:
         return None
     norm = config.get("norm", "layernorm")

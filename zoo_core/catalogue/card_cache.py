@@ -37,7 +37,7 @@ from ..version import __version__
 # `limits.py` changed, a built-in plugin's config model changed, or what
 # ``ModelCard.index_entry``, ``weight_fields`` or this module store. The zoo's version alone does not change between commits,
 # and an entry made by the old code would otherwise be served as if valid.
-CARD_SCHEMA_VERSION = 2
+CARD_SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from .cards import (
     AdapterSpec,
     CheckpointRef,
     ComponentSource,
+    ImportRecord,
     Metrics,
     ModelCard,
     Origin,
@@ -37,6 +38,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`[NAME.metrics]`", Metrics),
     ("`[NAME.adapter]`", AdapterSpec),
     ("`[NAME.origin]`", Origin),
+    ("`[NAME.imported]`", ImportRecord),
     ("`[NAME.components.ROLE]`", ComponentSource),
 ]
 

@@ -31,7 +31,9 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonDict
 
+from ..errors import ZooError
 from ..plugin_api.manager import get_plugins
+from .evaluation_text import EVALUATION_DATASET, EVALUATION_TRAIN_FRACTION
 from .limits import ShapeError
 
 WEIGHTS: JsonDict = {"defines_weights": True}  # json_schema_extra of a field the weights depend on
@@ -295,6 +297,27 @@ class TrainedWith(_Strict):
     )
 
 
+class ImportRecord(_Strict):
+    """Where an imported variant's weights came from: trained elsewhere and converted
+    by `zoo import`. Its licence, family and parameter count are the card's own fields."""
+
+    format: str = Field(description="what was read, e.g. 'GGUF llama', 'transformers Llama', 'nanoGPT'")
+    file: str = Field(description="the source file's name (for a folder, its weights file's)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="the source file's sha256")
+    dataset: str | None = Field(
+        None,
+        description="a dataset registered here that the source names as its training text (a Hub card's "
+        "`datasets`): what `zoo eval` scores it on",
+    )
+    hub_repository: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*/[A-Za-z0-9][A-Za-z0-9._\-]*$",
+        description="the Hugging Face repository (ORG/NAME) the weights come from, when the source names it: an "
+        "HF export's README gives it as base_model",
+    )
+    notes: str = Field("", description="what else the import found (tensor types, claims it did not measure)")
+
+
 class ChatSpec(_Strict):
     """How a conversation becomes the model's prompt: its chat template, as Hugging Face writes one."""
 
@@ -403,7 +426,12 @@ class ModelCard(_Strict):
     context_length: int = Field(
         gt=0, strict=True, description="the most tokens the network attends over", json_schema_extra=WEIGHTS
     )
-    recipe: Recipe = Field(default_factory=Recipe, description="how the weights were made", json_schema_extra=WEIGHTS)
+    recipe: Recipe | None = Field(
+        None,
+        description="how the weights were made; absent from an imported card (`imported`), whose weights were "
+        "trained elsewhere by a recipe the zoo never saw (any other card without one gets the defaults)",
+        json_schema_extra=WEIGHTS,
+    )
     checkpoint: CheckpointRef = Field(description="the weights file")
     parameters: int | None = Field(
         None,
@@ -445,6 +473,21 @@ class ModelCard(_Strict):
         description="let checkpoint, tokenizer and data paths leave the registry's folder (absolute, '..', "
         "symlinks out); honoured only in the user's own catalogues, never in a plugin's",
     )
+    imported: ImportRecord | None = Field(
+        None,
+        description="set by `zoo import`: the source file, its sha256 and format; such a card has no recipe "
+        "unless the source recorded one (nanoGPT's)",
+        json_schema_extra=WEIGHTS,
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recipe_unless_imported(cls, data: Any) -> Any:
+        # A hand-written table without a recipe trains with the defaults, as always;
+        # an imported card without one was trained elsewhere and says nothing of how.
+        if isinstance(data, dict) and data.get("recipe") is None and data.get("imported") is None:
+            data = {**data, "recipe": Recipe()}
+        return data
 
     @field_validator("components")
     @classmethod
@@ -475,7 +518,7 @@ class ModelCard(_Strict):
         declared = self.config.get("context_length")
         if declared is not None and declared != self.context_length:
             raise ValueError(f"config.context_length={declared} disagrees with context_length={self.context_length}")
-        if self.recipe.context is not None and self.recipe.context > self.context_length:
+        if self.recipe is not None and self.recipe.context is not None and self.recipe.context > self.context_length:
             raise ValueError(
                 f"recipe.context={self.recipe.context} is longer than the model reads (context_length={self.context_length})"
             )
@@ -496,7 +539,7 @@ class ModelCard(_Strict):
     def _adapter_agrees_with_recipe(self) -> "ModelCard":
         # One base, stated once per section: a recipe naming another would make the card say two things.
         adapter, recipe = self.adapter, self.recipe
-        if adapter is None:
+        if adapter is None or recipe is None:
             return self
         if adapter.base == self.name:
             raise ValueError(f"adapter.base: an adapter cannot apply to its own variant '{self.name}'")
@@ -504,6 +547,34 @@ class ModelCard(_Strict):
             if getattr(recipe, key) is not None and getattr(recipe, key) != getattr(adapter, key):
                 raise ValueError(f"adapter.{key} disagrees with recipe.{key}")
         return self
+
+    def training_recipe(self) -> Recipe:
+        """The recipe that made these weights; for weights trained elsewhere (an
+        imported card has none), one line saying so and what to do instead."""
+        if self.recipe is None:
+            raise ZooError(
+                f"'{self.name}' was trained elsewhere and imported: the zoo has no recipe to train it again; "
+                f"fine-tune it instead with `zoo train NEW --from {self.name}`"
+            )
+        return self.recipe
+
+    @property
+    def evaluation_data(self) -> str:
+        """The text `zoo eval` scores on by default: the recipe's, or for weights
+        trained elsewhere the dataset their source names, else the zoo's standard text."""
+        if self.recipe is not None:
+            return self.recipe.data
+        return (self.imported.dataset if self.imported is not None else None) or EVALUATION_DATASET
+
+    @property
+    def train_fraction(self) -> float:
+        """The text's leading share that is not validation: the recipe's, or the usual nine tenths."""
+        return self.recipe.train_fraction if self.recipe is not None else EVALUATION_TRAIN_FRACTION
+
+    @property
+    def skips_unknown(self) -> bool:
+        """Whether the text is scored without the characters the vocabulary lacks (as it was trained)."""
+        return bool(self.recipe is not None and self.recipe.skip_unknown)
 
     def architecture_config(self) -> dict[str, Any]:
         """The keyword arguments an architecture factory receives."""

@@ -14,6 +14,7 @@ from pathlib import PurePath
 from typing import Iterable
 
 from ..errors import ZooError
+from .evaluation_text import EVALUATION_DATASET
 from .registry import Variant
 
 SORT_KEYS = ("name", "validation_loss", "parameters")
@@ -32,9 +33,23 @@ def dataset_of(variant: Variant) -> str | None:
     """The data a variant was trained on, as its recipe records it: the standard
     trainer's, or any other trainer's (lora, a plugin's) that read a text and
     recorded its sha256. None for hand-set weights and trainers that read no text."""
-    recipe = variant.index["recipe"]
+    recipe = variant.index.get("recipe")
+    if recipe is None:  # trained elsewhere: the zoo does not know on what
+        return None
     read_text = recipe["kind"] == "trained" or recipe.get("data_sha256") is not None
     return recipe["data"] if recipe["kind"] != "hand-built" and read_text else None
+
+
+def validation_data_of(variant: Variant) -> str | None:
+    """The text a variant's validation figures are measured on, as `zoo list` labels
+    them: its training text's held-out part (the recipe's dataset, a file by its
+    name), or for weights trained elsewhere the text `zoo eval` scores them on."""
+    index = variant.index
+    if index.get("recipe") is None:
+        imported = index.get("imported") or {}
+        return imported.get("dataset") or EVALUATION_DATASET
+    data = dataset_of(variant)
+    return PurePath(data).name if data is not None else None
 
 
 def _dataset_matches(variant: Variant, wanted: str) -> bool:

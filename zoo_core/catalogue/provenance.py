@@ -24,7 +24,7 @@ def provenance(variant: Variant, plugins: Any = None) -> dict[str, Any]:
         "plugin": variant.plugin,
         "declared_in": str(variant.source),
     }
-    recipe, adapter = card["recipe"], card.get("adapter")
+    recipe, adapter = card.get("recipe") or {}, card.get("adapter")
     if recipe.get("base") is not None:
         found["base"] = {"name": recipe["base"], "sha256": recipe.get("base_sha256")}
     if adapter is not None:

@@ -88,7 +88,10 @@ def refuse_overwrite(existing: Variant) -> None:
     """One line refusing to publish over ``existing`` (a variant with weights of
     the catalogue being published into), naming it and how long it was trained."""
     recipe = existing.card.recipe
-    trained = f"trained for {recipe.steps:,} steps" if recipe.kind != "hand-built" else "hand-built"
+    if recipe is None:
+        trained = "imported"
+    else:
+        trained = f"trained for {recipe.steps:,} steps" if recipe.kind != "hand-built" else "hand-built"
     raise ZooError(
         f"variant '{existing.name}' already exists in {existing.source} ({trained}); --replace publishes over it "
         "(its weights, card and log stay until the new ones are committed), or choose another name"

@@ -9,7 +9,7 @@ import json
 import sys
 import time
 
-from ..catalogue.finding import VariantFilter, find_variants, search_variants
+from ..catalogue.finding import VariantFilter, find_variants, search_variants, validation_data_of
 from ..catalogue.provenance import provenance, provenance_lines
 from ..catalogue.registry import render_index_entries
 from ..loading.lookup import catalogue, get_variant, unbuildable_reason
@@ -77,7 +77,12 @@ def _described(args) -> str:
 def _print_variants(args, variants, nothing: str) -> int:
     plugins = get_plugins()
     rows = [
-        {**_summary(v.index, plugins), "source": v.layer, "unbuildable": unbuildable_reason(v, plugins)}
+        {
+            **_summary(v.index, plugins),
+            "validation_data": validation_data_of(v) if v.index["metrics"].get("validation_loss") is not None else None,
+            "source": v.layer,
+            "unbuildable": unbuildable_reason(v, plugins),
+        }
         for v in variants
     ]
     if args.json:
@@ -112,7 +117,19 @@ def _print_variants(args, variants, nothing: str) -> int:
             cells.append(f"{bpb:.4f}" if bpb is not None else "—")
             print("| " + " | ".join(str(c) for c in cells) + " |")
         return 0
-    headers = ["name", "architecture", "layers", "positions", "norm", "context", "parameters", "val loss", "source"]
+    # Validation figures on different texts do not compare: the column after the loss says on which.
+    headers = [
+        "name",
+        "architecture",
+        "layers",
+        "positions",
+        "norm",
+        "context",
+        "parameters",
+        "val loss",
+        "val text",
+        "source",
+    ]
     table = [
         [
             r["name"],
@@ -129,6 +146,7 @@ def _print_variants(args, variants, nothing: str) -> int:
             else "-"
             if r["weights"]
             else "no weights",
+            r["validation_data"] or "-",
             r["source"],
         ]
         for variant, r in zip(variants, rows)

@@ -17,6 +17,7 @@ from ..interop.transformer_lens import export_transformer_lens
 from ..loading.api import load
 from ..storage.checkpoints import PACKED_REFUSAL
 from ..storage.files import describe_os_error, give_usual_modes, make_folder
+from ..training.progress import WorkProgress
 
 try:  # the gguf extra; without it, the GGUF import and export alone refuse, saying how to install it
     from ..interop import gguf_export, gguf_import
@@ -129,7 +130,14 @@ def cmd_import(args) -> int:
             raise ZooError("zoo import gguf reads the tokenizer inside the file; --tokenizer is for nanogpt and hf")
         if gguf_import is None:
             raise ZooError(NO_GGUF)
-        card, registry = gguf_import.import_gguf(args.path, args.name, args.license, args.replace, args.dequantize)
+        shown = args.name or args.path.name
+        progress = WorkProgress(f"import {shown}")  # on a terminal; half a minute for a 135M model
+        try:
+            card, registry = gguf_import.import_gguf(
+                args.path, args.name, args.license, args.replace, args.dequantize, progress
+            )
+        finally:
+            progress.close()
     elif args.source == "nanogpt":
         card, registry = import_nanogpt(
             args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace

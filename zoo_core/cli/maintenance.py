@@ -12,6 +12,7 @@ from ..corpus.text_files import USER
 from ..corpus.user_datasets import add_user_dataset, remove_user_dataset
 from ..errors import ZooError
 from ..plugin_api.manager import get_plugins
+from ..storage.locations import user_registry_path
 from .tables import render_table
 
 
@@ -107,5 +108,16 @@ def cmd_remove(args) -> int:
     print(
         f"removed '{args.name}'{f' and its adapters {adapters}' if adapters else ''} from your catalogue"
         + "".join(f"\n  deleted {path}" for path in deleted)
+        + "".join(
+            f"\n  kept its run logs in {folder} (the record of how it was trained; delete them by hand)"
+            for folder in _run_logs(removed)
+        )
     )
     return 0
+
+
+def _run_logs(names: list[str]) -> list:
+    """The run-log folders of removed variants that are still there: kept, since
+    a training record outlives its weights, and named, so nothing is left unsaid."""
+    runs = user_registry_path().expanduser().parent / "runs"
+    return [runs / name for name in names if (runs / name).is_dir()]

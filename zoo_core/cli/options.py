@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..inference.settings import OPTION_NAMES, SamplingSettings
 from ..inference.threads import check_threads, use_threads, use_threads_before_loading
 from ..loading.api import get_variant, load_variant
+from ..training.progress import WorkProgress
 from .bounds import check_for_variant
 
 
@@ -17,7 +18,12 @@ def load_on_threads(args):
     variant = get_variant(args.name)
     check_for_variant(args, variant.card)  # before loading: what this variant cannot use is refused at once
     use_threads_before_loading(variant.card.parameters, args.threads)
-    model = load_variant(variant, device=args.device, dtype=args.dtype, quantize=args.quantize)
+    # A first load reads and hashes the whole file (14 s for SmolLM2): a bar on a terminal says so.
+    progress = WorkProgress(f"load {variant.name}")
+    try:
+        model = load_variant(variant, device=args.device, dtype=args.dtype, quantize=args.quantize, progress=progress)
+    finally:
+        progress.close()
     use_threads(model.network, args.threads)
     return model
 

@@ -151,18 +151,14 @@ def cmd_train(args) -> int:
     if args.nproc_per_node is not None or args.nnodes is not None:
         return _launch_data_parallel(args, job)
     card, registry_file = train_variant(job)
-    metrics = card.metrics
+    metrics, recipe = card.metrics, card.training_recipe()
     if metrics.validation_loss is None:  # a trainer that measures something else (the puzzle's accuracy)
         measured = ", ".join(
             f"{key} {value}" for key, value in metrics.model_dump(exclude_none=True).items() if key != "loss_unit"
         )
-        print(f"{card.name}: {card.recipe.kind}: {measured or 'no metrics'}; sha256 {card.checkpoint.sha256}")
+        print(f"{card.name}: {recipe.kind}: {measured or 'no metrics'}; sha256 {card.checkpoint.sha256}")
     else:
-        ran = (
-            f"after {card.recipe.steps} steps"
-            if metrics.stopped_at is None
-            else early_stop(metrics.stopped_at, card.recipe)
-        )
+        ran = f"after {recipe.steps} steps" if metrics.stopped_at is None else early_stop(metrics.stopped_at, recipe)
         print(
             f"{card.name}: train {metrics.train_loss:.4f}, validation {metrics.validation_loss:.4f} nats/token "
             f"{ran} ({metrics.training_seconds:.0f} s, {metrics.tokens_per_second:,.0f} tokens/s)"
@@ -180,7 +176,7 @@ def cmd_train(args) -> int:
 def cmd_merge(args) -> int:
     card, registry_file, difference = merge_adapter_variant(args.name, args.new_name)
     print(
-        f"{card.name}: '{args.name}' merged into '{card.recipe.base}', {card.parameters:,} parameters "
+        f"{card.name}: '{args.name}' merged into '{card.training_recipe().base}', {card.parameters:,} parameters "
         f"-> {registry_file.parent / card.checkpoint.path}"
     )
     print(f"  checked: logits within {difference:.1e} of the adapter applied on the fly; card in {registry_file}")

@@ -27,7 +27,7 @@ from ..corpus.datasets import ResolvedText
 from ..errors import ZooError
 from ..inference.carried import is_unbounded
 from ..inference.settings import SamplingSettings
-from ..loading.api import load
+from ..loading.api import load_many
 from ..loading.texts import variant_text
 from ..plugin_api.protocols import TaskModel, implements
 from ..seeding import seeded_generator
@@ -122,7 +122,7 @@ def compare_variants(
         raise ZooError(f"--context must be at least 1, not {context}")
     # Every model draws its sample with these same settings (temperature 1).
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, seed=seed)
-    models = [load(name, device=device, dtype=dtype) for name in names]
+    models = load_many(names, device=device, dtype=dtype)  # an adapter shares its base's weights
     for model in models:
         if implements(model.network, TaskModel):
             raise ZooError(f"'{model.name}' answers questions rather than predicting text; it has no loss to compare")
@@ -147,10 +147,10 @@ def compare_variants(
     text = shared_text(models, data)
     # A fine-tune that dropped the characters its vocabulary lacks is compared on the
     # text without them, as it was trained: every model sees the same tokens.
-    skip_unknown = any(model.card.recipe.skip_unknown for model in models)
+    skip_unknown = any(model.card.skips_unknown for model in models)
     source = encodable_text(text.text, first.tokenizer) if skip_unknown else text.text
     with _scoring([model.name for model in models], text):
-        corpus = Corpus.from_text(source, first.tokenizer, first.card.recipe.train_fraction)
+        corpus = Corpus.from_text(source, first.tokenizer, first.card.train_fraction)
     # A generator of its own: comparing never moves any other random stream.
     generator = seeded_generator(seed)
     batches = {
@@ -214,7 +214,7 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, co
     contexts = [min(context, s.context) if context else default_context(s) for s in shapes]
     sized = None
     if text_chars is None:  # all of the validation text, or its start where scoring all would pass the budget
-        whole, _ = validation_text(source.text, first.card.recipe.train_fraction)
+        whole, _ = validation_text(source.text, first.card.train_fraction)
         cost = 0.0
         for model, shape, length in zip(models, shapes, contexts):
             with _scoring([model.name], source):  # a text the model cannot spell is refused naming both
@@ -225,7 +225,7 @@ def compare_in_bits_per_byte(models, why, sampling, prompt, data, text_chars, co
                 f"sized to the budget ({COMPUTE_BUDGET:.0e} operations): the first {text_chars:,} of "
                 f"{len(whole):,} validation characters; --text-chars asks for more"
             )
-    text, before = validation_text(source.text, first.card.recipe.train_fraction, text_chars)
+    text, before = validation_text(source.text, first.card.train_fraction, text_chars)
     results = []
     try:
         for model, model_context in zip(models, contexts):

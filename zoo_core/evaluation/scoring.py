@@ -36,11 +36,10 @@ def evaluate_language_model(
     if windows is not None and windows < 1:  # 0 must not mean "the recipe's" by accident
         raise ZooError(f"--windows must be at least 1, not {windows}")
     card = model.card
-    recipe = card.recipe
     text = variant_text(model.variant, data)
     # Trained without the characters its vocabulary lacks: scored so too.
-    source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
-    corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
+    source = encodable_text(text.text, model.tokenizer) if card.skips_unknown else text.text
+    corpus = Corpus.from_text(source, model.tokenizer, card.train_fraction)
     # The recipe's windows and the card's context, or fewer where they would cost more
     # than the budget (an imported model of 8,192 tokens): half of it for the losses.
     shape = shape_of(model)
@@ -63,7 +62,7 @@ def evaluate_language_model(
             losses[split] = mean_loss(model.network, inputs, targets, sizing.batch_size, progress)
     uniform = math.log(card.tokenizer.vocab_size)
     if text_chars is None:  # all of the validation text, or as much as the other half of the budget scores
-        whole, _ = validation_text(source, recipe.train_fraction)
+        whole, _ = validation_text(source, card.train_fraction)
         text_chars = text_characters(shape, len(whole), len(corpus.split("validation")), context)
         sizing_note = sizing.note(shape, default_windows)
         if text_chars is not None:
@@ -74,7 +73,7 @@ def evaluate_language_model(
         sizing_note = sizing.note(shape, default_windows)
     if sizing_note is not None:
         sizing_note += "; --windows, --context and --text-chars ask for more"
-    scored, before = validation_text(source, recipe.train_fraction, text_chars)  # the text read once, above
+    scored, before = validation_text(source, card.train_fraction, text_chars)  # the text read once, above
     bits = bits_per_byte(model, scored, before, progress=progress, context=context)
     report = {
         "train_loss": losses["train"],
@@ -105,9 +104,7 @@ def evaluate_language_model(
 def recipe_windows(card) -> int:
     """The evaluation windows the card's recipe names, or the zoo's default where
     it names none (an imported card carries no training recipe)."""
-    recipe = getattr(card, "recipe", None)
-    windows = getattr(recipe, "eval_windows", None)
-    return windows if windows else DEFAULT_WINDOWS
+    return card.recipe.eval_windows if card.recipe is not None else DEFAULT_WINDOWS
 
 
 def _carried_loss(network, tokens, context: int, count: int) -> float:

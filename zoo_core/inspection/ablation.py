@@ -92,14 +92,14 @@ def validation_windows(
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """The fixed validation windows `zoo eval` scores the variant on (``context`` tokens
     long, default the card's context length): inputs, targets, dataset name."""
-    recipe = model.card.recipe
+    card = model.card
     if windows is not None and windows < 1:
         raise ZooError(f"--windows must be at least 1, not {windows}")
     context = scoring_context(model, context)
     text = variant_text(model.variant)
-    source = encodable_text(text.text, model.tokenizer) if recipe.skip_unknown else text.text
-    corpus = Corpus.from_text(source, model.tokenizer, recipe.train_fraction)
-    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or recipe_windows(model.card))
+    source = encodable_text(text.text, model.tokenizer) if card.skips_unknown else text.text
+    corpus = Corpus.from_text(source, model.tokenizer, card.train_fraction)
+    inputs, targets = fixed_windows(corpus.split("validation"), context, windows or recipe_windows(card))
     return inputs, targets, text.name
 
 

@@ -18,6 +18,8 @@ What llama.cpp has no key or graph for is refused, naming the setting.
 from __future__ import annotations
 
 import contextlib
+import copy
+import importlib.util
 import io
 import json
 import re
@@ -27,12 +29,13 @@ import gguf
 import numpy as np
 import torch
 
+from ..catalogue.cards import first_difference
 from ..errors import ZooError
 from ..plugin_api import families
-from .gguf_files import check_gguf_header, tensor_data
+from .gguf_import import read_back
 from .gguf_tokenizer import SPACE
 from .hf import _require_transformers, quiet_transformers, verification_ids
-from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for
+from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode
 
 # --gguf-type: what the matrices are written as.
 GGUF_TYPES = ("f32", "f16", "q8_0")
@@ -128,7 +131,7 @@ def _typed(array: np.ndarray, tensor_type: str):
 
 def _tokenizer(writer, model, vocab_size: int) -> None:
     """llama.cpp's byte-level BPE with the zoo tokenizer's ids, and the card's chat template."""
-    backend = hf_tokenizer_for(model.tokenizer, model.card.context_length).backend_tokenizer
+    backend = backend_tokenizer_for(model.tokenizer)
     described = json.loads(backend.to_str())
     kind = described["model"]["type"]
     token_type = gguf.TokenType
@@ -285,31 +288,62 @@ def _single_digits(step: dict) -> bool:
 
 
 def _check_logits(model, path: Path, tensor_type: str, architecture: str, record) -> dict:
-    """The file read back by transformers' GGUF loader (its own dequantising, its
-    own undoing of the Q/K permutation), its logits against the zoo's. A file that
-    loader does not read (olmo2, granite, smollm3), or reads wrong (Mixtral's llama
-    with experts, whose experts it does not build; qwen2moe, whose expert widths it
-    leaves at their defaults: records with ``transformers_reads_gguf = False``), is read
-    back as `zoo import gguf` reads it instead (tests run those files in llama.cpp)."""
-    transformers = _require_transformers()
-    quiet_transformers()
+    """The file read back with the gguf package alone (what `[gguf]` installs), as
+    `zoo import gguf` reads it: its configuration must be the card's and its
+    weights, in a copy of the network, must give the zoo's logits within the
+    type's tolerance. With transformers and accelerate installed, transformers'
+    own GGUF loader (its own dequantising, its own undoing of the Q/K permutation)
+    checks the file too: an error made the same way both ways cancels out in the
+    zoo's round trip, and not in another reader. That loader does not read every
+    architecture (olmo2, granite, smollm3) and reads some wrong (Mixtral's llama with
+    experts, whose experts it does not build; qwen2moe, whose expert widths it leaves
+    at their defaults: records with ``transformers_reads_gguf = False``); the tests run
+    those files in llama.cpp itself."""
     ids, _ = verification_ids(model)
-    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-
-    if architecture in GGUF_SUPPORTED_ARCHITECTURES and getattr(record, "transformers_reads_gguf", True):
+    settings, context_length, tensors = read_back(path)
+    expected = {key: value for key, value in model.card.config.items() if key in settings}
+    difference_in = first_difference({key: settings[key] for key in expected}, expected)
+    if difference_in is not None or context_length != model.card.context_length:
+        where = difference_in[0] if difference_in else "context_length"
+        raise ZooError(
+            f"the GGUF file's metadata reads back with another {where} than the card's; nothing usable was written"
+        )
+    network = copy.deepcopy(model.network)
+    network.load_state_dict(tensors)
+    checks = {"logit_tokens": len(ids), "max_logit_difference": _difference(model, network.eval(), ids, tensor_type)}
+    if _transformers_reads(architecture, record):
+        transformers = _require_transformers()
+        quiet_transformers()
         # Its GGUF loader draws a tqdm bar of its own, which transformers' progress-bar switch does not reach.
         with contextlib.redirect_stderr(io.StringIO()):
             loaded = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
-    else:
-        loaded = _read_as_imported(model, path, record)
+        checks["transformers_max_logit_difference"] = _difference(
+            model, lambda x: (loaded(x).logits, None), ids, tensor_type
+        )
+        checks["max_logit_difference"] = max(
+            checks["max_logit_difference"], checks["transformers_max_logit_difference"]
+        )
+    return checks
+
+
+def _transformers_reads(architecture: str, record) -> bool:
+    """Whether transformers' GGUF loader is installed and reads ``architecture`` as the record writes it."""
+    if not all(importlib.util.find_spec(name) is not None for name in ("transformers", "accelerate")):
+        return False
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return architecture in GGUF_SUPPORTED_ARCHITECTURES and getattr(record, "transformers_reads_gguf", True)
+
+
+def _difference(model, network, ids: list[int], tensor_type: str) -> float:
+    """The largest logit difference from the zoo's, refused above the type's tolerance."""
     with torch.no_grad():
-        theirs = loaded(torch.tensor([ids]))
-        theirs = theirs.logits if hasattr(theirs, "logits") else theirs[0]
+        theirs, _ = network(torch.tensor([ids]))
         ours, _ = model.network(torch.tensor([ids]))
     return _compared(theirs, ours, tensor_type, ids)
 
 
-def _compared(theirs: torch.Tensor, ours: torch.Tensor, tensor_type: str, ids: list[int]) -> dict:
+def _compared(theirs: torch.Tensor, ours: torch.Tensor, tensor_type: str, ids: list[int]) -> float:
     difference = float((theirs - ours).abs().max())
     largest = float(ours.abs().max())
     tolerance = LOGIT_TOLERANCE.get(tensor_type) or RELATIVE_TOLERANCE[tensor_type] * largest
@@ -318,21 +352,4 @@ def _compared(theirs: torch.Tensor, ours: torch.Tensor, tensor_type: str, ids: l
             f"the GGUF file's logits differ from the zoo's by {difference:.2e} (> {tolerance:.2e} for "
             f"{tensor_type}, the largest logit {largest:.2f}); nothing usable was written"
         )
-    return {"max_logit_difference": difference, "logit_tokens": len(ids)}
-
-
-def _read_as_imported(model, path: Path, record) -> torch.nn.Module:
-    """The network `zoo import gguf` builds from the file: its metadata and tensors
-    through the family's record, dequantised as the import dequantises them."""
-    from . import gguf_import
-    from .imports import check_card_fits_tensors
-
-    header = check_gguf_header(path)
-    settings, context_length = record.config_from_gguf(header.metadata, path)
-    settings, state = record.tensors_from_gguf(
-        settings, tensor_data(path, header), lambda tensor: gguf_import._dequantized(path, tensor), path
-    )
-    card = model.card.model_copy(update={"config": settings, "context_length": context_length})
-    network = check_card_fits_tensors(path, card, state, record)
-    network.load_state_dict(state)
-    return network.eval()
+    return difference

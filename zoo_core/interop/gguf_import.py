@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from ..catalogue.cards import ChatSpec, ModelCard, Recipe
+from ..catalogue.cards import ChatSpec, ModelCard
 from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
 from ..loading.packed_modules import PACKED_KEY, pack_modules
@@ -36,11 +36,11 @@ from .gguf_files import GGUFHeader, check_counts_fit_tensors, check_gguf_header,
 from .gguf_packing import RowPacking, logical_values, value_shaped, without_tied_heads
 from .gguf_tokenizer import tokenizer_from_gguf
 from .imports import (
-    BUILTIN_CORPUS,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
     count_parameters,
+    hub_repository_of,
     imported_card,
     publish_import,
     tokenizer_for_vocabulary,
@@ -59,13 +59,21 @@ REFERENCE_PARAGRAPH = (
 
 
 def import_gguf(
-    source: Path, name: str | None = None, license: str | None = None, replace: bool = False, dequantize: bool = False
+    source: Path,
+    name: str | None = None,
+    license: str | None = None,
+    replace: bool = False,
+    dequantize: bool = False,
+    progress=None,
 ):
     """Convert a GGUF file of a registered family into a variant in the user's
     catalogue (over the user's own variant of that name only with ``replace``):
     its quantised matrices kept as the file gives them (zoo_core.interop.gguf_packing;
     all float32 with ``dequantize``), its tokenizer as tokenizer.json ('hf'), its chat template,
-    licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`."""
+    licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`.
+    ``progress`` (a zoo_core.training.progress.WorkProgress) is told of each stage:
+    a 135M-parameter file takes half a minute."""
+    progress = progress or _Silent()
     header = check_gguf_header(source)
     metadata = header.metadata
     architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
@@ -80,9 +88,17 @@ def import_gguf(
     check_counts_fit_tensors(source, header, architecture)
     settings, context_length = record.config_from_gguf(metadata, source)
     tensors = tensor_data(source, header)
+    progress.stage("reading tensors", len(tensors))
+
     packing = None if dequantize else RowPacking(source, header, lambda tensor: _dequantized(source, tensor))
     read = packing.read if packing is not None else (lambda tensor: _dequantized(source, tensor))
-    settings, renamed = record.tensors_from_gguf(settings, tensors, read, source)
+
+    def counted(tensor) -> torch.Tensor:
+        values = read(tensor)
+        progress.advance()
+        return values
+
+    settings, renamed = record.tensors_from_gguf(settings, tensors, counted, source)
     types = packing.settle(renamed) if packing is not None else {}
     vocab = record.vocab_size(renamed)
     with tempfile.TemporaryDirectory() as scratch:
@@ -103,15 +119,17 @@ def import_gguf(
             source,
             sha256_file(source, "GGUF file"),
             f"GGUF {architecture}",
-            Recipe(
-                data=str(BUILTIN_CORPUS),
-                notes=f"trained elsewhere; imported from a GGUF file ({_types(header, kept=bool(types))})",
+            None,
+            notes=_types(header, kept=bool(types)),
+            hub_repository=hub_repository_of(
+                *(_optional_text(metadata, key) for key in ("general.source.repo_url", "general.source.url"))
             ),
             license=license or _optional_text(metadata, gguf.Keys.General.LICENSE) or "unspecified",
             architecture=record.architectures[0],
             family=record.name,
         )
         card = card.model_copy(update={"chat": _chat(source, metadata), "tags": [*card.tags, _main_type(header)]})
+        progress.stage("checking, measuring, writing", 3)  # build, reference paragraph, checkpoint
         renamed = without_tied_heads(renamed, types)
         network = check_card_fits_tensors(
             source,
@@ -122,10 +140,43 @@ def import_gguf(
             shaped=value_shaped(renamed, types),
         )
         network.load_state_dict(renamed)
+        progress.advance()
         card = _with_paragraph_metrics(card, network, tokenizer)
         packed = {PACKED_KEY: json.dumps(types, sort_keys=True)} if types else None
+        progress.advance()
         registry = publish_import(card, renamed, tokenizer_path, metadata=packed)
+        progress.advance()
+    progress.close()
     return card, registry
+
+
+def read_back(source: Path) -> tuple[dict[str, Any], int, dict[str, torch.Tensor]]:
+    """The file's configuration, context length and tensors (the zoo's names,
+    float32), read as `zoo import gguf --dequantize` reads them, with the gguf package
+    alone: what `zoo export --format gguf` checks the file it wrote against."""
+    header = check_gguf_header(source)
+    metadata = header.metadata
+    architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
+    record = families.for_gguf_architecture(architecture, metadata)
+    if record is None:
+        raise ZooError(f"{source}: architecture '{printable(architecture)}' does not import")
+    settings, context_length = record.config_from_gguf(metadata, source)
+    tensors = tensor_data(source, header)
+    settings, renamed = record.tensors_from_gguf(settings, tensors, lambda tensor: _dequantized(source, tensor), source)
+    return settings, context_length, renamed
+
+
+class _Silent:
+    """No progress shown (a caller without a bar)."""
+
+    def stage(self, what: str, total: int) -> None:
+        pass
+
+    def advance(self, units: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _optional_text(metadata: Mapping[str, Any], key: str) -> str | None:

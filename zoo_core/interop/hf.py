@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from ..catalogue.cards import Recipe
 from ..catalogue.limits import limits
 from ..corpus.batches import encodable_text, split_text
 from ..errors import ZooError, printable
+from ..inference.chat import chat_stops
 from ..loading.texts import variant_text
 from ..plugin_api import families
 from ..plugin_api.manager import get_plugins
@@ -36,9 +36,8 @@ from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
 from .hf_chat import folder_chat
 from .hf_shards import read_tensors, weight_files, weights_in
-from .hf_tokenizers import bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
+from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
 from .imports import (
-    BUILTIN_CORPUS,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
@@ -56,7 +55,7 @@ def _require_transformers():
     try:
         import transformers
     except ImportError:
-        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo-lm[interop]'") from None
+        raise ZooError("Hugging Face export and import need transformers: pip install 'zoo-lm[hf]'") from None
     return transformers
 
 
@@ -64,11 +63,11 @@ def verification_ids(model, count: int = 64) -> tuple[list[int], str]:
     """The first ``count`` tokens of the validation split (cut to the context), and
     that split's text, as the card trained on it: without the characters its
     vocabulary lacks when the recipe dropped them (``skip_unknown``)."""
-    recipe = model.card.recipe
+    card = model.card
     text = variant_text(model.variant).text
-    if recipe.skip_unknown:
+    if card.skips_unknown:
         text = encodable_text(text, model.tokenizer)
-    validation = split_text(text, recipe.train_fraction)[1]
+    validation = split_text(text, card.train_fraction)[1]
     return checked_encoding(model, validation[: 4 * count])[: min(count, model.card.context_length)], validation
 
 
@@ -79,7 +78,7 @@ def checked_encoding(model, text: str) -> list[int]:
         return model.tokenizer.encode(text)
     except ZooError as exc:
         raise ZooError(
-            f"{exc}; the export checks itself on the validation text of '{model.name}' ({model.card.recipe.data}), "
+            f"{exc}; the export checks itself on the validation text of '{model.name}' ({model.card.evaluation_data}), "
             f"which its card says was trained on every character (recipe.skip_unknown is not set): "
             f"retrain it with --skip-unknown, or check that its recipe names the text it was trained on"
         ) from None
@@ -91,15 +90,40 @@ def checked_encoding(model, text: str) -> list[int]:
 PAD_TOKEN_ID = 0
 
 
-def generation_config(context_length: int):
+def generation_config(context_length: int, end_ids: list[int] | None = None):
     """generation_config.json: ``generate`` stops at the context window (max_length:
-    GPT-2's learned positions end there, and one token more is an IndexError). No
-    eos_token_id: the zoo's vocabularies (characters, byte-level BPE) have no
-    end-of-text token, their models were trained on one running text, and naming an
-    ordinary token (a newline) as the end would cut every sample at its first line."""
+    GPT-2's learned positions end there, and one token more is an IndexError), and
+    at ``end_ids``: a chat model's end-of-sequence and end-of-turn tokens, where the
+    zoo's chat ends a reply. The zoo's own vocabularies (characters, byte-level BPE)
+    have no end-of-text token, their models were trained on one running text, and
+    naming an ordinary token (a newline) as the end would cut every sample at its
+    first line: without a chat template, no eos_token_id."""
     from transformers import GenerationConfig
 
-    return GenerationConfig(max_length=context_length, pad_token_id=PAD_TOKEN_ID)
+    if not end_ids:
+        return GenerationConfig(max_length=context_length, pad_token_id=PAD_TOKEN_ID)
+    return GenerationConfig(
+        max_length=context_length,
+        pad_token_id=PAD_TOKEN_ID,
+        eos_token_id=end_ids[0] if len(end_ids) == 1 else end_ids,
+    )
+
+
+def hub_base_model(card) -> str | None:
+    """The Hub repository an export's README names as base_model: where imported
+    weights came from, when the source said. A zoo base (a fine-tune's
+    ``recipe.base``) is a zoo name, never a Hub id, and is not written there."""
+    return card.imported.hub_repository if card.imported is not None else None
+
+
+def chat_end_ids(model) -> list[int]:
+    """The ids at which the zoo's chat ends a reply (the card's eos token and stop
+    texts, ``chat_stops``) that are single tokens: what ``generate`` can stop at."""
+    if model.card.chat is None:
+        return []
+    backend = backend_tokenizer_for(model.tokenizer)
+    found = [backend.token_to_id(text) for text in chat_stops(model.card.chat)]
+    return list(dict.fromkeys(i for i in found if i is not None))
 
 
 def quiet_transformers() -> None:
@@ -150,10 +174,13 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
 
     quiet_transformers()
     written, _ = hf_model(model)
-    written.generation_config = generation_config(model.card.context_length)
+    end_ids = chat_end_ids(model)
+    written.generation_config = generation_config(model.card.context_length, end_ids)
+    if end_ids:  # the model's own config names its end too, as transformers' chat models do
+        written.config.eos_token_id = written.generation_config.eos_token_id
     out.mkdir(parents=True, exist_ok=True)
     written.save_pretrained(out)  # config.json, model.safetensors, generation_config.json
-    tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length)
+    tokenizer = hf_tokenizer_for(model.tokenizer, model.card.context_length, model.card.chat)
     tokenizer.save_pretrained(out)
     (out / "zoo_card.json").write_text(
         json.dumps(model.card.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
@@ -174,7 +201,9 @@ def export_hf(model, out: Path) -> tuple[list[Path], dict]:
     if loaded_tokenizer(validation, add_special_tokens=False, verbose=False)["input_ids"] != expected:
         raise ZooError("the exported tokenizer's ids differ from the zoo's on the validation text")
 
-    write_hub_card(model.card, out)  # last: a README describes only a folder that passed the checks
+    write_hub_card(
+        model.card, out, written.config.model_type, hub_base_model(model.card)
+    )  # last: a README describes only a folder that passed the checks
     checks = {"max_logit_difference": difference, "logit_tokens": len(ids), "tokenizer_ids_checked": len(expected)}
     return sorted(path for path in out.iterdir() if path.is_file()), checks
 
@@ -200,19 +229,19 @@ def with_hub_card(card, folder: Path, license_given: bool):
         update["tags"] = list(dict.fromkeys([*card.tags, *fields["tags"]]))
     if "description" in fields:
         update["description"] = fields["description"]
-    recipe_update: dict = {}
+    found_update: dict = {}
     notes = list(fields.get("notes", []))
     for dataset in fields.get("datasets", []):
         if dataset in get_plugins().datasets:
-            recipe_update["data"] = dataset
+            found_update["dataset"] = dataset
             break
     else:
         if fields.get("datasets"):
             notes.append(f"trained on {', '.join(fields['datasets'])} (not registered here)")
     if notes:
-        recipe_update["notes"] = "; ".join([card.recipe.notes, *notes])
-    if recipe_update:
-        update["recipe"] = card.recipe.model_copy(update=recipe_update)
+        found_update["notes"] = "; ".join(filter(None, [card.imported.notes, *notes]))
+    if found_update:
+        update["imported"] = card.imported.model_copy(update=found_update)
     if "base_model" in fields:
         update["lineage"] = f"{card.lineage}; fine-tuned from {', '.join(fields['base_model'])} (Hugging Face Hub)"
     return type(card).model_validate({**card.model_dump(), **update}) if update else card
@@ -407,10 +436,11 @@ def import_hf(
             weights,
             sha256_file(weights, "weights file"),
             f"transformers {record.title}",
-            Recipe(data=str(BUILTIN_CORPUS), notes="trained elsewhere; imported from a transformers folder"),
+            None,
             license=license or "unspecified",
             architecture=record.architectures[0],
             family=record.name,
+            hub_repository=str(source) if looks_like_repo_id(str(source)) else None,
         )
         card = with_hub_card(card, folder, license_given=license is not None)
         card = card.model_copy(update={"chat": folder_chat(folder)})

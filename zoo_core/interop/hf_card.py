@@ -80,8 +80,12 @@ def hub_license(text: str) -> tuple[str, str | None]:
 
 
 def registered_dataset(card: Any) -> str | None:
-    """The recipe's dataset when a plugin registers it; None for a private text."""
-    data = card.recipe.data if card.recipe.kind != "hand-built" else None
+    """The recipe's dataset when a plugin registers it; None for a private text. For
+    weights trained elsewhere (no recipe), the registered dataset their source named, if any."""
+    if card.recipe is None:
+        data = card.imported.dataset if card.imported is not None else None
+    else:
+        data = card.recipe.data if card.recipe.kind != "hand-built" else None
     return data if data and data in get_plugins().datasets.plugin_names() else None
 
 
@@ -93,10 +97,13 @@ def _zoo_section(card: Any) -> dict[str, Any]:
         "license": card.license,
         "checkpoint_sha256": card.checkpoint.sha256,
     }
-    if recipe.kind != "hand-built":
+    if recipe is None:
+        if card.imported is not None:
+            section["imported"] = card.imported.model_dump(mode="json", exclude_none=True)
+    elif recipe.kind != "hand-built":
         section["data"] = registered_dataset(card) or "private"
         section["data_sha256"] = recipe.data_sha256
-    if recipe.base is not None:
+    if recipe is not None and recipe.base is not None:
         section["base"] = {"name": recipe.base, "sha256": recipe.base_sha256}
     if card.adapter is not None:
         adapter = card.adapter
@@ -115,7 +122,7 @@ def eval_results(card: Any) -> list[Any]:
         ("loss", f"validation loss ({metrics.loss_unit})", metrics.validation_loss),
         ("bits_per_byte", "validation bits per byte", metrics.validation_bits_per_byte),
     ]
-    share = f"last {1 - card.recipe.train_fraction:.0%} of the text"
+    share = f"last {1 - card.train_fraction:.0%} of the text"
     return [
         EvalResult(
             task_type="text-generation",
@@ -132,13 +139,17 @@ def eval_results(card: Any) -> list[Any]:
     ]
 
 
-def hub_metadata(card: Any) -> Any:
+def hub_metadata(card: Any, family: str = "gpt2", base_model: str | None = None) -> Any:
     """The README's front matter as a huggingface_hub ``ModelCardData`` (which
-    checks the model-index as it is built)."""
+    checks the model-index as it is built). ``family``: the transformers model
+    type the folder is laid out as (a tag, as the Hub tags models); ``base_model``:
+    the Hub repository the weights came from, when the source named one."""
     from huggingface_hub import ModelCardData
 
     license_id, license_name = hub_license(card.license)
-    tags = [*card.tags, "zoo", card.architecture, "gpt2", f"{card.tokenizer.kind}-tokenizer"]
+    tags = [*card.tags, "zoo", card.architecture, family, f"{card.tokenizer.kind}-tokenizer"]
+    if card.chat is not None:
+        tags.append("conversational")
     dataset = registered_dataset(card)
     results = eval_results(card)
     return ModelCardData(
@@ -146,6 +157,7 @@ def hub_metadata(card: Any) -> Any:
         license_name=license_name,
         license_link=LICENSE_FILE if license_name else None,
         library_name="transformers",
+        base_model=base_model,
         pipeline_tag="text-generation",
         tags=list(dict.fromkeys(tags)),
         datasets=[dataset] if dataset else None,
@@ -153,6 +165,24 @@ def hub_metadata(card: Any) -> Any:
         eval_results=results or None,
         zoo=_zoo_section(card),
     )
+
+
+def _provenance_lines(card: Any) -> list[str]:
+    """Where weights trained elsewhere came from, in place of a recipe the zoo never had."""
+    found = card.imported
+    if found is None:
+        return ["Trained elsewhere; the zoo has no record of how.", ""]
+    lines = [
+        f"Trained elsewhere, not by the zoo: imported with `zoo import` from the {found.format} file "
+        f"`{found.file}` (sha256 `{found.sha256}`), {card.parameters:,} parameters."
+        if card.parameters is not None
+        else f"Trained elsewhere, not by the zoo: imported with `zoo import` from the {found.format} file "
+        f"`{found.file}` (sha256 `{found.sha256}`).",
+        "",
+    ]
+    if found.notes:
+        lines += [found.notes, ""]
+    return lines
 
 
 def _recipe_rows(card: Any) -> list[tuple[str, str]]:
@@ -164,21 +194,22 @@ def _recipe_rows(card: Any) -> list[tuple[str, str]]:
     return [(key, "`" + str(value).replace("|", "\\|") + "`") for key, value in recipe.items()]
 
 
-def hub_readme(card: Any) -> str:
+def hub_readme(card: Any, family: str = "gpt2", base_model: str | None = None) -> str:
     """README.md for the exported folder: front matter, then the card for people."""
-    metadata = hub_metadata(card)
+    metadata = hub_metadata(card, family, base_model)
     name, metrics = card.name, card.metrics
     lines = [f"# {name}", "", " ".join(card.description.split()), ""]
     lines += [
         f"A {card.architecture} language model from the zoo, exported with `zoo export {name} --format hf` "
-        "as a GPT-2-layout folder: the export was checked to give the zoo's logits (to 1e-4) and token ids.",
+        f"as a folder laid out as transformers' `{family}`: the export was checked to give the zoo's logits "
+        "(to 1e-4) and token ids.",
         "",
         "## Lineage",
         "",
         card.lineage,
         "",
     ]
-    if card.recipe.base is not None:
+    if card.recipe is not None and card.recipe.base is not None:
         lines += [
             f"Fine-tuned from the zoo variant `{card.recipe.base}` (checkpoint sha256 `{card.recipe.base_sha256}`). "
             "That is a zoo name, not a Hub repository, so `base_model` is not set.",
@@ -190,9 +221,12 @@ def hub_readme(card: Any) -> str:
             f"(sha256 `{card.adapter.base_sha256}`); this export has the adapter folded into the weights.",
             "",
         ]
-    lines += ["## Recipe", "", "| setting | value |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in _recipe_rows(card)]
-    lines.append("")
+    if card.recipe is None:
+        lines += ["## Provenance", "", *_provenance_lines(card)]
+    else:
+        lines += ["## Recipe", "", "| setting | value |", "|---|---|"]
+        lines += [f"| {key} | {value} |" for key, value in _recipe_rows(card)]
+        lines.append("")
     measured = [
         ("validation loss", metrics.validation_loss, metrics.loss_unit),
         ("validation bits per byte", metrics.validation_bits_per_byte, "bits per UTF-8 byte"),
@@ -239,10 +273,10 @@ def hub_readme(card: Any) -> str:
     return f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
-def write_hub_card(card: Any, out: Path) -> list[Path]:
+def write_hub_card(card: Any, out: Path, family: str = "gpt2", base_model: str | None = None) -> list[Path]:
     """README.md (and LICENSE, for a license the Hub has no identifier for) in ``out``."""
     written = [out / "README.md"]
-    atomic_write_text(written[0], hub_readme(card))
+    atomic_write_text(written[0], hub_readme(card, family, base_model))
     if hub_license(card.license)[1] is not None:
         written.append(out / LICENSE_FILE)
         atomic_write_text(written[1], card.license.rstrip() + "\n")

@@ -74,10 +74,9 @@ def char_tokenizer(characters: list[str]):
     return tokenizer
 
 
-def hf_tokenizer_for(zoo_tokenizer, context_length: int):
-    """A `PreTrainedTokenizerFast` giving the zoo tokenizer's ids, or a one-line refusal."""
-    from transformers import PreTrainedTokenizerFast
-
+def backend_tokenizer_for(zoo_tokenizer):
+    """A `tokenizers.Tokenizer` giving the zoo tokenizer's ids, or a one-line refusal:
+    the `tokenizers` package alone (the GGUF export needs no transformers)."""
     if hasattr(zoo_tokenizer, "backend"):  # zoo_plugins.hf_tokenizer: already a `tokenizers.Tokenizer`
         backend = zoo_tokenizer.backend
     elif hasattr(zoo_tokenizer, "encoding") and hasattr(zoo_tokenizer.encoding, "_mergeable_ranks"):
@@ -90,8 +89,27 @@ def hf_tokenizer_for(zoo_tokenizer, context_length: int):
         raise ZooError(
             f"no Hugging Face tokenizer for {type(zoo_tokenizer).__name__}: only byte-level BPE, characters and tokenizer.json map"
         )
+    return backend
+
+
+def hf_tokenizer_for(zoo_tokenizer, context_length: int, chat=None):
+    """A `PreTrainedTokenizerFast` giving the zoo tokenizer's ids, or a one-line refusal;
+    with ``chat`` (the card's ChatSpec), its template and its bos and eos tokens, so
+    that `apply_chat_template` renders the prompt the zoo renders and decoding knows
+    where a turn ends."""
+    from transformers import PreTrainedTokenizerFast
+
+    backend = backend_tokenizer_for(zoo_tokenizer)
+    special = {}
+    if chat is not None:
+        special = {
+            name: text
+            for name, text in (("bos_token", chat.bos_token), ("eos_token", chat.eos_token))
+            if text is not None and backend.token_to_id(text) is not None
+        }
+        special["chat_template"] = chat.template
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, model_max_length=context_length, clean_up_tokenization_spaces=False
+        tokenizer_object=backend, model_max_length=context_length, clean_up_tokenization_spaces=False, **special
     )
 
 

@@ -14,7 +14,15 @@ import torch
 from pydantic import ValidationError
 
 from ..catalogue.card_validation import describe_validation_error
-from ..catalogue.cards import CheckpointRef, ComponentSource, ModelCard, Recipe, TokenizerSpec
+from ..catalogue.cards import (
+    EVALUATION_DATASET,
+    CheckpointRef,
+    ComponentSource,
+    ImportRecord,
+    ModelCard,
+    Recipe,
+    TokenizerSpec,
+)
 from ..catalogue.limits import limits
 from ..catalogue.publishing import refuse_overwrite
 from ..catalogue.registry import Variant
@@ -28,10 +36,8 @@ from ..storage.files import describe_os_error, read_limited
 from ..storage.locations import user_registry_path
 from ..storage.user_catalogue import USER_PLUGIN, add_user_variant
 
-BUILTIN_CORPUS = "tinyshakespeare"
-MAX_JSON_TOKENIZER_BYTES = (
-    64 * 1024 * 1024
-)  # a character list or a tokenizer.json (Qwen2's is 7 MB)  # the registered dataset imported models are scored on
+BUILTIN_CORPUS = EVALUATION_DATASET  # the registered dataset nanoGPT's Shakespeare checkpoints were trained on
+MAX_JSON_TOKENIZER_BYTES = 64 * 1024 * 1024  # a character list or a tokenizer.json (Qwen2's is 7 MB)
 
 
 def builtin_char_vocabulary() -> Path:
@@ -115,14 +121,20 @@ def imported_card(
     source: Path,
     source_sha256: str,
     origin: str,
-    recipe: Recipe,
+    recipe: Recipe | None,
     *,
     architecture: str,
     family: str | None = None,
     license: str = "unspecified",
+    notes: str = "",
+    hub_repository: str | None = None,
 ) -> ModelCard:
     """The card of an import, validated as any card is: an impossible
-    configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line."""
+    configuration (``n_head 0``, ``n_layer -1``, a NaN epsilon) is one line.
+    Its ``imported`` section says where the weights came from; ``recipe`` is
+    None unless the source recorded how they were trained (nanoGPT's): a recipe
+    the zoo made up would set evaluation's defaults and describe the model in
+    its exports as trained on a text it never saw."""
     for key, value in config.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ZooError(f"{source}: configuration {key} is {value}; a model needs a finite number there")
@@ -138,6 +150,9 @@ def imported_card(
             tokenizer=tokenizer,
             context_length=context_length,
             recipe=recipe,
+            imported=ImportRecord(
+                format=origin, file=shown, sha256=source_sha256, notes=notes, hub_repository=hub_repository
+            ),
             checkpoint=CheckpointRef(path=f"checkpoints/{name}.safetensors"),
             parameters=parameters,
             lineage=f"imported: {origin} checkpoint {shown}, source sha256 {source_sha256}",
@@ -147,6 +162,19 @@ def imported_card(
     except ValidationError as exc:
         raise ZooError(f"{source}: cannot import: {describe_validation_error(exc)}") from None
     return card.model_copy(update={"components": imported_components(card)})
+
+
+HUB_URL = re.compile(r"https?://huggingface\.co/([A-Za-z0-9][A-Za-z0-9._\-]*/[A-Za-z0-9][A-Za-z0-9._\-]*)/?")
+
+
+def hub_repository_of(*urls: str | None) -> str | None:
+    """ORG/NAME of the first Hugging Face Hub address among ``urls`` (a source's own
+    metadata); None when none is one: the zoo never guesses a repository from a name."""
+    for url in urls:
+        found = HUB_URL.fullmatch(url.strip()) if url else None
+        if found:
+            return found.group(1)
+    return None
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+import torch
+
 from ..catalogue.cards import first_difference
 from ..errors import ZooError, printable
 from ..storage.checkpoints import Verification, load_verified, load_verified_tensors
@@ -33,11 +35,18 @@ def load_adapted(
     found: Catalogue,
     build_network: Callable[[Variant, PluginSet], Any],
     merge: bool = False,
+    loaded_base: Any = None,
+    progress: Any = None,
 ) -> tuple[Any, Verification]:
     """The base's network with ``variant``'s adapter applied (``merge``: folded into
     the weights), and what was verified: the adapter file's checks, then the base's.
     The base is looked up in the catalogue ``found`` and built by ``build_network``,
-    both handed by the loader (api.py), which imports this module, not the reverse."""
+    both handed by the loader (api.py), which imports this module, not the reverse.
+
+    ``loaded_base``: the base already loaded (a ZooModel, verified when it was
+    loaded) in the process, as a server or `zoo compare` holds it. Applied on the
+    fly, the adapter then wraps the base's very weight tensors instead of a second
+    copy of them: an adapter costs its own few parameters, not another model."""
     card = variant.card
     spec = card.adapter
     assert spec is not None, "called for an adapter variant"
@@ -49,17 +58,42 @@ def load_adapted(
     with random_init_skipped():  # the verified load below replaces every weight
         network = build_network(base, plugins)
     base_card = base.card
-    verified_base = load_verified(
-        base.checkpoint_path, base_card.checkpoint.sha256, network, base_card.parameters, card=base_card
-    )
+    if not merge and shares_weights_with(loaded_base, base):
+        # The base's own tensors, not copies (assign): merging would write into them, so never then.
+        network.load_state_dict(loaded_base.network.state_dict(), assign=True)
+        verified_base = loaded_base.verification
+        shared = "weights shared with the loaded base"
+    else:
+        verified_base = load_verified(
+            base.checkpoint_path,
+            base_card.checkpoint.sha256,
+            network,
+            base_card.parameters,
+            card=base_card,
+            progress=progress,
+        )
+        shared = None
     tensors, verification = load_verified_tensors(
         variant.checkpoint_path, card.checkpoint.sha256, adapter.tensor_shapes(network), card.parameters, card=card
     )
     adapter.apply(network, tensors, merge=merge)
-    base_checks = verified_base.checks + (["card"] if verified_base.card_checked else [])
+    base_checks = verified_base.checks + (["card"] if verified_base.card_checked else []) + ([shared] if shared else [])
     verification.checks.append(f"base '{base.name}' ({', '.join(base_checks)})")
     verification.seconds += verified_base.seconds
     return network, verification
+
+
+def shares_weights_with(loaded: Any, base: Variant) -> bool:
+    """Whether ``loaded`` (a ZooModel, or None) holds exactly ``base``'s verified
+    weights as loaded, unchanged: the same variant and checkpoint, float32 on the
+    CPU (where every load starts), no adapter of its own and not quantized."""
+    if loaded is None or loaded.name != base.name or loaded.card.adapter is not None:
+        return False
+    if loaded.card.checkpoint.sha256 != base.card.checkpoint.sha256:
+        return False
+    if any("quantized" in check for check in loaded.verification.checks):
+        return False
+    return all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.network.parameters())
 
 
 def adapter_base(variant: Variant, found) -> Variant:

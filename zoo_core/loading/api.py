@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 from ..catalogue.limits import CannotMeasure, check_budget
 from ..catalogue.suggestions import train_command
 from ..devices import place, resolve_device, resolve_dtype
@@ -43,6 +45,7 @@ __all__ = [
     "has_published_weights",
     "list_variants",
     "load",
+    "load_many",
     "load_tokenizer",
     "load_variant",
     "require_components",
@@ -137,6 +140,7 @@ def load(
     dtype: str | None = None,
     merge_adapter: bool = False,
     quantize: str | None = None,
+    base=None,
 ):
     """Build the variant's network and load its verified weights, then move it to
     ``device`` (default: the CPU; "auto" picks a GPU if there is one) and cast it
@@ -146,7 +150,10 @@ def load(
     An adapter variant (a card with an ``adapter`` section, e.g. from
     `zoo train NEW --from BASE --trainer lora`) loads its base's verified weights
     and applies the adapter: on the fly, or with ``merge_adapter=True`` folded
-    into the base's weights (the plain base network, same logits)."""
+    into the base's weights (the plain base network, same logits). ``base``: that
+    base, already loaded in this process (``load(BASE)``): applied on the fly on
+    the CPU in float32, the adapter shares its weight tensors instead of loading
+    them a second time."""
     plugins = plugins or get_plugins()
     return load_variant(
         catalogue(plugins).get(name),
@@ -155,7 +162,23 @@ def load(
         dtype=dtype,
         merge_adapter=merge_adapter,
         quantize=quantize,
+        base=base,
     )
+
+
+def load_many(names: list[str], plugins: PluginSet | None = None, **options) -> list:
+    """``load`` of each name (``options`` as ``load`` takes them), bases before the
+    adapters applied to them: an adapter whose base is among ``names`` shares the
+    base's weights rather than loading them a second time (``load(..., base=)``)."""
+    plugins = plugins or get_plugins()
+    found = catalogue(plugins)
+    variants = [found.get(name) for name in names]
+    loaded: dict[int, ZooModel] = {}
+    for index in sorted(range(len(names)), key=lambda i: variants[i].card.adapter is not None):
+        adapter = variants[index].card.adapter
+        base = next((m for m in loaded.values() if adapter is not None and m.name == adapter.base), None)
+        loaded[index] = load_variant(variants[index], plugins, base=base, **options)
+    return [loaded[index] for index in range(len(names))]
 
 
 def has_published_weights(variant: Variant) -> bool:
@@ -171,8 +194,11 @@ def load_variant(
     dtype: str | None = None,
     merge_adapter: bool = False,
     quantize: str | None = None,
+    base=None,
+    progress=None,
 ):
-    """``load`` for a variant already looked up (`zoo verify` walks every one)."""
+    """``load`` for a variant already looked up (`zoo verify` walks every one);
+    ``progress`` (a WorkProgress) is shown the first verification of its weights."""
     plugins = plugins or get_plugins()
     if quantize is not None and device == "auto":
         device = "cpu"  # the int8 kernels are the CPU's
@@ -196,13 +222,29 @@ def load_variant(
         merge = merge_adapter or quantize is not None
         # The base builds the network this card does (adapter_base checks it), so the
         # budget checked above is the base's too: it is not checked again.
-        network, verification = load_adapted(variant, plugins, catalogue(plugins), _build_checked, merge=merge)
+        # Shared only where the network stays float32 on the CPU: placing or casting it would copy the weights.
+        shareable = target.type == "cpu" and target_dtype == torch.float32
+        network, verification = load_adapted(
+            variant,
+            plugins,
+            catalogue(plugins),
+            _build_checked,
+            merge=merge,
+            loaded_base=base if shareable else None,
+            progress=progress,
+        )
     else:
         with random_init_skipped():  # the verified load below replaces every weight
             network = _build_checked(variant, plugins)
         packed = _pack_for(network, variant)
         verification = checkpoints.load_verified(
-            variant.checkpoint_path, card.checkpoint.sha256, network, card.parameters, card=card, packed=packed
+            variant.checkpoint_path,
+            card.checkpoint.sha256,
+            network,
+            card.parameters,
+            card=card,
+            packed=packed,
+            progress=progress,
         )
     network.eval()
     place(network, target, target_dtype)

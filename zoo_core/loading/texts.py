@@ -44,7 +44,12 @@ def resolve_recipe_text(
 
 
 def variant_text(variant, override: Path | str | None = None) -> ResolvedText:
-    """The text ``variant``'s recipe names (checked), or ``override``."""
+    """The text ``variant``'s recipe names (checked), or ``override``; for weights
+    trained elsewhere (no recipe), the text they are scored on (``card.evaluation_data``)."""
+    if variant.card.recipe is None:
+        return resolve_named_or_path(
+            override if override is not None else variant.card.evaluation_data, get_plugins().datasets
+        )
     return resolve_recipe_text(
         variant.card.recipe,
         variant.source,

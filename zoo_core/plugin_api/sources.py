@@ -39,7 +39,7 @@ def named_components(card: dict[str, Any]) -> dict[str, str]:
         "tokenizer": card["tokenizer"]["kind"],
         "positions": config.get("positions"),
         "block": config.get("block"),
-        "trainer": card["recipe"]["kind"],
+        "trainer": (card.get("recipe") or {}).get("kind"),  # an imported card has no recipe, and no trainer
         "adapter": adapter["kind"] if adapter is not None else None,
     }
     return {role: name for role, name in names.items() if isinstance(name, str) and name}

@@ -87,10 +87,10 @@ class TrainingProgress:
         remaining = self.total - step
         evaluations = 0
         if self.eval_every and self.eval_seconds:
-            # Evaluation steps still to come: multiples of eval_every, and the last step.
-            evaluations = (
-                self.total // self.eval_every - step // self.eval_every + (1 if self.total % self.eval_every else 0)
-            )
+            # Evaluation steps still to come: multiples of eval_every, and the last step unless
+            # it is one of them or is done (a finished run has nothing left: no ETA of 31 s at 4/4).
+            last = 1 if self.total % self.eval_every and step < self.total else 0
+            evaluations = self.total // self.eval_every - step // self.eval_every + last
         mean_eval = sum(self.eval_seconds) / len(self.eval_seconds) if self.eval_seconds else 0.0
         return remaining * per_step + evaluations * mean_eval
 

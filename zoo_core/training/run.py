@@ -141,6 +141,8 @@ def plan_training(job: TrainingJob) -> TrainingPlan:
     plugins = get_plugins()
     variant = _variant_to_train(name, job, plugins)
     overrides = recipe_overrides(job)
+    if not job.from_weights:
+        variant.card.training_recipe()  # weights trained elsewhere have none to train again: refused here
     trainer = _trainer_for(name, variant, job, overrides, plugins)
     if job.from_weights:
         base = verified_base(variant)
@@ -153,7 +155,8 @@ def plan_training(job: TrainingJob) -> TrainingPlan:
         # The card records what the weights were trained on: a dataset's name, or
         # the absolute path of the file given with --data; and its sha256 either way.
         overrides.update(data=text.name, data_sha256=text.sha256)
-    recipe = override_recipe(variant.card.recipe, overrides)
+    # Fine-tuning weights trained elsewhere starts from the standard trainer's defaults.
+    recipe = override_recipe(variant.card.recipe or Recipe(), overrides)
     if recipe.context is not None and recipe.context > variant.card.context_length:
         raise ZooError(
             f"--set context={recipe.context}: '{name}' reads at most {variant.card.context_length:,} tokens; "
@@ -172,7 +175,7 @@ def plan_training(job: TrainingJob) -> TrainingPlan:
 
 def _trainer_for(name: str, variant: Variant, job: TrainingJob, overrides: dict[str, Any], plugins):
     """The trainer the recipe (or ``--trainer``) names, refused options it cannot take."""
-    kind = overrides.get("kind", variant.card.recipe.kind)
+    kind = overrides.get("kind", variant.card.recipe.kind if variant.card.recipe is not None else "trained")
     missing = missing_component_problem(
         variant.index, plugins, conflicts=False, only_recorded=True
     )  # names what to reinstall
@@ -220,6 +223,7 @@ def _target_card(card: ModelCard, name: str, target_name: str, job: TrainingJob,
                 f"'{name}' in turn: {base.lineage}",
                 # A seed tag names the run that made the base's weights, which these are not.
                 "tags": list(dict.fromkeys([*(tag for tag in base.tags if not SEED_TAG.fullmatch(tag)), "fine-tuned"])),
+                "imported": None,  # trained here, from imported weights: the lineage names them
             }
         )
     return card
@@ -724,11 +728,12 @@ def check_data_parallel_run(job: TrainingJob, world_size: int) -> Path:
     plugins = get_plugins()
     variant = catalogue(plugins).get(name)
     card = variant.card
-    if not plugins.components["trainers"].create(card.recipe.kind).uses_corpus:
+    recipe = (card.recipe or Recipe()) if job.from_weights else card.training_recipe()
+    if not plugins.components["trainers"].create(recipe.kind).uses_corpus:
         raise ZooError(
-            f"variant '{name}' is {card.recipe.kind}: its weights are not trained, so there is nothing to split over processes"
+            f"variant '{name}' is {recipe.kind}: its weights are not trained, so there is nothing to split over processes"
         )
-    check_batch_splits(card.recipe.batch_size, world_size, job.grad_accum)
+    check_batch_splits(recipe.batch_size, world_size, job.grad_accum)
     state_path = training_state_path(
         _destination(variant, job.new_name or name, job.publish, job.out, plugins, job.replace)[1]
     )

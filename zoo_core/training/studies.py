@@ -117,8 +117,9 @@ def _arms(names: list[str], plugins) -> list[Arm]:
     for name in names:
         variant_name, _, context = name.partition("@")
         variant = found.get(variant_name)
-        if variant.card.recipe.kind != "trained":
-            raise ZooError(f"arm '{name}' is {variant.card.recipe.kind}; a study trains its arms")
+        kind = variant.card.training_recipe().kind  # an imported variant has no recipe: refused
+        if kind != "trained":
+            raise ZooError(f"arm '{name}' is {kind}; a study trains its arms")
         if context:
             if not context.isdigit() or int(context) < 1:
                 raise ZooError(f"arm '{name}': the context after '@' must be a positive number")
@@ -247,7 +248,7 @@ def run_study(
     first = arms[0].variant
     tokenizer = load_tokenizer(first, plugins)
     text = variant_text(first, data).text
-    corpus = Corpus.from_text(text, tokenizer, first.card.recipe.train_fraction)
+    corpus = Corpus.from_text(text, tokenizer, first.card.train_fraction)
     targets = {
         split: _targets(corpus.split(split), study.eval_targets, longest, seed=1234)
         for split in ("train", "validation")
@@ -264,7 +265,7 @@ def run_study(
     else:
         runs = _run_seeds_in_processes(study, corpus, targets, prompt_ids, out, placement, jobs, show_progress, log_to)
     if study.score_text:
-        validation, before = validation_text(text, first.card.recipe.train_fraction)
+        validation, before = validation_text(text, first.card.train_fraction)
         _score_validation_text(study, arms, runs, validation, before, tokenizer, out, plugins)
     report = _report(study, arms, placement, tokenizer.decode(prompt_ids), runs)
     atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")

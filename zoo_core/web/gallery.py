@@ -231,7 +231,7 @@ def _compare_with_baseline(model, baseline: _Baseline, cache_models) -> dict | N
     text = variant_text(first.variant)
     key = text.sha256
     if key not in baseline.corpora:
-        baseline.corpora[key] = Corpus.from_text(text.text, first.tokenizer, first.card.recipe.train_fraction)
+        baseline.corpora[key] = Corpus.from_text(text.text, first.tokenizer, first.card.train_fraction)
     corpus = baseline.corpora[key]
     context = min(first.card.context_length, model.card.context_length)
     generator = torch.Generator().manual_seed(COMPARE_SEED)

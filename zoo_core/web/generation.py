@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import ZooError
-from ..loading.api import load
+from ..loading.api import catalogue, load
 from ..plugin_api.protocols import TaskModel, implements
 
 
@@ -33,8 +33,17 @@ class ModelCache:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self._models:
-                self._models[name] = load(name, self._plugins, quantize=self._quantize)
+                self._models[name] = load(name, self._plugins, quantize=self._quantize, base=self._base_of(name))
             return self._models[name]
+
+    def _base_of(self, name: str):
+        """For an adapter variant, its base from this cache (loaded now if need be), whose
+        weights the adapter then shares: serving a base and its adapters holds the base
+        once. None for other variants, and when quantizing (an adapter is folded in then)."""
+        adapter = catalogue(self._plugins).get(name).card.adapter
+        if adapter is None or self._quantize is not None:
+            return None
+        return self.get(adapter.base)
 
     def forget(self, names) -> None:
         """Drop these variants' models: their cards changed or went away, so the next request loads anew."""
