@@ -75,9 +75,9 @@ flake-hunt: $(BIN)/.installed references
 
 # What CI checks besides the tests: pyflakes and import order, formatting, types and
 # the layers (ruff, mypy and import-linter, configured in pyproject.toml), on the core
-# and the built-in plugins.
+# and the built-in plugins; pyflakes and import order on the tests too.
 lint: $(BIN)/.installed
-	$(BIN)/ruff check zoo_core plugins
+	$(BIN)/ruff check zoo_core plugins tests benchmarks
 	$(BIN)/ruff format --check zoo_core plugins
 	$(BIN)/mypy
 	$(BIN)/lint-imports

@@ -27,8 +27,18 @@ from datetime import datetime, timezone
 import torch
 
 from benchmarks.bench_training import SHAPES, THREADS, nanogpt_stepper, shape_data, zoo_stepper
-from benchmarks.common import (load_text, machine_load, median, median_interval, nanogpt, nanogpt_model, paired_step_seconds,
-                               section_markers, write_section, zoo_network)
+from benchmarks.common import (
+    load_text,
+    machine_load,
+    median,
+    median_interval,
+    nanogpt,
+    nanogpt_model,
+    paired_step_seconds,
+    section_markers,
+    write_section,
+    zoo_network,
+)
 from zoo_core.training.loop import compiled
 
 WARMUP, SECONDS_PER_SHAPE = 3, 30.0

@@ -114,9 +114,9 @@ def zoo_curve() -> list[tuple[float, int, float]]:
     """(training seconds, step, bits per character) of the speedrun recipe every SNAPSHOT_EVERY steps."""
     import zoo_core
     from zoo_core.corpus.batches import Corpus
-    from zoo_core.loading.texts import variant_text
     from zoo_core.evaluation.bits import bits_per_byte, validation_text
     from zoo_core.inference.model import ZooModel
+    from zoo_core.loading.texts import variant_text
     from zoo_core.training.job import TrainingJob
     from zoo_core.training.loop import StandardTrainer, seeded_network
 

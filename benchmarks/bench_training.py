@@ -24,8 +24,17 @@ import sys
 import torch
 
 import zoo_core
-from benchmarks.common import (ROOT, median, median_interval, nanogpt, nanogpt_model, nanogpt_optimizer, paired_step_seconds,
-                               spread, zoo_network)
+from benchmarks.common import (
+    ROOT,
+    median,
+    median_interval,
+    nanogpt,
+    nanogpt_model,
+    nanogpt_optimizer,
+    paired_step_seconds,
+    spread,
+    zoo_network,
+)
 from zoo_core.training.loop import make_optimizer
 
 SHAPES = ("gpt-char-mini", "transformer-6b-sin")

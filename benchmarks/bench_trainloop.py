@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 import zoo_core
-from zoo_core.training.loop import interim_windows
 from benchmarks.common import NANOGPT_MODEL, ROOT, spread, timed
+from zoo_core.training.loop import interim_windows
 
 STEPS, ROUNDS = 25, 2  # few steps: the loops differ in their evaluations, and the runner has 5 minutes in all
 VARIANT = "gpt-char-mini"

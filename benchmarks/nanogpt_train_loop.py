@@ -93,7 +93,7 @@ def main(data_dir, out_dir, max_iters, eval_interval, model_path, eval_iters=20)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if iter_num % log_interval == 0:
-            lossf = loss.item()
+            loss.item()  # nanoGPT reads the loss here, a synchronisation its timing includes
         iter_num += 1
         if iter_num > max_iters:
             break

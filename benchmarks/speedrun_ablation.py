@@ -28,10 +28,10 @@ import zoo_core
 from benchmarks.common import ROOT, load_text, machine_load
 from zoo_core.catalogue.registry import Variant
 from zoo_core.corpus.batches import BatchSampler, Corpus
-from zoo_core.loading.texts import variant_text
 from zoo_core.devices import Placement
 from zoo_core.evaluation.bits import bits_per_byte, validation_text
 from zoo_core.inference.model import ZooModel
+from zoo_core.loading.texts import variant_text
 from zoo_core.training.job import TrainingJob
 from zoo_core.training.loop import StandardTrainer, make_optimizer, seeded_network
 from zoo_core.training.step import training_step

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import zoo_core
-from zoo_core.storage.checkpoints import load_verified, save_checkpoint, sha256_file
-from zoo_core.errors import ZooError
-from zoo_core.storage.files import atomic_write, atomic_write_text, exclusive_lock, remove_stale_temporaries
 from zoo_core.catalogue.registry import read_registry_file
+from zoo_core.errors import ZooError
+from zoo_core.storage.checkpoints import load_verified, save_checkpoint, sha256_file
+from zoo_core.storage.files import atomic_write, atomic_write_text, exclusive_lock, remove_stale_temporaries
 
 from .conftest import ROOT
 

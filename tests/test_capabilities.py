@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from zoo_core import hookimpl
-from zoo_core.kit import testing
-from zoo_core.loading.api import load
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import sample_tokens
 from zoo_core.inference.settings import SamplingSettings
 from zoo_core.inspection.roles import task_ablation, verify_roles
 from zoo_core.inspection.stream import read_logits
+from zoo_core.kit import testing
+from zoo_core.loading.api import load
 from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 from zoo_core.plugin_api.protocols import (
     CAPABILITIES,

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
+from zoo_core.errors import ZooError
+from zoo_core.plugin_api.manager import get_plugins
 from zoo_plugins.blocks.attention import CausalSelfAttention
 from zoo_plugins.blocks.blocks import PostNormBlock, PreNormBlock
 from zoo_plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions
-from zoo_core.errors import ZooError
-from zoo_core.plugin_api.manager import get_plugins
 
 
 def test_attention_fast_path_matches_explicit_weights():

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from zoo_core.errors import ZooError
-from zoo_core.storage.files import read_limited
 from zoo_core.catalogue.paths import resolve_inside
 from zoo_core.catalogue.registry import read_registry_file
+from zoo_core.errors import ZooError
+from zoo_core.storage.files import read_limited
 
 from .hostile_cards import BASE, card_data, hostile_variant, write_catalogue
 

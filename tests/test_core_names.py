@@ -13,9 +13,7 @@ the day it is added.
 
 from __future__ import annotations
 
-import inspect
 import re
-from pathlib import Path
 
 import pytest
 

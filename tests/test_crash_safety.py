@@ -23,8 +23,8 @@ from typing import Callable
 import pytest
 import torch
 
-from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.loading.verify import FAILED, LEFTOVER, OK, verify_catalogue
+from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.storage.staging import make_staging_folder, owner_gone, remove_leftover_staging, start_time
 
 ZOO = Path(sys.executable).parent / "zoo"

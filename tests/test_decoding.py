@@ -9,10 +9,9 @@ import pytest
 import torch
 
 import zoo_core
+from zoo_core.inference.sampling import sample_tokens
 from zoo_core.plugin_api.components import PositionEncodingBase
 from zoo_core.plugin_api.manager import get_plugins
-from zoo_core.inference.sampling import sample_tokens
-
 from zoo_plugins.blocks.attention import KVCache
 from zoo_plugins.models.transformer import TransformerLanguageModel
 

@@ -74,8 +74,8 @@ def test_bfloat16_evaluation_is_close_to_float32(zoo):
 
 
 def _short_training(placement: Placement, steps: int = 30):
-    from zoo_core.loading.api import build_network, catalogue, load_tokenizer
     from zoo_core.corpus.batches import Corpus
+    from zoo_core.loading.api import build_network, catalogue, load_tokenizer
     from zoo_core.training.job import TrainingJob
     from zoo_core.training.loop import StandardTrainer, seeded_network
 

@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from zoo_core.corpus.batches import Corpus
 from zoo_core.catalogue.registry import read_registry_file
+from zoo_core.corpus.batches import Corpus
 from zoo_core.training.state import STATE_KEY
 
 from .conftest import ROOT
@@ -184,8 +184,8 @@ def test_killing_one_process_stops_the_run_in_one_line_and_keeps_the_saved_state
 
 def _interrupted_state(tmp_path: Path, small_text: Path, steps: int, stop_after: int) -> Path:
     """Train ``stop_after`` steps of a ``steps``-step run in one process and write its state, as a killed run leaves it."""
-    from zoo_core.loading.api import build_network, catalogue, load_tokenizer
     from zoo_core.corpus.datasets import read_text_file
+    from zoo_core.loading.api import build_network, catalogue, load_tokenizer
     from zoo_core.training.job import TrainingJob
     from zoo_core.training.loop import StandardTrainer, seeded_network
     from zoo_core.training.state import run_identity, training_state_path, write_training_state

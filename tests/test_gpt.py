@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import zoo_core
+from zoo_core.errors import ZooError
+from zoo_core.inference.sampling import sample_tokens
+from zoo_core.plugin_api.manager import get_plugins
 from zoo_plugins.chars.tokenizer import CharTokenizer
 from zoo_plugins.positions.rope import RotaryPositions
-from zoo_core.errors import ZooError
-from zoo_core.plugin_api.manager import get_plugins
-from zoo_core.inference.sampling import sample_tokens
 
 from .conftest import ROOT
 
@@ -91,9 +90,9 @@ def test_cached_sampling_matches_uncached_past_the_window(positions):
 
 
 def test_a_block_without_cache_support_samples_uncached():
-    from zoo_plugins.blocks.blocks import PreNormBlock
     from zoo_core import hookimpl
     from zoo_core.plugin_api.manager import PluginInfo, PluginSet
+    from zoo_plugins.blocks.blocks import PreNormBlock
 
     class BlockWithoutCache(PreNormBlock):  # written to the interface before caching existed
         def forward(self, x, positions, encoding, need_weights=False):

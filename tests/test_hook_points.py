@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zoo_core.loading.api import build_network, get_variant, list_variants
 from zoo_core.errors import ZooError
+from zoo_core.loading.api import build_network, get_variant, list_variants
 from zoo_core.plugin_api import HookPoint, hook_point_names, hooks, run_with_cache
 from zoo_core.plugin_api.manager import get_plugins
 from zoo_plugins.blocks.blocks import PreNormBlock

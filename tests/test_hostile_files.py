@@ -24,15 +24,15 @@ import torch
 from safetensors.torch import load_file, save
 
 import zoo_core
+from zoo_core import hookimpl
+from zoo_core.catalogue.cards import CheckpointRef
+from zoo_core.catalogue.registry import render_registry
+from zoo_core.errors import ZooError
+from zoo_core.loading.api import catalogue
+from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
+from zoo_core.storage.checkpoints import CARD_KEY, header_card, load_verified
 from zoo_plugins.bpe.tokenizer import load_bpe_tokenizer
 from zoo_plugins.chars.tokenizer import load_char_tokenizer
-from zoo_core import hookimpl
-from zoo_core.loading.api import catalogue
-from zoo_core.catalogue.cards import CheckpointRef
-from zoo_core.storage.checkpoints import CARD_KEY, header_card, load_verified
-from zoo_core.errors import ZooError
-from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
-from zoo_core.catalogue.registry import render_registry
 
 from .conftest import ROOT
 
@@ -110,7 +110,7 @@ NOT_COVERED = "not a valid safetensors file: Error while deserializing: incomple
     [
         (0, "not a safetensors file (only 0 bytes)"),
         (5, "not a safetensors file (only 5 bytes)"),
-        (8, f"not a safetensors file (its header length does not fit the file's 8 bytes)"),
+        (8, "not a safetensors file (its header length does not fit the file's 8 bytes)"),
         (HEADER_LENGTH // 2, f"not a safetensors file (its header length does not fit the file's {HEADER_LENGTH // 2} bytes)"),
         (SHIPPED_SIZE // 2, NOT_COVERED),
         (SHIPPED_SIZE - 1, NOT_COVERED),

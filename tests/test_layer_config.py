@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from zoo_core.catalogue.cards import ModelCard
 from zoo_core.catalogue.limits import estimate_cost

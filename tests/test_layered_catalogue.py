@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.catalogue.registry import read_registry_file, render_registry
+from zoo_core.plugin_api.manager import get_plugins
 
 from .conftest import ROOT
 

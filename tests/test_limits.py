@@ -7,11 +7,11 @@ import tracemalloc
 
 import pytest
 
-import zoo_plugins.models.transformer  # noqa: F401  imported before tracemalloc starts: it measures the check only
-import zoo_core.loading.api
 import zoo_core.inference.model  # noqa: F401
-from zoo_core.errors import ZooError
+import zoo_core.loading.api
+import zoo_plugins.models.transformer  # noqa: F401  imported before tracemalloc starts: it measures the check only
 from zoo_core.catalogue.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
+from zoo_core.errors import ZooError
 
 from .hostile_cards import hostile_variant
 

@@ -38,8 +38,8 @@ def _blocks() -> list[tuple[str, str]]:
 
 
 def test_lm_eval_bits_per_byte_agree_with_zoo_eval(tmp_path: Path):
-    from zoo_core.loading.api import load
     from zoo_core.evaluation.scoring import evaluate_language_model
+    from zoo_core.loading.api import load
 
     blocks = _blocks()
     (serve,) = [code for language, code in blocks if language == "bash" and "zoo serve" in code]

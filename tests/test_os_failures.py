@@ -9,7 +9,6 @@ of the temporary file. A folder that is really a file is the real thing.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import json
 import os
@@ -22,11 +21,10 @@ import torch
 import zoo_core
 import zoo_core.storage.files
 import zoo_core.storage.staging
-from zoo_core.storage.checkpoints import save_checkpoint, sha256_file
 from zoo_core.errors import ZooError
-from zoo_core.storage.files import atomic_write_text, read_limited
-from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.inference.prompts import MAX_PROMPT_BYTES
+from zoo_core.storage.checkpoints import save_checkpoint
+from zoo_core.storage.files import atomic_write_text, read_limited
 
 from .conftest import ROOT
 

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from safetensors.torch import load
 
 import zoo_core
-from zoo_plugins.bpe.tokenizer import BPETokenizer
-from zoo_plugins.chars.tokenizer import CharTokenizer
-from zoo_core.storage.checkpoints import load_verified
 from zoo_core.errors import ZooError
 from zoo_core.inference.sampling import sample_tokens
+from zoo_core.storage.checkpoints import load_verified
+from zoo_plugins.bpe.tokenizer import BPETokenizer
+from zoo_plugins.chars.tokenizer import CharTokenizer
 
 from .conftest import ROOT
 

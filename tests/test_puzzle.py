@@ -10,12 +10,11 @@ import pytest
 import torch
 
 import zoo_core
-from zoo_core.loading.api import build_network, get_variant
-from zoo_core.storage.checkpoints import header_card, sha256_file
-from zoo_core.errors import ZooError
-from zoo_core.plugin_api.manager import get_plugins
 from zoo_core.catalogue.registry import render_registry
-
+from zoo_core.errors import ZooError
+from zoo_core.loading.api import build_network, get_variant
+from zoo_core.plugin_api.manager import get_plugins
+from zoo_core.storage.checkpoints import header_card, sha256_file
 from zoo_plugins.puzzle.build import build_all
 from zoo_plugins.puzzle.model import PuzzleTransformer, build_puzzle, hand_set_state_dict
 from zoo_plugins.puzzle.rule import expected_answer, well_formed_sentences

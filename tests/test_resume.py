@@ -21,13 +21,19 @@ from safetensors.torch import load_file
 
 import zoo_core
 from zoo_core.catalogue.cards import Recipe
-from zoo_core.storage.checkpoints import read_header
+from zoo_core.catalogue.registry import Variant
 from zoo_core.corpus.batches import Corpus
 from zoo_core.errors import ZooError
-from zoo_core.catalogue.registry import Variant
+from zoo_core.storage.checkpoints import read_header
 from zoo_core.training.job import TrainingJob
 from zoo_core.training.loop import StandardTrainer, seeded_network
-from zoo_core.training.state import STATE_KEY, read_training_state, run_identity, training_state_path, write_training_state
+from zoo_core.training.state import (
+    STATE_KEY,
+    read_training_state,
+    run_identity,
+    training_state_path,
+    write_training_state,
+)
 
 from .conftest import ROOT
 

@@ -16,9 +16,9 @@ from torch.nn import functional as F
 
 import zoo_core
 from zoo_core.catalogue.cards import Recipe
-from zoo_core.plugin_api.components import PositionEncodingBase, encoding_does
 from zoo_core.corpus.batches import Corpus, fixed_windows, mean_loss
 from zoo_core.corpus.datasets import read_text_file
+from zoo_core.plugin_api.components import PositionEncodingBase, encoding_does
 from zoo_core.training.job import TrainingJob
 from zoo_core.training.loop import StandardTrainer, interim_windows, make_optimizer, seeded_network
 from zoo_plugins.positions.encodings import LearnedPositions, NoPositions, SinusoidalPositions

@@ -12,8 +12,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from zoo_core.storage.checkpoints import sha256_file
 from zoo_core.errors import ZooError
+from zoo_core.storage.checkpoints import sha256_file
 from zoo_core.storage.tensor_files import write_safetensors
 
 from .conftest import ROOT

@@ -7,7 +7,6 @@ pseudo-terminal where a terminal is the point."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import pty
 import re

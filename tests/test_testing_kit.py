@@ -7,14 +7,13 @@ PluginSet's hooks) and built into the registered transformer.
 from __future__ import annotations
 
 import pytest
-import torch
 from torch import nn
 
 from zoo_core import hookimpl
+from zoo_core.errors import ZooError
 from zoo_core.kit import testing
 from zoo_core.loading.api import catalogue, load_variant, unbuildable_reason
 from zoo_core.plugin_api.components import PositionEncodingBase
-from zoo_core.errors import ZooError
 from zoo_core.plugin_api.manager import PluginInfo, PluginSet
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from zoo_plugins.bpe.tokenizer import BPETokenizer, read_ranks, write_ranks
-from zoo_plugins.bpe.training import train_bpe
 from zoo_core.corpus.batches import split_text
 from zoo_core.corpus.datasets import read_text_file
 from zoo_core.errors import ZooError
+from zoo_plugins.bpe.tokenizer import BPETokenizer, read_ranks, write_ranks
+from zoo_plugins.bpe.training import train_bpe
 
 from .conftest import ROOT
 

@@ -12,8 +12,8 @@ import tomllib
 import pytest
 
 import zoo_core
-from zoo_core.storage.checkpoints import sha256_file
 from zoo_core.plugin_api.manager import PluginInfo, PluginSet, get_plugins
+from zoo_core.storage.checkpoints import sha256_file
 from zoo_core.training.loop import StandardTrainer
 
 from .conftest import ROOT

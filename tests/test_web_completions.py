@@ -125,8 +125,8 @@ def test_generated_logprobs_are_the_scores_of_the_same_text(client):
 
 
 def test_a_scored_text_past_the_window_agrees_with_zoo_eval(client):
-    from zoo_core.loading.api import load
     from zoo_core.evaluation.bits import summed_nll
+    from zoo_core.loading.api import load
 
     text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 3
     scored = client.completions.create(model=MINI, prompt=text, max_tokens=0, echo=True, logprobs=1)

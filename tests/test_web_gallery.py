@@ -101,9 +101,9 @@ def test_variant_page_shows_the_logit_lens_and_head_ablation(site):
     """What zoo_core.inspection computes, drawn: the same numbers as calling it directly."""
     import torch
 
-    from zoo_core.loading.api import load
     from zoo_core.inspection.ablation import ablate_heads, every_head
     from zoo_core.inspection.logit_lens import logit_lens
+    from zoo_core.loading.api import load
     from zoo_core.web.gallery import ABLATION_WINDOWS, ATTENTION_PROMPT
 
     out, _, _ = site
