@@ -407,7 +407,10 @@ class TransformerConfig(LayerSettings, _ModelWide):
         return self
 
     def _possible_experts(self) -> None:
-        counts = {spec.experts for spec in self.layer_specs() if spec.experts is not None}
+        # From the groups, never the expanded layers: a card may claim 10**9 layers, refused later by size.
+        groups = self.layers or []
+        values = {self.experts if g.experts is None else g.experts for g in groups} if groups else {self.experts}
+        counts = {value for value in values if value}
         if not counts:
             for name in ("experts_per_token", "expert_d_ff", "norm_topk_prob", "shared_expert_d_ff"):
                 if getattr(self, name) is not None:
