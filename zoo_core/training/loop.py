@@ -234,6 +234,8 @@ def _after_step(
         raise TrainingInterrupted(step, saved=on_checkpoint is not None)
     every = job.checkpoint_interval
     if on_checkpoint and every and step % every == 0 and not last:
+        if run.run_log is not None:
+            run.run_log.sync()  # the logs reach the saved step before the state exists
         on_checkpoint(run.snapshot(step, sampler))
     return False
 

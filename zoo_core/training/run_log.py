@@ -315,6 +315,13 @@ class RunLog:
             self._buffer.clear()
             self._writer.submit("write", records)
 
+    def sync(self) -> None:
+        """Write out everything logged so far and wait until it is written: called
+        before a checkpoint, so a run killed after saving its state never has logs
+        that stop short of it (a resumed run appends after the saved step)."""
+        self.flush()
+        self._writer.wait()
+
     def log_end(
         self,
         metrics: Mapping[str, Any],
@@ -368,7 +375,7 @@ class _Writer:
 
     def __init__(self, sinks: Sequence[_Sink]):
         self.sinks = sinks
-        self.queue: queue.SimpleQueue[tuple[str, tuple] | None] = queue.SimpleQueue()
+        self.queue: queue.Queue[tuple[str, tuple] | None] = queue.Queue()
         self.error: Exception | None = None
         self.thread = threading.Thread(target=self._run, name="zoo-run-log", daemon=True)
         self.thread.start()
@@ -376,6 +383,11 @@ class _Writer:
     def submit(self, method: str, *arguments: Any) -> None:
         self._raise()
         self.queue.put((method, arguments))
+
+    def wait(self) -> None:
+        """Wait until everything submitted so far is written; raise what failed."""
+        self.queue.join()
+        self._raise()
 
     def finish(self) -> None:
         """Wait until everything submitted is written; raise what failed."""
@@ -393,13 +405,14 @@ class _Writer:
         failed = False
         while (item := self.queue.get()) is not None:
             method, arguments = item
-            if failed:
-                continue  # a log that failed once: nothing more goes out, the error is raised once
             try:
-                for sink in self.sinks:
-                    getattr(sink, method)(*arguments)
+                if not failed:  # a log that failed once: nothing more goes out, the error is raised once
+                    for sink in self.sinks:
+                        getattr(sink, method)(*arguments)
             except Exception as exc:
                 self.error, failed = exc, True
+            finally:
+                self.queue.task_done()
 
 
 def _records(buffer: list[tuple[str, int, Mapping[str, Any], float]]) -> list[dict[str, Any]]:
