@@ -17,8 +17,8 @@ transformer_lens = pytest.importorskip("transformer_lens", reason="the lens extr
 
 import zoo_core  # noqa: E402
 from zoo_core.errors import ZooError  # noqa: E402
-from zoo_core.interop.hf import verification_ids  # noqa: E402
-from zoo_core.interop.transformer_lens import LOGIT_TOLERANCE, hooked_transformer  # noqa: E402
+from zoo_core.interop.hf import LOGIT_TOLERANCE, verification_ids  # noqa: E402
+from zoo_core.interop.transformer_lens import hooked_transformer  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 

@@ -34,7 +34,7 @@ from ..errors import ZooError
 from ..plugin_api import families
 from .gguf_import import read_back
 from .gguf_tokenizer import SPACE
-from .hf import _require_transformers, quiet_transformers, verification_ids
+from .hf import _require_transformers, logit_difference, quiet_transformers, verification_ids
 from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode
 
 # --gguf-type: what the matrices are written as.
@@ -42,10 +42,9 @@ GGUF_TYPES = ("f32", "f16", "q8_0")
 # The pre-tokenizers of a tokenizer.json that llama.cpp has a name for.
 BYTE_LEVEL = {"type": "ByteLevel", "use_regex": True}
 # How far the logits of the file (read by transformers' GGUF loader) may be from
-# the zoo's: F32 is the same arithmetic (absolute); F16 and Q8_0 round every
+# the zoo's: F32 is the same arithmetic (`logit_difference`); F16 and Q8_0 round every
 # weight, so theirs is a fraction of the largest logit (measured: 0.2% for F16
 # and 2.7% for Q8_0 on SmolLM2-135M); a misplaced tensor or row order is far outside.
-LOGIT_TOLERANCE = {"f32": 1e-4}
 RELATIVE_TOLERANCE = {"f16": 0.02, "q8_0": 0.1}
 
 
@@ -344,9 +343,10 @@ def _difference(model, network, ids: list[int], tensor_type: str) -> float:
 
 
 def _compared(theirs: torch.Tensor, ours: torch.Tensor, tensor_type: str, ids: list[int]) -> float:
-    difference = float((theirs - ours).abs().max())
+    difference, tolerance = logit_difference(theirs, ours)
     largest = float(ours.abs().max())
-    tolerance = LOGIT_TOLERANCE.get(tensor_type) or RELATIVE_TOLERANCE[tensor_type] * largest
+    if tensor_type != "f32":
+        tolerance = RELATIVE_TOLERANCE[tensor_type] * largest
     if difference > tolerance:
         raise ZooError(
             f"the GGUF file's logits differ from the zoo's by {difference:.2e} (> {tolerance:.2e} for "

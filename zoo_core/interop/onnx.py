@@ -17,9 +17,8 @@ import torch
 
 from ..errors import ZooError
 from ..plugin_api.protocols import TaskModel, implements
-from .hf import verification_ids
+from .hf import logit_difference, verification_ids
 
-LOGIT_TOLERANCE = 1e-4
 
 
 def _logits_only(network: torch.nn.Module) -> torch.nn.Module:
@@ -76,7 +75,7 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
         ) from None
     with torch.no_grad():
         ours = wrapper(batch)
-    difference = float((torch.from_numpy(theirs) - ours).abs().max())
-    if difference > LOGIT_TOLERANCE:
-        raise ZooError(f"onnxruntime's logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE})")
+    difference, tolerance = logit_difference(torch.from_numpy(theirs), ours)
+    if difference > tolerance:
+        raise ZooError(f"onnxruntime's logits differ from the zoo's by {difference:.2e} (> {tolerance:.1e})")
     return [path], {"max_logit_difference": difference, "logit_tokens": len(ids)}

@@ -24,10 +24,9 @@ from safetensors.torch import load_file, save_file
 from ..errors import ZooError
 from ..loading.api import load
 from ..plugin_api import families
-from .hf import PAD_TOKEN_ID, quiet_transformers, verification_ids
+from .hf import PAD_TOKEN_ID, logit_difference, quiet_transformers, verification_ids
 from .hf_tokenizers import hf_tokenizer_for
 
-LOGIT_TOLERANCE = 1e-4
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -134,10 +133,10 @@ def export_transformer_lens(model, out: Path) -> tuple[list[Path], dict]:
     with torch.no_grad():
         theirs = loaded(torch.tensor([ids]))
         ours, _ = model.network(torch.tensor([ids]))
-    difference = float((theirs - ours).abs().max())
-    if difference > LOGIT_TOLERANCE:
+    difference, tolerance = logit_difference(theirs, ours)
+    if difference > tolerance:
         raise ZooError(
-            f"TransformerLens logits differ from the zoo's by {difference:.2e} (> {LOGIT_TOLERANCE}); nothing usable was written"
+            f"TransformerLens logits differ from the zoo's by {difference:.2e} (> {tolerance:.1e}); nothing usable was written"
         )
     checks = {"max_logit_difference": difference, "logit_tokens": len(ids)}
     return sorted(path for path in out.iterdir() if path.is_file()), checks
