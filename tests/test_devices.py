@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import zoo_core
-from zoo_core.devices import Placement, resolve_device, resolve_dtype
+from zoo_core.devices import Placement, cpu_flags_digest, resolve_device, resolve_dtype
 from zoo_core.errors import ZooError
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine); run benchmarks/gpu_check.sh on one")
@@ -111,6 +111,7 @@ def test_a_trained_card_records_where_it_was_trained(zoo, tmp_path, monkeypatch)
     recorded = tomllib.loads(text)["transformer-1b-learned-ctx8"]["trained_with"]
     assert (recorded["torch_version"], recorded["threads"]) == (torch.__version__, torch.get_num_threads())
     assert (recorded["cpu_capability"], recorded["machine"]) == (torch.backends.cpu.get_cpu_capability(), platform.machine())
+    assert recorded["cpu_flags"] == cpu_flags_digest() and len(recorded["cpu_flags"]) == 16
 
 
 @pytest.mark.cuda

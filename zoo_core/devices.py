@@ -15,7 +15,9 @@ only then moved.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import platform
+from pathlib import Path
 
 import torch
 
@@ -75,14 +77,28 @@ def describe_device(device) -> str:
 def float_arithmetic() -> dict:
     """What decides the last bits of float32 results on this machine, beside the device and
     dtype (docs/determinism.md): torch's version (its kernels), its intra-op CPU threads (how
-    each sum is split), the CPU instruction set its kernels dispatch to, and the architecture.
-    Weights are bit for bit reproducible only where all four match."""
+    each sum is split), the CPU instruction set its kernels dispatch to, the CPU's feature
+    flags (the math libraries under torch pick kernels by them, finer than torch's instruction
+    set) and the architecture. Weights are bit for bit reproducible only where all five match."""
     return {
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": cpu_flags_digest(),
         "machine": platform.machine(),
     }
+
+
+def cpu_flags_digest() -> str | None:
+    """The first 16 hex digits of the sha256 of the CPU's sorted feature flags (Linux's
+    /proc/cpuinfo), None where they cannot be read: two CPUs that torch calls AVX512
+    alike can still add float32 numbers in other orders (gru-char's retraining did)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    flags = next((line.partition(":")[2].split() for line in lines if line.startswith("flags")), None)
+    return hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16] if flags else None
 
 
 def dtype_name(dtype) -> str:

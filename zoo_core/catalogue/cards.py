@@ -292,6 +292,11 @@ class TrainedWith(_Strict):
         description="the CPU instruction set torch's kernels used (torch.backends.cpu.get_cpu_capability(): "
         "'AVX2', 'AVX512', 'DEFAULT', ...)",
     )
+    cpu_flags: str | None = Field(
+        None,
+        description="a digest of the CPU's feature flags (sha256 of the sorted /proc/cpuinfo flags, 16 hex "
+        "digits): the math libraries under torch choose their kernels by them",
+    )
     machine: str | None = Field(
         None, description="the processor architecture (platform.machine(): 'x86_64', 'arm64', ...)"
     )
