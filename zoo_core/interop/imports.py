@@ -31,7 +31,7 @@ from ..loading.api import build_network, catalogue
 from ..plugin_api.families import FamilyRecord
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import component_sources
-from ..storage.checkpoints import shape_report
+from ..storage.checkpoints import logical_parameters, shape_report
 from ..storage.files import describe_os_error, read_limited
 from ..storage.locations import user_registry_path
 from ..storage.user_catalogue import USER_PLUGIN, add_user_variant
@@ -234,8 +234,6 @@ def check_card_fits_tensors(
     an import that runs it. ``prepare(network)``, when given, adapts the built
     network first (a GGUF import's packed layers: zoo_core.loading.packed_modules),
     and ``shaped`` stands for ``tensors`` in the family's size check (their values' shapes)."""
-    from ..loading.packed_modules import logical_parameters
-
     problem = family.size_problem(card.config, card.context_length, tensors if shaped is None else shaped)
     if problem:
         raise ZooError(f"{source}: {problem}")

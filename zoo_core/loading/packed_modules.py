@@ -151,13 +151,6 @@ def _replace(network: nn.Module, owner: str, module: nn.Module) -> None:
     setattr(network.get_submodule(parent) if parent else network, attribute, module)
 
 
-def logical_parameters(network: nn.Module) -> int:
-    """The network's parameter count with each packed matrix counted by the values it holds."""
-    return sum(p.numel() for p in network.parameters()) + sum(
-        getattr(module, "packed_values", 0) for module in network.modules()
-    )
-
-
 def check_packed_finite(path, name: str, rows: torch.Tensor, type_name: str) -> None:
     """Every value a packed tensor holds is finite (its scales are float16 read from a file)."""
     kind = packed_type(type_name)

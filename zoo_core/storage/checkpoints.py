@@ -353,11 +353,17 @@ def verify_streamed(
     return Verification(path, actual, len(layout), parameters, checks, elapsed, card_checked)
 
 
+def logical_parameters(network: torch.nn.Module) -> int:
+    """The network's parameter count, each packed matrix (zoo_core.loading.packed_modules)
+    counted by the values its blocks hold."""
+    return sum(p.numel() for p in network.parameters()) + sum(
+        getattr(module, "packed_values", 0) for module in network.modules()
+    )
+
+
 def _counted_parameters(path: Path, network: torch.nn.Module, expected: int | None, checks: list[str]) -> int:
     """The network's parameter count, held to the card's when it states one (then "parameters" is checked)."""
-    # a packed layer (zoo_core.loading.packed_modules) counts the values its blocks hold
-    parameters = sum(p.numel() for p in network.parameters())
-    parameters += sum(getattr(module, "packed_values", 0) for module in network.modules())
+    parameters = logical_parameters(network)
     if expected is not None:
         if parameters != expected:
             raise ZooError(f"{path}: the card says {expected:,} parameters, the built model has {parameters:,}")

@@ -22,7 +22,7 @@ import torch
 from zoo_core.errors import ZooError, printable
 from zoo_core.plugin_api.families import GGUFExport
 
-from .base import Family, _attribute, _gguf, _zoo_name
+from .base import Family, GGUFKey, _attribute, _gguf, _zoo_name
 from .layout import HF_ACTIVATIONS, card_layout, gated, resolved
 from .tensors import HEAD, Heads, Key, canonical_from_zoo, layer_and_kind, rotated, zoo_from_canonical
 
@@ -130,7 +130,10 @@ class CheckedFamily(Family):
             return f"'{model.name}' has mlp '{config['mlp']}', which {self.title}'s config has no name for"
         try:
             fields = {**self.fields(config), "vocab_size": 8, "max_position_embeddings": model.card.context_length}
-            back = self.settings(_transformers_config(self.hf_model_types[0], fields))
+            theirs_config = _transformers_config(self.hf_model_types[0], fields)
+            if theirs_config is None:
+                return None
+            back = self.settings(theirs_config)
         except ZooError as exc:
             return f"'{model.name}': {exc}"
         except (KeyError, TypeError, ValueError) as exc:  # a setting the family's fields have no place for
@@ -255,8 +258,12 @@ def _split(tensor: torch.Tensor, parts: tuple[str, ...], heads: Heads, path: Pat
 
 
 def _transformers_config(model_type: str, fields: dict[str, Any]):
-    from transformers import AutoConfig
-
+    """transformers' config of the family from ``fields``; None without transformers (a GGUF
+    export with the gguf extra alone, whose reading back checks the layout instead)."""
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        return None
     return AutoConfig.for_model(model_type, **fields)
 
 
@@ -265,8 +272,6 @@ def _transformers_config(model_type: str, fields: dict[str, Any]):
 
 def gguf_keys(*specs: tuple[str, str] | tuple[str, str, str] | tuple[str, str, str, Any]):
     """`GGUFKey`s from (field, key[, kind[, default]]) rows."""
-    from .base import GGUFKey
-
     return tuple(GGUFKey(*spec) for spec in specs)
 
 
