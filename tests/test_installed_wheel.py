@@ -476,7 +476,7 @@ def test_an_export_imports_back_and_is_removed(installed, tmp_path):
 @pytest.mark.slow
 @pytest.mark.smollm2
 def test_gguf_out_and_back_and_smollm2_chats(installed, smollm2_home, tmp_path):
-    installed.needs("gguf", ("import", "export", "chat"))
+    installed.needs("gguf", ("import", "export", "chat", "quantize"))
     installed.needs("transformers", ("export", "import", "chat"))
     before = installed.files()
     # A trained zoo variant out to llama.cpp's format and back: the same greedy text.
@@ -485,6 +485,11 @@ def test_gguf_out_and_back_and_smollm2_chats(installed, smollm2_home, tmp_path):
     greedy = ("--prompt", "ROMEO:", "--temperature", "0", "--max-new-tokens", "30")
     assert installed.zoo("sample", "llama-char-back", *greedy).stdout == installed.zoo("sample", "llama-char-mini", *greedy).stdout
     installed.zoo("remove", "llama-char-back")
+    # Its weights as llama.cpp's Q8_0 blocks, as the help says: the same greedy text here.
+    quantised = installed.zoo("quantize", "llama-char-mini", "--to", "q8_0", "--name", "llama-char-q8")
+    assert "checkpoints/llama-char-q8.safetensors" in quantised.stdout, quantised.stdout
+    assert installed.zoo("sample", "llama-char-q8", *greedy).stdout == installed.zoo("sample", "llama-char-mini", *greedy).stdout
+    installed.zoo("remove", "llama-char-q8")
     # SmolLM2, as `zoo import gguf` made it (the shared catalogue, read only), answers in the terminal.
     shared = {"ZOO_REGISTRY": str(smollm2_home / "registry.toml")}
     chat = installed.zoo("chat", "smollm2-135m-instruct", "--temperature", "0", "--max-new-tokens", "8",

@@ -157,6 +157,7 @@ def cmd_quantize(args) -> int:
     except ImportError:
         raise ZooError(NO_GGUF) from None
     card, registry = quantize_variant(args.name, args.to, args.new_name, args.replace)
-    print(f"{card.name}: {args.name} quantised to {args.to} -> {registry.parent / card.checkpoint.path}")
+    checkpoint = registry.parent / "checkpoints" / f"{card.name}.safetensors"  # where add_user_variant wrote it
+    print(f"{card.name}: {args.name} quantised to {args.to} -> {checkpoint}")
     print(f"  card in {registry} (the user catalogue); try: zoo sample {card.name}")
     return 0

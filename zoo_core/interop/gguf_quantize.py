@@ -58,7 +58,10 @@ def quantize_variant(name: str, to: str, new_name: str, replace: bool = False):
     if not types:
         raise ZooError(f"variant '{name}' has no linear layer with rows of whole 32-value blocks to quantize")
     card = model.card.model_copy(deep=True, update={"name": new_name, "tags": [*model.card.tags, f"gguf-{to}"]})
-    card.recipe.notes = f"{card.recipe.notes or ''} quantised to {kind.name} from {name} by zoo quantize".strip()
+    # Said where the card tells the weights' history: its import, else its training recipe.
+    told = card.imported if card.imported is not None else card.recipe
+    if told is not None:
+        told.notes = "; ".join(filter(None, [told.notes, f"quantised to {kind.name} from {name} by zoo quantize"]))
     # parameters shared by two names (tied) were popped above or are one float tensor: clone the rest
     tensors = {key: tensor.detach().clone() for key, tensor in tensors.items()}
     registry = add_user_variant(
