@@ -27,7 +27,11 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 from starlette.responses import HTMLResponse
+
+from ..errors import ZooError
+from .gallery import write_gallery
 
 BUILDING_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="3">
@@ -174,12 +178,7 @@ def main(argv: list[str]) -> int:
     except (AttributeError, OSError):
         pass  # a system without nice: the single thread still leaves the other cores alone
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    import torch
-
     torch.set_num_threads(1)
-    from ..errors import ZooError
-    from .gallery import write_gallery
-
     try:
         report = write_gallery(folder, quiet=True, on_progress=_say)
     except ZooError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
+from ..settings import TransformerConfig
 from .granite import llama_layout_gguf_refusal
 from .llama import LLAMA, choose, fields, settings
 
@@ -60,8 +61,6 @@ def smollm3_settings(hf) -> dict[str, Any]:
 
 def _layer_specs(config: dict[str, Any]) -> list[tuple[bool, int | None]]:
     """(rotates, window) of each layer, as the transformer builds them."""
-    from ..settings import TransformerConfig
-
     specs = TransformerConfig.read(config, "transformer").layer_specs()
     return [(spec.rotary is None or spec.rotary.rotates, spec.sliding_window) for spec in specs]
 
