@@ -318,4 +318,4 @@ def test_list_table_is_whole_rows_in_a_pipe(zoo):
     lines = result.out.splitlines()
     assert lines[0].split()[:3] == ["name", "architecture", "layers"]
     row = next(line for line in lines if line.startswith("gpt-char-mini-rope"))
-    assert row.split()[-2:] == ["1.7066", "built-in"] and "806,849" in row
+    assert row.split()[-3:] == ["1.7066", "tinyshakespeare", "built-in"] and "806,849" in row

@@ -290,8 +290,8 @@ def test_the_package_dequantises_what_the_importer_reads():
 
 
 def test_the_import_shows_its_progress_stage_by_stage(tmp_path, tokenizer, private_home):
-    """Half a minute for a 135M model: on a terminal a bar counts the tensors dequantised,
-    then the network built, the paragraph measured and the checkpoint written."""
+    """Half a minute for a 135M model: on a terminal a bar counts the tensors read (kept
+    packed or dequantised), then the network built, the paragraph measured and the checkpoint written."""
     import io
 
     from zoo_core.interop.gguf_import import import_gguf
@@ -303,5 +303,5 @@ def test_the_import_shows_its_progress_stage_by_stage(tmp_path, tokenizer, priva
     card, _ = import_gguf(path, "shown", progress=WorkProgress("import shown", stream=screen, interactive=True))
     drawn = screen.getvalue()
     assert card.name == "shown"
-    assert "import shown: dequantising tensors" in drawn
+    assert "import shown: reading tensors" in drawn
     assert "import shown: checking, measuring, writing" in drawn

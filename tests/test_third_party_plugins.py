@@ -251,7 +251,7 @@ def test_its_variant_is_listed_loaded_verified_and_sampled(alibi):
     assert rows[ALIBI_VARIANT] | {"norm": None} == {
         "name": ALIBI_VARIANT, "architecture": "transformer", "layers": 4, "positions": "alibi", "norm": None,
         "context": 32, "parameters": card["parameters"], "validation_loss": card["metrics"]["validation_loss"],
-        "tokenizer": "bpe", "weights": True, "source": "plugin", "unbuildable": None,
+        "tokenizer": "bpe", "weights": True, "source": "plugin", "unbuildable": None, "validation_data": "tinyshakespeare",
     }
     assert "alibi-swiglu-4b" in run_zoo("list", "alibi*", path=(alibi,)).out
 

@@ -82,8 +82,8 @@ def shape_of(model) -> Shape:
         if isinstance(module, torch.nn.Embedding) and module.num_embeddings == vocabulary:
             width = module.embedding_dim
             break
-    blocks = getattr(network, "blocks", None)
-    layers = len(blocks) if isinstance(blocks, (torch.nn.ModuleList, torch.nn.Sequential)) else 1
+    # The layers: the longest list of modules (a transformer's blocks), whatever it is called.
+    layers = max((len(m) for m in network.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))), default=1)
     if width == 0:  # no vocabulary embedding: the width of a network of that size
         width = max(1, int(math.sqrt(parameters / (12 * layers))))
     first = next(network.parameters(), None)
