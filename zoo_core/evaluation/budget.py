@@ -83,7 +83,9 @@ def shape_of(model) -> Shape:
             width = module.embedding_dim
             break
     # The layers: the longest list of modules (a transformer's blocks), whatever it is called.
-    layers = max((len(m) for m in network.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))), default=1)
+    layers = max(
+        (len(m) for m in network.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))), default=1
+    )
     if width == 0:  # no vocabulary embedding: the width of a network of that size
         width = max(1, int(math.sqrt(parameters / (12 * layers))))
     first = next(network.parameters(), None)

@@ -20,7 +20,6 @@ from ..plugin_api.protocols import TaskModel, implements
 from .hf import logit_difference, verification_ids
 
 
-
 def _logits_only(network: torch.nn.Module) -> torch.nn.Module:
     """``network`` wrapped as forward(input_ids) -> logits, the signature an ONNX graph should have."""
 
