@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from ..web.connections import ConnectionLimits
-from ..web.gallery import served_site_folder, write_gallery
-from ..web.security import Security, check_bind
-from ..web.server import Limits, serve
+from ..errors import ZooError
+
+try:
+    from ..web.connections import ConnectionLimits
+    from ..web.gallery import served_site_folder, write_gallery
+    from ..web.security import Security, check_bind
+    from ..web.server import Limits, serve
+except ImportError as exc:  # the web extra's packages (uvicorn, starlette...) are imported at these modules' tops
+    raise ZooError(
+        f"zoo gallery and zoo serve need the web extra (missing: {exc.name}): pip install 'zoo-lm[web]'"
+    ) from None
 
 
 def cmd_gallery(args) -> int:
