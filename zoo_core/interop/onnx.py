@@ -39,7 +39,7 @@ def export_onnx(model, out: Path) -> tuple[list[Path], dict]:
         import onnx  # noqa: F401
         import onnxruntime
     except ImportError:
-        raise ZooError("ONNX export needs onnx and onnxruntime: pip install 'zoo-lm[interop]'") from None
+        raise ZooError("ONNX export needs onnx and onnxruntime: pip install 'zoo-lm[onnx]'") from None
     if implements(model.network, TaskModel):
         raise ZooError(f"cannot export to ONNX: '{model.name}' answers questions; it has no logits over text to export")
 
