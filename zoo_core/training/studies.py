@@ -232,6 +232,7 @@ def run_study(
     if jobs < 1:
         raise ZooError(f"--jobs must be at least 1, not {jobs}")
     parse_log_targets(log_to)  # a mistake in them is refused before anything trains
+    _figure_class()  # loss.png and samples.png need the plots extra: refused before anything trains, not after
     target = resolve_device(device)
     placement = (str(target), str(resolve_dtype(dtype, target)).removeprefix("torch."))
     if any(m > study.steps for m in study.milestones):
