@@ -29,9 +29,9 @@ EXACT = (
     "file_mb",
     "catalogue_mb_packed",
     "catalogue_mb_float32",
-    "bits_per_byte_packed",
-    "bits_per_byte_float32",
 )
+# measured in float32 by kernels that may differ from one CPU to another in the last bits
+BITS = ("bits_per_byte_packed", "bits_per_byte_float32")
 
 
 def rows_of(path):
@@ -108,6 +108,8 @@ def test_the_command_regenerates_a_row_that_agrees_with_the_shipped_one(smollm2_
     assert row["tokens_per_cpu_second_packed_min"] == row["tokens_per_cpu_second_packed"]
     shipped = {shipped["model"]: shipped for shipped in rows_of(TABLE)[1]}[row["model"]]
     assert {key: row[key] for key in EXACT} == {key: shipped[key] for key in EXACT}
+    for key in BITS:
+        assert abs(float(row[key]) - float(shipped[key])) < 1e-3, (key, row[key], shipped[key])
 
 
 def test_an_unknown_model_is_refused_in_one_line(capsys, tmp_path):
