@@ -30,18 +30,17 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.bench_smollm2 import GGUF, PROMPT, llama_cpp, references, timed_cpu, zoo
+from benchmarks.bench_smollm2 import GGUF, PROMPT, llama_cpp, references, timed_cpu
 from benchmarks.common import load_text, machine_load, spread, spread_text, write_section
+from benchmarks.gguf_decoding import fresh_process, greedy_decoder, import_packed_and_float32, interleaved
 
 PACKED, FLOAT = "smollm2-q4-1", "smollm2-f32"
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
@@ -124,52 +123,18 @@ def kernels(threads: int) -> dict:
     return out
 
 
-def import_both(gguf: Path, env: dict) -> None:
-    for name, extra in ((PACKED, []), (FLOAT, ["--dequantize"])):
-        if zoo(env, "show", name).returncode != 0:
-            done = zoo(env, "import", "gguf", str(gguf), "--name", name, *extra)
-            if done.returncode != 0:
-                raise SystemExit(f"importing {gguf} failed: {done.stderr.strip()}")
-
-
-LOAD_SCRIPT = """
-import json, re, time
-import torch
-torch.set_num_threads({threads})
-import zoo_core
-from zoo_core.inference.sampling import sample_tokens
-model = zoo_core.load({name!r})
-ids = torch.tensor([model.tokenizer.encode({prompt!r})])
-sample_tokens(model.network, ids, 16, temperature=0)
-peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-print(json.dumps({{"decode_peak_rss_bytes": peak, "verified_before": model.verification.verified_before}}))
-"""
-
-
-def fresh_process(env: dict, name: str, threads: int) -> dict:
-    script = LOAD_SCRIPT.format(threads=threads, name=name, prompt=PROMPT)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def decoding(rounds: int, tokens: int, threads: int, gguf: Path, packed, full) -> dict:
     torch.set_num_threads(threads)
     ids = torch.tensor([full.tokenizer.encode(PROMPT)])
     texts, gaps = {}, []
 
     def zoo_side(model, key):
+        decode = greedy_decoder(model, ids, tokens)
+
         def run():
-            cache = model.network.make_cache()
-            with torch.inference_mode():
-                logits, _ = model.network(ids, cache=cache)
-                drawn = [int(logits[0, -1].argmax())]
-                began = time.process_time()
-                for _ in range(tokens):
-                    logits, _ = model.network(torch.tensor([[drawn[-1]]]), cache=cache)
-                    drawn.append(int(logits[0, -1].argmax()))
-                seconds = time.process_time() - began
+            rate, drawn = decode()
             texts[key] = full.tokenizer.decode(drawn)
-            return tokens / seconds
+            return rate
 
         return run
 
@@ -183,12 +148,7 @@ def decoding(rounds: int, tokens: int, threads: int, gguf: Path, packed, full) -
         "zoo float32": zoo_side(full, "float"),
         "llama.cpp": llama_side,
     }
-    for side in sides.values():
-        side()  # pages the mapped files in, builds the kernel
-    runs: dict[str, list[float]] = {side: [] for side in sides}
-    for round_ in range(rounds):
-        for side in list(sides) if round_ % 2 == 0 else list(reversed(sides)):
-            runs[side].append(sides[side]())
+    runs = interleaved(sides, rounds)
     ratios = [a / b for a, b in zip(runs["zoo packed Q4_1"], runs["llama.cpp"])]
     # the kernel's logits against the float32 import's, token by token along the packed side's text
     with torch.inference_mode():
@@ -212,10 +172,10 @@ def measure(rounds: int, tokens: int, work: Path) -> dict:
     if not gguf.exists():
         raise SystemExit(f"{gguf} is missing: `make references` fetches it")
     env = {**os.environ, "ZOO_HOME": str(work / "home"), "ZOO_CACHE": str(work / "cache")}
-    import_both(gguf, env)
+    import_packed_and_float32(gguf, env, PACKED, FLOAT)
     sizes = {name: (work / "home" / "checkpoints" / f"{name}.safetensors").stat().st_size for name in (PACKED, FLOAT)}
     print("imported; loading and decoding in fresh processes", file=sys.stderr, flush=True)
-    memory = {name: [fresh_process(env, name, 1) for _ in range(2)][-1] for name in (PACKED, FLOAT)}
+    memory = {name: [fresh_process(env, name, 1, PROMPT) for _ in range(2)][-1] for name in (PACKED, FLOAT)}
     os.environ.update(ZOO_HOME=env["ZOO_HOME"], ZOO_CACHE=env["ZOO_CACHE"])
     import zoo_core
 
