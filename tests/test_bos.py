@@ -111,3 +111,22 @@ def test_smollm2_and_the_zoos_own_variants_have_none(smollm2_home, monkeypatch):
     for name in ("gpt-char-mini", "bigram"):
         model = load(name)
         assert model.card.tokenizer.bos_id is None and model.encode_prompt("ROMEO:") == model.tokenizer.encode("ROMEO:")
+
+
+@pytest.mark.parametrize("says, post_processor, expected", [(True, False, BOS), (False, True, None)])
+def test_tokenizer_config_add_bos_token_wins(zoo, tmp_path, tokenizer, says, post_processor, expected):
+    """As transformers' Llama and Gemma tokenizers rebuild their post-processor from it."""
+    import json
+
+    folder = tmp_path / "hf"
+    tiny_model().save_pretrained(folder)
+    framing = tokenizer.from_str(tokenizer.to_str())
+    if post_processor:
+        framing.post_processor = processors.TemplateProcessing(
+            single="<|im_start|> $A", special_tokens=[("<|im_start|>", BOS)]
+        )
+    framing.save(str(folder / "tokenizer.json"))
+    config = {"add_bos_token": says, "bos_token": "<|im_start|>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert zoo("import", "hf", str(folder), "--name", "configured").code == 0
+    assert load("configured").card.tokenizer.bos_id == expected
