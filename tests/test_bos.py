@@ -90,17 +90,25 @@ def test_a_file_that_does_not_ask_reads_the_text_as_given(zoo, tmp_path, tokeniz
 
 
 def test_a_tokenizer_json_post_processor_is_recorded_by_import_hf(zoo, tmp_path, tokenizer):
+    import json
+
     folder = tmp_path / "hf"
     tiny_model().save_pretrained(folder)
     framing = tokenizer.from_str(tokenizer.to_str())
     framing.post_processor = processors.TemplateProcessing(
-        single="<|im_start|> $A", pair="<|im_start|> $A $B:1", special_tokens=[("<|im_start|>", BOS)]
+        single="<|endoftext|> $A", pair="<|endoftext|> $A $B:1", special_tokens=[("<|endoftext|>", 0)]
     )
     framing.save(str(folder / "tokenizer.json"))
+    # A chat template that writes the BOS itself, as Gemma's and Llama's do.
+    template = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    config = {"chat_template": template, "bos_token": "<|endoftext|>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     assert zoo("import", "hf", str(folder), "--name", "hf-bos").code == 0
     model = load("hf-bos")
-    assert model.card.tokenizer.bos_id == BOS
+    assert model.card.tokenizer.bos_id == 0
     assert model.encode_prompt(TEXT) == framing.encode(TEXT).ids  # transformers' add_special_tokens=True
+    chat = chat_prompt_ids(model, [{"role": "user", "content": TEXT}])
+    assert chat == [0, BOS, *tokenizer.encode(TEXT).ids, 2]  # the template's one BOS, not two
 
 
 def test_smollm2_and_the_zoos_own_variants_have_none(smollm2_home, monkeypatch):
