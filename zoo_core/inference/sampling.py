@@ -159,8 +159,8 @@ def stream_tokens(
                 # No cache, or the window is full: cropping drops the oldest
                 # token, which every cached key above the first layer has seen,
                 # so the whole window is recomputed, exactly as uncached (a cached
-                # run into a fresh cache, in chunks: the logits of a window never all exist).
-                if cache is None:
+                # run with a window longer than a chunk: into a fresh cache, a chunk at a time).
+                if cache is None or window <= RUN_TOKENS:
                     logits, _ = model(ids[:, -window:])
                 else:
                     cache = model.make_cache()
