@@ -158,9 +158,7 @@ def gemma3_home(tmp_path_factory):
     from its GGUF file (tests/references.py) once per test run; read it as `smollm2_home`."""
     from .references import GEMMA3, reference
 
-    # One full window's logits are 34 GB, past the default memory limit (docs/gemma3.md).
-    limit = {"ZOO_MAX_MEMORY": "64G"}
-    return _shared_import(tmp_path_factory, "gemma3-home", reference(GEMMA3), GEMMA3_NAME, limit)
+    return _shared_import(tmp_path_factory, "gemma3-home", reference(GEMMA3), GEMMA3_NAME)
 
 
 @pytest.fixture

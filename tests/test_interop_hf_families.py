@@ -196,7 +196,10 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
     assert model.tokenizer.decode(rows[1]) == theirs.decode(rows[1])
     assert largest_difference(reference, model.network, rows) <= TOLERANCE
 
-    ids, mask, _ = left_padded(rows)
+    # A prompt as transformers' tokenizer(prompt) frames it: Llama-2's <s> first, GPT-2's as it is.
+    prompted = [theirs.encode(p).ids for p in PROMPTS]
+    assert [model.encode_prompt(p) for p in PROMPTS] == prompted
+    ids, mask, _ = left_padded(prompted)
     with torch.no_grad():
         generated = reference.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0
@@ -229,7 +232,7 @@ def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(
         folder, reference = folders[family]
         assert zoo("import", "hf", str(folder), "--name", family).code == 0
         model = zoo_core.load(family)
-        ids, mask, _ = left_padded([model.tokenizer.encode(p) for p in PROMPTS])
+        ids, mask, _ = left_padded([model.encode_prompt(p) for p in PROMPTS])  # with the tokenizer's own BOS
         with torch.no_grad():
             generated = reference.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0

@@ -10,8 +10,16 @@ import pytest
 import zoo_core.inference.model  # noqa: F401
 import zoo_core.loading.api
 import zoo_plugins.models.transformer  # noqa: F401  imported before tracemalloc starts: it measures the check only
-from zoo_core.catalogue.limits import DEFAULT_MAX_PARAMETERS, check_budget, estimate_cost, parse_size
+from zoo_core.catalogue.limits import (
+    DEFAULT_MAX_MEMORY,
+    DEFAULT_MAX_PARAMETERS,
+    RUN_TOKENS,
+    check_budget,
+    estimate_cost,
+    parse_size,
+)
 from zoo_core.errors import ZooError
+from zoo_plugins.models.settings import TransformerConfig
 
 from .hostile_cards import hostile_variant
 
@@ -29,7 +37,9 @@ TOO_BIG = [
     ({"config__d_model": 10**6, "config__d_ff": 4 * 10**6}, "parameters, more than the limit"),
     ({"context_length": 10**12}, "parameters, more than the limit"),  # learned positions: a table of 10**12 rows
     ({"context_length": 10**12, "config__positions": "sinusoidal"}, "(context_length 1000000000000), more than the limit of 16.0 GiB"),
-    ({"context_length": 10**6, "config__positions": "none"}, "more than the limit of 16.0 GiB"),  # scores: 10**12 per head
+    # A prompt of the whole context is fed 2,048 positions at a time, each chunk's scores
+    # against every cached key: 2,048 × 10**7 per head (10**6 fits, in 15.3 GiB).
+    ({"context_length": 10**7, "config__positions": "none"}, "more than the limit of 16.0 GiB"),
     ({"tokenizer__vocab_size": 10**11}, "parameters, more than the limit"),
 ]
 
@@ -197,3 +207,34 @@ def test_a_factory_that_cannot_be_counted_falls_back_to_the_estimate_and_says_so
     small = {"vocab_size": 2, "context_length": 3, "width": 4}
     estimate = check_budget("endless", small, measure=lambda: measure_on_meta(endless))
     assert estimate.method == f"estimated from the config's sizes: not built on the meta device: it makes more than {MAX_MODULES:,} modules"
+
+
+# Gemma 3 270M's sizes (docs/gemma3.md): a full window's logits alone are 32,768 × 262,144 floats.
+GEMMA3_SHAPED = {
+    "d_model": 640, "n_layer": 18, "n_head": 4, "n_kv_head": 1, "head_size": 256, "d_ff": 2048, "mlp": "geglu-tanh",
+    "positions": "rope", "context_length": 32768, "vocab_size": 262144,
+}
+
+
+def test_a_long_context_model_fits_what_a_run_reads_not_a_full_window():
+    estimate = estimate_cost(GEMMA3_SHAPED)
+    assert estimate.memory_bytes < DEFAULT_MAX_MEMORY  # weights, a full KV cache, 2,048 positions at once: 8.1 GiB
+    whole_window = TransformerConfig.estimate_sizes(GEMMA3_SHAPED)[1] * 4  # the rule before: 34 GB of logits alone
+    assert whole_window > 2 * DEFAULT_MAX_MEMORY
+    assert TransformerConfig.estimate_sizes(GEMMA3_SHAPED, tokens=RUN_TOKENS)[1] * 4 < whole_window / 8
+
+
+def test_a_long_prompt_is_fed_in_chunks_and_draws_what_uncached_sampling_draws(monkeypatch):
+    from zoo_core.inference import sampling
+    from zoo_core.loading.api import load
+
+    model = load("transformer-4b-learned")  # a window of 32
+    read = []
+    model.network.register_forward_pre_hook(lambda module, args, kwargs: read.append(args[0].shape[1]), with_kwargs=True)
+    monkeypatch.setattr(sampling, "RUN_TOKENS", 5)
+    prompt = "ROMEO: What light through yonder window breaks? It is the east"  # past the window: it slides too
+    cached = model.generate(prompt, max_new_tokens=12, temperature=0)
+    assert max(read) == 5 and read[:3] == [5, 5, 5]
+    read.clear()
+    assert model.generate(prompt, max_new_tokens=12, temperature=0, use_cache=False) == cached
+    assert max(read) == 32  # uncached: the whole window every token (limits.py says so)

@@ -4,8 +4,8 @@ Whatever the file describes (GPT-2's byte-level BPE, Llama's SentencePiece-style
 BPE with byte fallback, a Unigram model, their normalisers and pre-tokenisers)
 encodes exactly as transformers encodes it, because it is the same code. The
 zoo encodes raw text: no beginning-of-text or other special token is added (a
-model's template adds those where it wants them), and decoding keeps every
-token it is given.
+model's template adds those where it wants them; a prompt gets the BOS the card
+records, zoo_core/inference/bos.py), and decoding keeps every token it is given.
 
 A model's vocabulary is often padded past its tokenizer's (GPT-NeoX to a
 multiple of 128, Qwen2 to 151,936): the card's ``vocab_size`` is the model's,

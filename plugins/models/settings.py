@@ -461,9 +461,11 @@ class TransformerConfig(LayerSettings, _ModelWide):
             raise ZooError(_one_line(exc, architecture)) from None
 
     @classmethod
-    def estimate_sizes(cls, config: dict[str, Any]) -> tuple[int, int] | None:
+    def estimate_sizes(cls, config: dict[str, Any], tokens: int | None = None) -> tuple[int, int] | None:
         """(parameters, activation values of one window) from a config's sizes: an upper bound for the
-        zoo's transformer, for the budget check (zoo_core.catalogue.limits); None when it has no width."""
+        zoo's transformer, for the budget check (zoo_core.catalogue.limits); None when it has no width.
+        ``tokens``: the positions one forward pass reads at once (default the whole context), each
+        attending to a full context of cached keys."""
         C = config.get("d_model")
         if not isinstance(C, int) or isinstance(C, bool):
             return None
@@ -494,7 +496,8 @@ class TransformerConfig(LayerSettings, _ModelWide):
         learned = config.get("positions", "learned") not in ("none", "sinusoidal", "rope", "alibi")
         parameters = 2 * V * C + V + L * per_layer + 2 * C + (T * C if learned else 0)  # embedding, head, blocks, norm
         # Per layer, scores, logits, KV cache, positions.
-        activations = L * T * (4 * C + F + routed) + H * T * T + T * V + 2 * L * T * C + T * C
+        W = min(T, tokens or T)
+        activations = L * W * (4 * C + F + routed) + H * W * T + W * V + 2 * L * T * C + T * C
         return parameters, activations
 
     reference_notes: ClassVar[str] = REFERENCE_NOTES  # docs/cards.md, after the tables

@@ -62,6 +62,20 @@ class TokenizerSpec(_Strict):
     sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$", description="of the tokenizer's file; checked on every load"
     )
+    bos_id: int | None = Field(
+        None,
+        ge=0,
+        strict=True,
+        description="the beginning-of-sequence token put before a prompt, or a text scored from its start, "
+        "unless it already starts with it: the tokenizer's own 'add BOS' setting, recorded at import "
+        "(GGUF tokenizer.ggml.add_bos_token, a tokenizer.json's post-processor); none: text is read as given",
+    )
+
+    @model_validator(mode="after")
+    def _bos_in_vocabulary(self) -> "TokenizerSpec":
+        if self.bos_id is not None and self.bos_id >= self.vocab_size:
+            raise ValueError(f"bos_id {self.bos_id} is outside the vocabulary (0..{self.vocab_size - 1})")
+        return self
 
 
 class Recipe(_Strict):

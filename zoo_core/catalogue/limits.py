@@ -11,9 +11,10 @@ two steps:
    sizes, e.g. that they are positive whole numbers and the width divides into
    the heads. One line names the field (``ShapeError``).
 2. **Cost** (`check_budget`, run before a network is built): the parameters,
-   and the memory one forward pass over a full window needs (weights, plus
-   activations, attention scores, logits and the KV cache at batch 1 in
-   float32), compared with limits. The parameters and the weights' bytes are
+   and the memory a run needs at most (weights, plus the KV cache of a full
+   context and one forward pass over ``RUN_TOKENS`` positions attending to all
+   of it: its activations, attention scores and logits, at batch 1 in float32),
+   compared with limits. The parameters and the weights' bytes are
    counted exactly, for any architecture, by building it on torch's meta
    device, which allocates nothing (``zoo_core.loading.sizing.measure_on_meta``, handed
    in as ``measure``); the activations are estimated from the config's sizes.
@@ -27,6 +28,21 @@ two steps:
    ``estimate_parameters(config) -> int`` to its factory, which is then used
    and nothing is built.
 
+Why ``RUN_TOKENS`` positions and not a full window: nothing the zoo runs reads
+more at once on a model with a long context, and a full window's logits alone
+(context × vocabulary: 34 GB for Gemma 3's 32,768 × 262,144) would refuse
+models that run in a few GiB. Sampling (`zoo sample`, ``model.generate``, the
+server) keeps a KV cache of the whole context but feeds a prompt through it
+``RUN_TOKENS`` positions at a time (``zoo_core.inference.sampling``), so
+logits of at most that many positions exist; `zoo eval`, `compare`, `inspect`
+size their windows and batches to a 2 GiB bound of their own
+(``zoo_core.evaluation.budget``); an import's paragraph measurement reads a
+paragraph. What can still read a full window at once is counted by nobody
+here, on purpose: training (its windows are the recipe's ``context``, else the
+card's context; on a long-context model give ``--set context=N``), sampling
+with ``use_cache=False`` (the whole window each token), and a direct
+``model.network(ids)`` call, whose caller chose the input's size.
+
 Limits (defaults suit a laptop; raise them for bigger models):
     ZOO_MAX_PARAMETERS   or `zoo --max-parameters N`   default 1,000,000,000
     ZOO_MAX_MEMORY       or `zoo --max-memory BYTES`   default 16 GiB (suffixes K, M, G, T)
@@ -34,6 +50,7 @@ Limits (defaults suit a laptop; raise them for bigger models):
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -63,6 +80,10 @@ class ShapeError(ValueError):
 
 # A config's size estimate this many times over a limit needs no count to be refused.
 SCREEN_FACTOR = 100
+# Positions one forward pass of a run reads at once, at most (see above): a
+# cached prompt is fed in chunks of this many, as llama.cpp feeds one in batches
+# of 2,048 by default (its n_batch).
+RUN_TOKENS = 2048
 ESTIMATED = "estimated from the config's sizes"
 COUNTED = "counted exactly, built with nothing large allocated"
 
@@ -70,7 +91,7 @@ COUNTED = "counted exactly, built with nothing large allocated"
 @dataclass(frozen=True)
 class Estimate:
     parameters: int
-    memory_bytes: int  # weights plus one forward pass over a full window, batch 1
+    memory_bytes: int  # weights, a full context's KV cache and RUN_TOKENS positions' forward pass, batch 1
     method: str = ESTIMATED  # how the parameters are known: COUNTED, or ESTIMATED (and why)
 
 
@@ -78,10 +99,10 @@ class CannotMeasure(Exception):
     """A network could not be counted on the meta device; the message says why."""
 
 
-def _registered_estimates() -> list[Callable[[dict[str, Any]], tuple[int, int] | None]]:
+def _registered_estimates() -> list[Callable[..., tuple[int, int] | None]]:
     """Every registered architecture's ``estimate_sizes``, once each, in name order."""
     models = get_plugins().components["models"]
-    found: dict[int, Callable[[dict[str, Any]], tuple[int, int] | None]] = {}
+    found: dict[int, Callable[..., tuple[int, int] | None]] = {}
     for name in models.names():
         estimate = getattr(models.declared(name, "config"), "estimate_sizes", None)
         if callable(estimate):
@@ -89,11 +110,20 @@ def _registered_estimates() -> list[Callable[[dict[str, Any]], tuple[int, int] |
     return list(found.values())
 
 
+def _takes_tokens(estimate: Callable[..., Any]) -> bool:
+    try:
+        return "tokens" in inspect.signature(estimate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _estimate_sizes(config: dict[str, Any]) -> tuple[int, int]:
-    """(parameters, activation values of one window) estimated from the config's sizes:
-    by a registered architecture that recognises them, else from the largest size."""
+    """(parameters, activation values of a run) estimated from the config's sizes:
+    by a registered architecture that recognises them (reading ``RUN_TOKENS``
+    positions at once where its estimate takes ``tokens``, else a full window),
+    else from the largest size."""
     for estimate in _registered_estimates():
-        given = estimate(config)
+        given = estimate(config, tokens=RUN_TOKENS) if _takes_tokens(estimate) else estimate(config)
         if given is not None:
             return int(given[0]), int(given[1])
     T = int(config.get("context_length", 1))

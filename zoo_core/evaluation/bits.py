@@ -29,6 +29,7 @@ from torch.nn import functional as F
 
 from ..corpus.batches import split_text
 from ..errors import ZooError
+from ..inference.bos import with_bos
 from ..inference.carried import carried_nll, context_description, is_unbounded
 from .budget import batch_size, shape_of
 
@@ -97,20 +98,32 @@ def bits_per_byte(model, text: str, before: str, progress=None, context: int | N
     from at most ``context`` tokens (default: the card's context length)."""
     context = scoring_context(model, context)
     batch = batch_size(shape_of(model), context)  # windows at once under the memory bound, or a refusal
-    return network_bits_per_byte(model.network, model.tokenizer, context, text, before, progress, batch)
+    bos_id = model.card.tokenizer.bos_id
+    return network_bits_per_byte(model.network, model.tokenizer, context, text, before, progress, batch, bos_id)
 
 
 def network_bits_per_byte(
-    network, tokenizer, context: int, text: str, before: str, progress=None, batch_size: int = 64
+    network,
+    tokenizer,
+    context: int,
+    text: str,
+    before: str,
+    progress=None,
+    batch_size: int = 64,
+    bos_id: int | None = None,
 ) -> dict:
     """Score ``text`` (preceded by ``before``) with a network and its tokenizer, each
     token from at most ``context`` tokens, ``batch_size`` windows at a time (a
-    study's arm in training has no loaded model around it)."""
+    study's arm in training has no loaded model around it). A text read from its
+    start (no ``before``) follows the tokenizer's beginning-of-sequence token
+    ``bos_id`` where it has one, as llama.cpp's perplexity reads it, and every
+    token of it is scored; without one, its first token is only history."""
     if not text:
         raise ZooError("no text to score")
     history = tokenizer.encode(before[-8 * context :])[-context:] if before else []
     ids = tokenizer.encode(text)
     if not history:  # nothing before: the first token is context, not scored
+        ids = with_bos(bos_id, ids)
         history, ids = ids[:1], ids[1:]
         text = tokenizer.decode(history + ids)[len(tokenizer.decode(history)) :]
     nats = summed_nll(network, history + ids, len(history), context, batch_size, progress=progress)

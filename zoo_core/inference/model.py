@@ -12,6 +12,7 @@ from ..devices import model_device, place, resolve_device, resolve_dtype
 from ..errors import ZooError
 from ..plugin_api.hook_points import hook_point_names, hooks, run_with_cache
 from ..storage.checkpoints import Verification
+from .bos import with_bos
 from .sampling import Sample, SampleStream, sample_seeds, stream_text
 from .settings import SamplingSettings, resolve_settings
 
@@ -37,7 +38,7 @@ class ZooModel:
             raise ZooError(f"prompt must be a string, not {type(prompt).__name__}")
         if not prompt:
             raise ZooError("the prompt is empty; give some text to continue")
-        ids = self.tokenizer.encode(prompt)
+        ids = with_bos(self.card.tokenizer.bos_id, self.tokenizer.encode(prompt))
         if not ids:
             raise ZooError(f"the prompt {prompt!r} encodes to no tokens")
         return ids

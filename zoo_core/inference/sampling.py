@@ -29,6 +29,7 @@ from typing import Generator, Iterator, Sequence
 
 import torch
 
+from ..catalogue.limits import RUN_TOKENS
 from ..errors import ZooError
 from ..plugin_api.protocols import CachedDecoding, implements
 from ..seed_range import LARGEST_SEED, SMALLEST_SEED
@@ -151,19 +152,34 @@ def stream_tokens(
         for _ in range(settings.max_new_tokens):
             if cached and cache is None:  # feed the prompt (its last window) once
                 cache = model.make_cache()
-                logits, _ = model(ids[:, -window:], cache=cache)
+                logits = fill_cache(model, ids[:, -window:], cache)
             elif cache is not None and cache.length < window:  # only a cached run has one
                 logits, _ = model(ids[:, -1:], cache=cache)
             else:
                 # No cache, or the window is full: cropping drops the oldest
                 # token, which every cached key above the first layer has seen,
-                # so the whole window is recomputed, exactly as uncached.
-                logits, _ = model(ids[:, -window:])
+                # so the whole window is recomputed, exactly as uncached (a cached
+                # run with a window longer than a chunk: into a fresh cache, a chunk at a time).
+                if cache is None or window <= RUN_TOKENS:
+                    logits, _ = model(ids[:, -window:])
+                else:
+                    cache = model.make_cache()
+                    logits = fill_cache(model, ids[:, -window:], cache)
             next_ids = _draw(logits[:, -1, :].float(), settings, generator)
             ids = torch.cat((ids, next_ids), dim=1)
             yield next_ids[:, 0]
     finally:
         model.train(was_training)
+
+
+def fill_cache(model, ids: torch.Tensor, cache) -> torch.Tensor:
+    """The logits of the last of ``ids`` (B, 1, V), their keys fed into ``cache``
+    ``RUN_TOKENS`` positions at a time: a prompt as long as the context never
+    holds the logits of every position at once (the load-time budget counts
+    no more, zoo_core.catalogue.limits)."""
+    for start in range(0, ids.shape[1], RUN_TOKENS):
+        logits, _ = model(ids[:, start : start + RUN_TOKENS], cache=cache)
+    return logits[:, -1:]
 
 
 def _stream_carried(model, ids: torch.Tensor, settings: SamplingSettings, generator):

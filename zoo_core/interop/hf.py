@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
 from ..catalogue.limits import limits
 from ..corpus.batches import encodable_text, split_text
@@ -34,7 +35,7 @@ from ..storage.checkpoints import MAX_HEADER_BYTES, read_header, sha256_file
 from ..storage.files import describe_os_error, open_regular, read_limited
 from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
-from .hf_chat import folder_chat
+from .hf_chat import folder_bos, folder_chat
 from .hf_shards import read_tensors, weight_files, weights_in
 from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
 from .imports import (
@@ -425,6 +426,7 @@ def import_hf(
     zoo_config, renamed = record.tensors_from_hf(zoo_config, read_tensors(weights), weights)
     vocab = record.vocab_size(renamed)
     with tempfile.TemporaryDirectory() as scratch:
+        own_tokenizer = tokenizer_file is None
         if tokenizer_file is None:
             tokenizer_file = _folder_tokenizer(folder, vocab, Path(scratch))
         try:
@@ -432,6 +434,9 @@ def import_hf(
             check_tokenizer(spec, tokenizer_path)
             if spec.kind == "hf":
                 probe_tokenizer(tokenizer_path)
+            if spec.kind == "hf" and own_tokenizer:  # the folder's tokenizer_config.json may say otherwise
+                lookup = Tokenizer.from_file(str(tokenizer_path)).token_to_id
+                spec = spec.model_copy(update={"bos_id": folder_bos(folder, spec.bos_id, lookup)})
         except ZooError as exc:  # a tokenizer rewritten in the scratch folder is gone when the message is read
             if tokenizer_file is not None and tokenizer_file.parent == Path(scratch):
                 raise ZooError(str(exc).replace(str(tokenizer_file), f"{folder / 'tokenizer.json'}")) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..catalogue.cards import ChatSpec
 from ..errors import ZooError
@@ -22,8 +22,8 @@ MAX_TOKENIZER_CONFIG_BYTES = 16 * 1024 * 1024
 MAX_TEMPLATE_BYTES = 1024 * 1024
 
 
-def folder_chat(folder: Path) -> ChatSpec | None:
-    """The folder's chat template and the texts of its bos and eos tokens, or None without a template."""
+def tokenizer_config(folder: Path) -> dict[str, Any]:
+    """The folder's tokenizer_config.json, or {} without one."""
     config: dict[str, Any] = {}
     config_path = folder / "tokenizer_config.json"
     if config_path.is_file():
@@ -33,6 +33,27 @@ def folder_chat(folder: Path) -> ChatSpec | None:
             raise ZooError(f"{config_path}: not a JSON file") from None
         if not isinstance(config, dict):
             raise ZooError(f"{config_path}: not a JSON object")
+    return config
+
+
+def folder_bos(folder: Path, bos_id: int | None, token_id: Callable[[str], int | None]) -> int | None:
+    """The token to put first: the tokenizer.json's (``bos_id``) unless tokenizer_config.json's
+    ``add_bos_token`` says otherwise, as transformers' Llama and Gemma tokenizers rebuild their
+    post-processor from it; ``token_id`` looks its ``bos_token`` up."""
+    config = tokenizer_config(folder)
+    wanted = config.get("add_bos_token")
+    if not isinstance(wanted, bool):
+        return bos_id
+    if not wanted:
+        return None
+    text = _token_text(config.get("bos_token"), "bos_token", folder / "tokenizer_config.json")
+    return bos_id if bos_id is not None or text is None else token_id(text)
+
+
+def folder_chat(folder: Path) -> ChatSpec | None:
+    """The folder's chat template and the texts of its bos and eos tokens, or None without a template."""
+    config = tokenizer_config(folder)
+    config_path = folder / "tokenizer_config.json"
     template_path = folder / "chat_template.jinja"
     template: str | None
     if template_path.is_file():

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from pydantic import ValidationError
+from tokenizers import Tokenizer
 
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import (
@@ -87,9 +88,30 @@ def tokenizer_for_vocabulary(vocab_size: int, tokenizer_file: Path | None) -> tu
         tokenizer_file = builtin_char_vocabulary()
     if not tokenizer_file.is_file():
         raise ZooError(f"{tokenizer_file}: tokenizer file not found")
-    return TokenizerSpec(
-        kind=tokenizer_kind(tokenizer_file), vocab_size=vocab_size, file=str(tokenizer_file)
-    ), tokenizer_file
+    kind = tokenizer_kind(tokenizer_file)
+    bos_id = added_bos(tokenizer_file) if kind == "hf" else None  # the zoo's own kinds have none
+    return TokenizerSpec(kind=kind, vocab_size=vocab_size, file=str(tokenizer_file), bos_id=bos_id), tokenizer_file
+
+
+# Any text the tokenizer encodes to at least one token will do.
+_BOS_PROBE = "Hello"
+
+
+def added_bos(path: Path) -> int | None:
+    """The token a Hugging Face tokenizer.json puts before a text it encodes with
+    special tokens (its post-processor: transformers' ``add_special_tokens=True``;
+    a GGUF's ``tokenizer.ggml.add_bos_token`` is written there), or None. The zoo
+    encodes without them, so the card records it (``TokenizerSpec.bos_id``) and
+    prompts get it from there."""
+    try:
+        backend = Tokenizer.from_file(str(path))
+        plain = backend.encode(_BOS_PROBE, add_special_tokens=False).ids
+        framed = backend.encode(_BOS_PROBE).ids
+    except Exception:  # a file it cannot read is refused, in one line, when the tokenizer is built
+        return None
+    if plain and len(framed) > len(plain) and framed[1 : len(plain) + 1] == plain:
+        return framed[0]
+    return None
 
 
 def tokenizer_kind(path: Path) -> str:

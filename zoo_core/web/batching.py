@@ -31,7 +31,7 @@ import torch
 
 from ..errors import ZooError
 from ..inference.carried import feed
-from ..inference.sampling import TextRow, draw_tokens
+from ..inference.sampling import TextRow, draw_tokens, fill_cache
 from ..inference.settings import SamplingSettings
 from ..plugin_api.protocols import UNBOUNDED, CachedDecoding, RowBatching, context_kind, implements
 from ..seeding import seeded_generator
@@ -203,7 +203,7 @@ class Batcher:
         if not self.cached:
             return network(ids)[0][0, -1]
         cache = network.make_cache()
-        logits = network(ids, cache=cache)[0][0, -1]
+        logits = fill_cache(network, ids, cache)[0, -1]  # in chunks, as `zoo sample` feeds a prompt
         if self.batch is not None and self.batch.accepts(network, cache):
             self.batch.add(row, cache)
             row.in_batch = True
