@@ -30,7 +30,7 @@ import os
 import platform
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -48,14 +48,11 @@ class RealModel:
     model: str  # the table's first column
     file: str  # under .references/ (tests/references.py names the same files)
     name: str  # the float32 import's variant name, as the model's docs/ page imports it; packed: NAME-packed
-    environment: dict = field(default_factory=dict)
 
 
 REAL_MODELS = (
     RealModel("smollm2", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct"),
-    # Gemma 3's import scores a window whose logits pass the default memory limit
-    # (docs/gemma3.md): the limit is raised here, for its imports and loads only.
-    RealModel("gemma3", "Gemma-3-270M", "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", {"ZOO_MAX_MEMORY": "64G"}),
+    RealModel("gemma3", "Gemma-3-270M", "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m"),
 )
 
 COLUMNS = [
@@ -117,11 +114,11 @@ def measure(real: RealModel, tokens: int, rounds: int, work: Path) -> dict:
         raise SystemExit(f"{gguf} is missing: `make references` fetches it")
     packed, full = f"{real.name}-packed", real.name
     home, cache = work / real.key / "home", work / real.key / "cache"
-    env = {**os.environ, "ZOO_HOME": str(home), "ZOO_CACHE": str(cache), **real.environment}
+    env = {**os.environ, "ZOO_HOME": str(home), "ZOO_CACHE": str(cache)}
     print(f"{real.model}: importing packed and float32", file=sys.stderr, flush=True)
     import_packed_and_float32(gguf, env, packed, full)
-    saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE", *real.environment)}
-    os.environ.update(ZOO_HOME=str(home), ZOO_CACHE=str(cache), **real.environment)
+    saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE")}
+    os.environ.update(ZOO_HOME=str(home), ZOO_CACHE=str(cache))
     try:
         import zoo_core
 
