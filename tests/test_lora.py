@@ -316,3 +316,28 @@ def test_a_server_and_compare_hold_the_base_once_beside_its_adapters(lora_run, m
     adapter_row, base_row = compared["models"]
     assert (adapter_row["name"], base_row["name"]) == (NAME, BASE)
     assert adapter_row["validation_loss"] != base_row["validation_loss"]  # the adapter still applies
+
+
+def test_the_free_space_a_lora_run_needs_counts_the_moments_of_its_adapters_alone(zoo, song, tmp_path, monkeypatch):
+    """A training state holds the weights, the best weights and the optimizer's two
+    moments of what trains: for LoRA the adapters, not the frozen base (a Gemma 3 LoRA
+    was refused on 11 GiB free for 13 GiB of states it would never write)."""
+    import collections
+    import re
+
+    import zoo_core.training.destination
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(zoo_core.training.destination.shutil, "disk_usage", lambda _: usage(10**9, 10**9, 1000))
+    base = zoo_core.load(BASE).network
+    weights = sum(t.numel() * t.element_size() for t in base.state_dict().values())
+    quick = ("--data", str(song), "--steps", "2", "--quiet", "--out", str(tmp_path / "run"))
+
+    def states(*args) -> float:
+        result = zoo("train", *args, *quick)
+        assert result.code == 1 and "nothing was trained" in result.err, result.err
+        return float(re.search(r"training states ([\d.]+) MiB", result.err).group(1)) * 2**20
+
+    full, adapters = states(BASE), states("song-adapter", "--from", BASE, "--trainer", "lora")
+    assert full == pytest.approx(8 * weights, rel=0.01)  # two states of weights, best weights, two moments
+    assert 4 * weights < adapters < 4.5 * weights  # the moments of the adapters only

@@ -13,16 +13,16 @@ from pathlib import Path
 from ..errors import ZooError
 from ..storage.files import describe_os_error, make_folder
 
-# A training state holds the weights, the optimizer's two moments per weight
-# (Adam-like; larger optimizers are rare here) and the best weights kept so far.
-STATE_TIMES_WEIGHTS = 4
 
-
-def check_destination(folders: list[Path], weight_bytes: int, keeps_state: bool) -> None:
+def check_destination(
+    folders: list[Path], weight_bytes: int, keeps_state: bool, trained_bytes: int | None = None
+) -> None:
     """Each of ``folders`` (created if missing) takes a new file, and the first
     (the checkpoint's) has room for the run's files: the checkpoint and, when
     ``keeps_state``, a training state twice over (the old one stays until its
-    replacement is complete). One ZooError line otherwise."""
+    replacement is complete). A state holds the weights, the best weights so far
+    and the optimizer's two moments (Adam-like) of the ``trained_bytes`` that
+    train (all the weights unless said: a LoRA's adapters alone). One ZooError line otherwise."""
     for folder in dict.fromkeys(folders):
         try:
             make_folder(folder)
@@ -36,7 +36,8 @@ def check_destination(folders: list[Path], weight_bytes: int, keeps_state: bool)
                 f"{folder}: cannot write the run's files here: {describe_os_error(exc)} "
                 f"(nothing was trained; choose another --out, or fix the folder)"
             ) from None
-    need = weight_bytes + (2 * STATE_TIMES_WEIGHTS * weight_bytes if keeps_state else 0)
+    state = 2 * weight_bytes + 2 * (weight_bytes if trained_bytes is None else trained_bytes)
+    need = weight_bytes + (2 * state if keeps_state else 0)
     try:
         free = shutil.disk_usage(folders[0]).free
     except OSError:
@@ -53,6 +54,11 @@ def check_destination(folders: list[Path], weight_bytes: int, keeps_state: bool)
 def weight_bytes(network) -> int:
     """The bytes of the network's saved weights (its state dict)."""
     return sum(tensor.numel() * tensor.element_size() for tensor in network.state_dict().values())
+
+
+def trained_bytes(network) -> int:
+    """The bytes of the weights that train (the optimizer keeps two moments of each)."""
+    return sum(p.numel() * p.element_size() for p in network.parameters() if p.requires_grad)
 
 
 def _size(count: int) -> str:

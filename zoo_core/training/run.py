@@ -50,7 +50,7 @@ from ..storage.files import (
     remove_stale_temporaries,
 )
 from ..storage.locations import inside_installed_package, user_registry_path
-from .destination import check_destination, weight_bytes
+from .destination import check_destination, trained_bytes, weight_bytes
 from .job import TrainingJob
 from .loop import TrainingInterrupted, TrainingResult, check_batch_splits, seeded_network
 from .progress import TrainingProgress
@@ -282,7 +282,7 @@ def prepare_training(plan: TrainingPlan, job: TrainingJob) -> PreparedRun:
     if plan.writer:  # before the first step, not when the first state or the result is saved
         keeps_state = plan.trainer.uses_corpus and replace(job, recipe=recipe).checkpoint_interval > 0
         folders = [plan.checkpoint_path.parent, plan.registry_file.parent]
-        check_destination(folders, weight_bytes(network), keeps_state)
+        check_destination(folders, weight_bytes(network), keeps_state, trained_bytes(network))
     return PreparedRun(network, recipe, corpus, identity)
 
 
