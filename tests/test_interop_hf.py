@@ -132,3 +132,17 @@ def test_a_failed_export_leaves_the_out_folder_as_it_was(zoo, tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "verses.txt"]  # no staging folder left behind
     fresh = tmp_path / "fresh"
     assert zoo("export", "my-mini", "--format", "hf", "--out", str(fresh)).code == 1 and not fresh.exists()
+
+
+def test_the_import_shows_its_progress_stage_by_stage(exported, zoo):
+    """On a terminal a bar counts the weights files read, then the hashing, checking and writing."""
+    import io
+
+    from zoo_core.interop.hf import import_hf
+    from zoo_core.training.progress import WorkProgress
+
+    screen = io.StringIO()
+    card, _ = import_hf(exported["gpt-char-mini"], "shown", progress=WorkProgress("import shown", stream=screen, interactive=True))
+    assert card.name == "shown"
+    drawn = screen.getvalue()
+    assert "import shown: reading weights" in drawn and "import shown: hashing, checking, writing" in drawn

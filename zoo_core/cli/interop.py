@@ -143,7 +143,11 @@ def cmd_import(args) -> int:
             args.path, args.name, args.tokenizer, args.license or "unspecified", args.replace
         )
     else:
-        card, registry = import_hf(args.path, args.name, args.tokenizer, args.license, args.replace)
+        progress = WorkProgress(f"import {args.name}")  # on a terminal: reading a large folder takes a while
+        try:
+            card, registry = import_hf(args.path, args.name, args.tokenizer, args.license, args.replace, progress)
+        finally:
+            progress.close()
 
     source = os.fsencode(args.path).decode("utf-8", "backslashreplace")  # a name need not be UTF-8; the terminal is
     print(f"{card.name}: {card.parameters:,} parameters from {source} -> {registry.parent / card.checkpoint.path}")

@@ -36,6 +36,7 @@ from .gguf_files import GGUFHeader, check_counts_fit_tensors, check_gguf_header,
 from .gguf_packing import RowPacking, logical_values, value_shaped, without_tied_heads
 from .gguf_tokenizer import tokenizer_from_gguf
 from .imports import (
+    SilentProgress,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
@@ -73,7 +74,7 @@ def import_gguf(
     licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`.
     ``progress`` (a zoo_core.training.progress.WorkProgress) is told of each stage:
     a 135M-parameter file takes half a minute."""
-    progress = progress or _Silent()
+    progress = progress or SilentProgress()
     header = check_gguf_header(source)
     metadata = header.metadata
     architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)
@@ -164,19 +165,6 @@ def read_back(source: Path) -> tuple[dict[str, Any], int, dict[str, torch.Tensor
     tensors = tensor_data(source, header)
     settings, renamed = record.tensors_from_gguf(settings, tensors, lambda tensor: _dequantized(source, tensor), source)
     return settings, context_length, renamed
-
-
-class _Silent:
-    """No progress shown (a caller without a bar)."""
-
-    def stage(self, what: str, total: int) -> None:
-        pass
-
-    def advance(self, units: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _optional_text(metadata: Mapping[str, Any], key: str) -> str | None:

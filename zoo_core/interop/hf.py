@@ -39,6 +39,7 @@ from .hf_chat import folder_bos, folder_chat
 from .hf_shards import read_tensors, weight_files, weights_in
 from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
 from .imports import (
+    SilentProgress,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
@@ -398,7 +399,12 @@ def check_config_counts(raw: Any, config_path: Path, weights: Path) -> None:
 
 
 def import_hf(
-    source: Path, name: str, tokenizer_file: Path | None = None, license: str | None = None, replace: bool = False
+    source: Path,
+    name: str,
+    tokenizer_file: Path | None = None,
+    license: str | None = None,
+    replace: bool = False,
+    progress=None,
 ):
     """Convert a transformers folder (config.json + model.safetensors or its shards; GPT-2 or
     a family of hf_layouts) to a zoo variant in the user's catalogue (over the
@@ -406,7 +412,9 @@ def import_hf(
     folder, or a repository id (ORG/NAME) found in the Hugging Face cache
     offline (hf_cache). The folder's README.md (a Hub model card), when it has
     one, gives the license (unless ``license`` is given), tags, description and
-    dataset (`hub_card_fields`)."""
+    dataset (`hub_card_fields`). ``progress`` is told of each stage (reading the
+    weights file by file; hashing, checking and writing)."""
+    progress = progress or SilentProgress()
     folder = cached_snapshot(str(source)) if looks_like_repo_id(str(source)) else source
     if not folder.is_dir():
         raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder or ORG/NAME)")
@@ -423,7 +431,9 @@ def import_hf(
     zoo_config, context_length = record.config_from_hf(
         raw, folder / "config.json", lambda: _transformers_config(folder)
     )
-    zoo_config, renamed = record.tensors_from_hf(zoo_config, read_tensors(weights), weights)
+    progress.stage("reading weights", len(weight_files(weights)))
+    zoo_config, renamed = record.tensors_from_hf(zoo_config, read_tensors(weights, progress.advance), weights)
+    progress.stage("hashing, checking, writing", 3)
     vocab = record.vocab_size(renamed)
     with tempfile.TemporaryDirectory() as scratch:
         own_tokenizer = tokenizer_file is None
@@ -448,7 +458,7 @@ def import_hf(
             spec,
             count_parameters(renamed),
             weights,
-            sha256_file(weights, "weights file"),
+            _hashed(weights, progress),
             f"transformers {record.title}",
             None,
             license=license or "unspecified",
@@ -459,8 +469,17 @@ def import_hf(
         card = with_hub_card(card, folder, license_given=license is not None)
         card = card.model_copy(update={"chat": folder_chat(folder)})
         check_card_fits_tensors(weights, card, renamed, record)
+        progress.advance()
         registry = publish_import(card, renamed, tokenizer_path)
+        progress.advance()
     return card, registry
+
+
+def _hashed(weights: Path, progress) -> str:
+    """The weights file's sha256 (of a sharded folder: its index's), counted as a stage's step."""
+    sha = sha256_file(weights, "weights file")
+    progress.advance()
+    return sha
 
 
 def _transformers_config(folder: Path):

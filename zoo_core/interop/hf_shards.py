@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors import SafetensorError
@@ -53,8 +54,9 @@ def weight_files(weights: Path) -> list[Path]:
     return [weights.parent / shard for shard in shards]
 
 
-def read_tensors(weights: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the file, or of the shards, checked against the index."""
+def read_tensors(weights: Path, on_file: Callable[[], None] = lambda: None) -> dict[str, torch.Tensor]:
+    """Every tensor of the file, or of the shards, checked against the index;
+    ``on_file()`` after each file is read (a progress bar's count)."""
     mapping = _weight_map(weights) if weights.name == SHARD_INDEX else None
     tensors: dict[str, torch.Tensor] = {}
     for path in weight_files(weights):
@@ -70,6 +72,7 @@ def read_tensors(weights: Path) -> dict[str, torch.Tensor]:
                     f"{path}: holds tensor {printable(misplaced[0])!r}, which {SHARD_INDEX} does not put there"
                 )
         tensors.update(found)
+        on_file()
     if mapping is not None and set(mapping) != set(tensors):
         missing = sorted(set(mapping) - set(tensors))[0]
         raise ZooError(f"{weights}: names tensor {printable(missing)!r}, which its shard does not hold")
