@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
 
 from ..catalogue.limits import limits
 from ..corpus.batches import encodable_text, split_text
@@ -46,6 +45,7 @@ from .imports import (
     count_parameters,
     imported_card,
     publish_import,
+    tokenizer_backend,
     tokenizer_for_vocabulary,
 )
 
@@ -445,7 +445,7 @@ def import_hf(
             if spec.kind == "hf":
                 probe_tokenizer(tokenizer_path)
             if spec.kind == "hf" and own_tokenizer:  # the folder's tokenizer_config.json may say otherwise
-                lookup = Tokenizer.from_file(str(tokenizer_path)).token_to_id
+                lookup = tokenizer_backend(tokenizer_path).token_to_id
                 spec = spec.model_copy(update={"bos_id": folder_bos(folder, spec.bos_id, lookup)})
         except ZooError as exc:  # a tokenizer rewritten in the scratch folder is gone when the message is read
             if tokenizer_file is not None and tokenizer_file.parent == Path(scratch):

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from pydantic import ValidationError
-from tokenizers import Tokenizer
 
 from ..catalogue.card_validation import describe_validation_error
 from ..catalogue.cards import (
@@ -97,6 +96,14 @@ def tokenizer_for_vocabulary(vocab_size: int, tokenizer_file: Path | None) -> tu
 _BOS_PROBE = "Hello"
 
 
+def tokenizer_backend(path: Path):
+    """The Hugging Face `tokenizers` object of a tokenizer.json (the gguf and hf
+    extras' package: imported here, as imports.py is on every export's path too)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
 def added_bos(path: Path) -> int | None:
     """The token a Hugging Face tokenizer.json puts before a text it encodes with
     special tokens (its post-processor: transformers' ``add_special_tokens=True``;
@@ -104,7 +111,7 @@ def added_bos(path: Path) -> int | None:
     encodes without them, so the card records it (``TokenizerSpec.bos_id``) and
     prompts get it from there."""
     try:
-        backend = Tokenizer.from_file(str(path))
+        backend = tokenizer_backend(path)
         plain = backend.encode(_BOS_PROBE, add_special_tokens=False).ids
         framed = backend.encode(_BOS_PROBE).ids
     except Exception:  # a file it cannot read is refused, in one line, when the tokenizer is built
