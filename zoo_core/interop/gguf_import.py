@@ -32,11 +32,11 @@ from ..evaluation.bits import summed_nll
 from ..loading.packed_modules import PACKED_KEY, pack_modules
 from ..plugin_api import families
 from ..storage.checkpoints import sha256_file
+from ..training.progress import WorkProgress
 from .gguf_files import GGUFHeader, check_counts_fit_tensors, check_gguf_header, tensor_data
 from .gguf_packing import RowPacking, logical_values, value_shaped, without_tied_heads
 from .gguf_tokenizer import tokenizer_from_gguf
 from .imports import (
-    SilentProgress,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
@@ -65,7 +65,7 @@ def import_gguf(
     license: str | None = None,
     replace: bool = False,
     dequantize: bool = False,
-    progress=None,
+    progress: WorkProgress | None = None,
 ):
     """Convert a GGUF file of a registered family into a variant in the user's
     catalogue (over the user's own variant of that name only with ``replace``):
@@ -74,7 +74,7 @@ def import_gguf(
     licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`.
     ``progress`` (a zoo_core.training.progress.WorkProgress) is told of each stage:
     a 135M-parameter file takes half a minute."""
-    progress = progress or SilentProgress()
+    progress = progress or WorkProgress("import", enabled=False)
     header = check_gguf_header(source)
     metadata = header.metadata
     architecture = _text(source, metadata, gguf.Keys.General.ARCHITECTURE)

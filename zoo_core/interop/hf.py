@@ -32,13 +32,13 @@ from ..plugin_api import families
 from ..plugin_api.manager import get_plugins
 from ..storage.checkpoints import MAX_HEADER_BYTES, read_header, sha256_file
 from ..storage.files import describe_os_error, open_regular, read_limited
+from ..training.progress import WorkProgress
 from .hf_cache import cached_snapshot, looks_like_repo_id
 from .hf_card import card_fields_from_hub, read_hub_card, write_hub_card
 from .hf_chat import folder_bos, folder_chat
 from .hf_shards import read_tensors, weight_files, weights_in
 from .hf_tokenizers import backend_tokenizer_for, bytes_to_unicode, hf_tokenizer_for, probe_tokenizer
 from .imports import (
-    SilentProgress,
     check_card_fits_tensors,
     check_name_is_free,
     check_tokenizer,
@@ -404,7 +404,7 @@ def import_hf(
     tokenizer_file: Path | None = None,
     license: str | None = None,
     replace: bool = False,
-    progress=None,
+    progress: WorkProgress | None = None,
 ):
     """Convert a transformers folder (config.json + model.safetensors or its shards; GPT-2 or
     a family of hf_layouts) to a zoo variant in the user's catalogue (over the
@@ -414,7 +414,7 @@ def import_hf(
     one, gives the license (unless ``license`` is given), tags, description and
     dataset (`hub_card_fields`). ``progress`` is told of each stage (reading the
     weights file by file; hashing, checking and writing)."""
-    progress = progress or SilentProgress()
+    progress = progress or WorkProgress("import", enabled=False)
     folder = cached_snapshot(str(source)) if looks_like_repo_id(str(source)) else source
     if not folder.is_dir():
         raise ZooError(f"{folder}: not a folder (zoo import hf reads a transformers model folder or ORG/NAME)")
@@ -475,7 +475,7 @@ def import_hf(
     return card, registry
 
 
-def _hashed(weights: Path, progress) -> str:
+def _hashed(weights: Path, progress: WorkProgress) -> str:
     """The weights file's sha256 (of a sharded folder: its index's), counted as a stage's step."""
     sha = sha256_file(weights, "weights file")
     progress.advance()

@@ -293,17 +293,3 @@ def publish_import(
     # Tied embeddings share one tensor; safetensors stores each name's own copy.
     copies = {name: tensor.detach().clone() for name, tensor in tensors.items()}
     return add_user_variant(card, copies, tokenizer_file, metadata=metadata)
-
-
-class SilentProgress:
-    """An import's progress shown nowhere (a caller without a bar); the CLI passes a
-    zoo_core.training.progress.WorkProgress, which has these three methods."""
-
-    def stage(self, what: str, total: int) -> None:
-        pass
-
-    def advance(self, units: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
