@@ -32,6 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -117,9 +118,7 @@ def measure(real: RealModel, tokens: int, rounds: int, work: Path) -> dict:
     env = {**os.environ, "ZOO_HOME": str(home), "ZOO_CACHE": str(cache)}
     print(f"{real.model}: importing packed and float32", file=sys.stderr, flush=True)
     import_packed_and_float32(gguf, env, packed, full)
-    saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE")}
-    os.environ.update(ZOO_HOME=str(home), ZOO_CACHE=str(cache))
-    try:
+    with mock.patch.dict(os.environ, ZOO_HOME=str(home), ZOO_CACHE=str(cache)):  # put back as it was after
         import zoo_core
 
         models = {name: zoo_core.load(name) for name in (packed, full)}
@@ -132,12 +131,6 @@ def measure(real: RealModel, tokens: int, rounds: int, work: Path) -> dict:
         decoders = {name: greedy_decoder(model, ids, tokens) for name, model in models.items()}
         runs = interleaved({name: (lambda d=decode: d()[0]) for name, decode in decoders.items()}, rounds)
         del models, decoders
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     # the loads above verified both files: a fresh process maps them, as a user's second load does
     memory = {name: fresh_process(env, name, THREADS, PROMPT, tokens) for name in (packed, full)}
     rates = {name: spread(values) for name, values in runs.items()}

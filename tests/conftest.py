@@ -101,14 +101,14 @@ SMOLLM2_NAME = "smollm2-135m-instruct"
 GEMMA3_NAME = "gemma-3-270m"
 
 
-def _shared_import(tmp_path_factory, folder: str, source, name: str, environment: dict[str, str] | None = None):
+def _shared_import(tmp_path_factory, folder: str, source, name: str):
     """A ZOO_HOME folder (``folder`` in the run's folder) holding ``name``, imported by
     `zoo import gguf` from ``source`` once per test run. Under pytest-xdist every
     worker shares the one import: the first worker makes it under a file lock and
     the others wait for it. The import goes into a staging folder renamed into
-    place whole, so an interrupted import is never mistaken for a finished one.
-    ``environment``: variables set while it imports."""
+    place whole, so an interrupted import is never mistaken for a finished one."""
     import os
+    from unittest import mock
 
     from filelock import FileLock
 
@@ -120,20 +120,13 @@ def _shared_import(tmp_path_factory, folder: str, source, name: str, environment
         if not home.exists():
             staging = base / f"{folder}.partial"
             shutil.rmtree(staging, ignore_errors=True)
-            saved = {key: os.environ.get(key) for key in ("ZOO_HOME", "ZOO_CACHE", "ZOO_REGISTRY", *(environment or {}))}
-            os.environ.update(ZOO_HOME=str(staging), ZOO_CACHE=str(base / f"{folder}-cache"), **(environment or {}))
-            os.environ.pop("ZOO_REGISTRY", None)
-            try:
+            variables = {"ZOO_HOME": str(staging), "ZOO_CACHE": str(base / f"{folder}-cache")}
+            with mock.patch.dict(os.environ, variables):  # the environment is put back whole afterwards
+                os.environ.pop("ZOO_REGISTRY", None)
                 # The command the docs give (tests/test_smollm2_gguf.py and test_gemma3.py hold them to it),
                 # float32 (--dequantize): the tests on it train, export and compare weights;
                 # tests/test_quantized.py imports the file's blocks as they are.
                 assert cli.main(["import", "gguf", str(source), "--name", name, "--dequantize"]) == 0
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
             staging.rename(home)
     return home
 
