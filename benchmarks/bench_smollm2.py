@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import ROOT, load_text, machine_load, median_interval, spread, write_section
+from benchmarks.gguf_decoding import greedy_decoder, zoo
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
@@ -55,15 +56,13 @@ def references() -> Path:
     return Path(os.environ.get("ZOO_REFERENCES") or ROOT / ".references")
 
 
-def zoo(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "zoo_core", *args], env=env, capture_output=True, text=True)
-
-
 def import_into(gguf: Path, env: dict) -> None:
     """`zoo import gguf` the file into the scratch ZOO_HOME of ``env`` (once per --work folder)."""
     if zoo(env, "show", NAME).returncode == 0:  # a --work folder kept from an earlier run
         return
-    done = zoo(env, "import", "gguf", str(gguf), "--name", NAME)
+    # float32, as transformers dequantises the file: the import keeps the file's blocks
+    # unless told (benchmarks/bench_quantized.py measures those), and --quantize int8 needs float weights
+    done = zoo(env, "import", "gguf", str(gguf), "--name", NAME, "--dequantize")
     if done.returncode != 0:
         raise SystemExit(f"importing {gguf} failed: {done.stderr.strip()}")
 
@@ -203,19 +202,12 @@ def measure(rounds: int, tokens: int, threads: int, work: Path) -> dict:
     texts = {}
 
     def zoo_side(model, key):
+        decode = greedy_decoder(model, ids, tokens)  # the prompt and first token untimed, as for the peers
+
         def run():
-            # the prompt's forward and the first token are not timed, as for the peers
-            cache = model.network.make_cache()
-            with torch.inference_mode():
-                logits, _ = model.network(ids, cache=cache)
-                drawn = [int(logits[0, -1].argmax())]
-                began = time.process_time()
-                for _ in range(tokens):
-                    logits, _ = model.network(torch.tensor([[drawn[-1]]]), cache=cache)
-                    drawn.append(int(logits[0, -1].argmax()))
-                seconds = time.process_time() - began
+            rate, drawn = decode()
             texts[key] = full.tokenizer.decode(drawn)
-            return tokens / seconds
+            return rate
 
         return run
 

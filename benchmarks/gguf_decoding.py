@@ -13,7 +13,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_smollm2 import zoo
+
+def zoo(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """The zoo's CLI in a child process with ``env`` (its scratch ZOO_HOME)."""
+    return subprocess.run([sys.executable, "-m", "zoo_core", *args], env=env, capture_output=True, text=True)
 
 
 def import_packed_and_float32(gguf: Path, env: dict, packed: str, full: str) -> None:
