@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import ROOT, load_text, machine_load, median_interval, spread, write_section
-from benchmarks.gguf_decoding import greedy_decoder, zoo
+from benchmarks.gguf_decoding import greedy_decoder, import_once
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
@@ -54,17 +54,6 @@ NODE_SCRIPT = ROOT / "benchmarks" / "llama_cpp_decode.mjs"
 
 def references() -> Path:
     return Path(os.environ.get("ZOO_REFERENCES") or ROOT / ".references")
-
-
-def import_into(gguf: Path, env: dict) -> None:
-    """`zoo import gguf` the file into the scratch ZOO_HOME of ``env`` (once per --work folder)."""
-    if zoo(env, "show", NAME).returncode == 0:  # a --work folder kept from an earlier run
-        return
-    # float32, as transformers dequantises the file: the import keeps the file's blocks
-    # unless told (benchmarks/bench_quantized.py measures those), and --quantize int8 needs float weights
-    done = zoo(env, "import", "gguf", str(gguf), "--name", NAME, "--dequantize")
-    if done.returncode != 0:
-        raise SystemExit(f"importing {gguf} failed: {done.stderr.strip()}")
 
 
 def per_cpu_second(run, tokens: int) -> float:
@@ -183,7 +172,9 @@ def measure(rounds: int, tokens: int, threads: int, work: Path) -> dict:
     if not gguf.exists():
         raise SystemExit(f"{gguf} is missing: `make references` fetches it")
     env = {**os.environ, "ZOO_HOME": str(work / "home"), "ZOO_CACHE": str(work / "cache")}
-    import_into(gguf, env)
+    # float32, as transformers dequantises the file: the import keeps the file's blocks
+    # unless told (benchmarks/bench_quantized.py measures those), and --quantize int8 needs float weights
+    import_once(gguf, env, NAME, "--dequantize")
     shutil.rmtree(work / "cache" / "verified", ignore_errors=True)  # so that the first load below verifies in full
     loads = {
         kind: [load_in_fresh_process(env, threads, quantize) for _ in range(2)]

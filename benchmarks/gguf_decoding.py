@@ -23,11 +23,17 @@ def import_packed_and_float32(gguf: Path, env: dict, packed: str, full: str) -> 
     """`zoo import gguf` the file twice into the ZOO_HOME of ``env``: as ``packed`` (the
     default, the file's blocks) and as ``full`` (float32); a variant already there (a
     --work folder kept from an earlier run) is not imported again."""
-    for name, extra in ((packed, []), (full, ["--dequantize"])):
-        if zoo(env, "show", name).returncode != 0:
-            done = zoo(env, "import", "gguf", str(gguf), "--name", name, *extra)
-            if done.returncode != 0:
-                raise SystemExit(f"importing {gguf} failed: {done.stderr.strip()}")
+    import_once(gguf, env, packed)
+    import_once(gguf, env, full, "--dequantize")
+
+
+def import_once(gguf: Path, env: dict, name: str, *options: str) -> None:
+    """`zoo import gguf` the file as ``name`` into the ZOO_HOME of ``env``, unless a
+    variant of that name is there already (a --work folder kept from an earlier run)."""
+    if zoo(env, "show", name).returncode != 0:
+        done = zoo(env, "import", "gguf", str(gguf), "--name", name, *options)
+        if done.returncode != 0:
+            raise SystemExit(f"importing {gguf} failed: {done.stderr.strip()}")
 
 
 # Peak RSS from VmHWM, the new program's own: the parent's peak does not carry over.
