@@ -195,7 +195,14 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
         assert torch.equal(exported.state_dict()[name], tensor), name
 
 
-SERVED = ["phi3-window-partial-rotary", "cohere-logit-scale", "falcon-new-architecture", "stablelm-parallel-qk-norm"]
+SERVED = [
+    "phi3-window-partial-rotary",
+    "cohere-logit-scale",
+    "falcon-new-architecture",
+    "stablelm-parallel-qk-norm",
+    "phi-parallel-partial-rotary",
+    "starcoder2-window",
+]
 
 
 def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(folders, zoo):
