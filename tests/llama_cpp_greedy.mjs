@@ -2,8 +2,9 @@
 //
 //   node tests/llama_cpp_greedy.mjs NODE_MODULES < jobs.json
 //
-// jobs.json: [{"model": "file.gguf", "ids": [token ids], "count": N, "text": "optional"}, ...]
-// prints, one line of JSON: [{"greedy": [the next N ids at temperature 0], "tokens": [llama.cpp's ids of text]}, ...]
+// jobs.json: [{"model": "file.gguf", "ids": [token ids], "count": N, "text": "optional", "bos": optional}, ...]
+// prints, one line of JSON: [{"greedy": [the next N ids at temperature 0], "tokens": [llama.cpp's ids of text],
+// "bos": [the id llama.cpp puts first, or null; with "bos": true]}, ...]
 //
 // Speed: one process for every job pays node-llama-cpp's start once (its import, and the
 // probe that loads the prebuilt binary in a child process before using it, a second or
@@ -30,6 +31,8 @@ for (const job of jobs) {
   }
   const answer = {greedy};
   if (job.text != null) answer.tokens = model.tokenize(job.text, false);
+  // What llama.cpp puts before a text it is given (its tokenizer.ggml.add_bos_token): asked for by "bos": true.
+  if (job.bos) answer.bos = model.tokens.shouldPrependBosToken ? model.tokens.bos : null;
   answers.push(answer);
   await context.dispose();
   await model.dispose();

@@ -98,3 +98,31 @@ def test_record_never_rewrites_a_card_inside_an_installed_package(zoo, private_c
     assert private_catalogue.read_bytes() == before
     assert 1.0 < zoo_core.get_variant("my-bigram").card.metrics.validation_bits_per_byte < 4.0
     assert zoo_core.get_variant("my-bigram").layer == "user"
+
+
+def test_with_a_bos_every_window_opens_with_it_as_llama_cpps_perplexity_does(char_model):
+    """For a tokenizer that puts BOS first, each window is BOS then the text's tokens
+    (llama.cpp's perplexity puts BOS at each chunk's start): within one window the score
+    is the plain NLL of BOS followed by the history, and past it every window the network
+    reads starts with BOS, holds at most the context, and scores each token once."""
+    ids = char_model.tokenizer.encode("ROMEO:\nO, she doth teach the torches to burn bright! It seems she hangs")
+    bos = next(i for i in range(65) if i not in ids)  # the character model has none: one the text lacks stands in
+    network = char_model.network
+    with torch.no_grad():  # mid-document history of 10 tokens, one window: BOS first, then all of it
+        logits, _ = network(torch.tensor([[bos, *ids[:40]]]))
+    direct = -float(F.log_softmax(logits[0, 10:-1], -1).gather(1, torch.tensor(ids[10:40])[:, None]).sum())
+    assert summed_nll(network, ids[:40], 10, 64, bos_id=bos) == pytest.approx(direct, rel=1e-5)
+    assert summed_nll(network, ids[:40], 10, 64, bos_id=None) != pytest.approx(direct, rel=1e-5)
+
+    read = []
+
+    class Uniform(torch.nn.Module):
+        def forward(self, idx):
+            read.extend(idx.tolist())
+            return torch.zeros(*idx.shape, 65), None
+
+    for text, first in ((ids, 1), (ids, 5), (ids, 16), ([bos, *ids], 1)):
+        read.clear()
+        assert summed_nll(Uniform(), text, first, 16, bos_id=bos) == pytest.approx((len(text) - first) * math.log(65))
+        assert all(row[0] == bos and len(row) <= 16 for row in read)
+        assert sum(row.count(bos) for row in read) == len(read)  # one BOS a row, never twice

@@ -195,7 +195,14 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
         assert torch.equal(exported.state_dict()[name], tensor), name
 
 
-SERVED = ["phi3-window-partial-rotary", "cohere-logit-scale", "falcon-new-architecture", "stablelm-parallel-qk-norm"]
+SERVED = [
+    "phi3-window-partial-rotary",
+    "cohere-logit-scale",
+    "falcon-new-architecture",
+    "stablelm-parallel-qk-norm",
+    "phi-parallel-partial-rotary",
+    "starcoder2-window",
+]
 
 
 def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(folders, zoo):
@@ -429,12 +436,35 @@ def test_the_gguf_export_reads_back_in_transformers_and_the_zoo(folders, zoo, tm
     assert largest_difference(reference, again.network, rows) <= TOLERANCE
 
 
+@pytest.mark.parametrize("case", ["phi-parallel-partial-rotary", "cohere-logit-scale"])
+def test_phi2_and_command_r_exports_read_back_in_the_zoo_and_llama_cpp_with_transformers_tokens(
+    folders, zoo, tmp_path, case
+):
+    """transformers' GGUF loader reads neither phi2 nor command-r: the export checks itself
+    by reading the file back in the zoo; here the file imports again with transformers'
+    logits, and llama.cpp itself continues the prompt with transformers' greedy tokens."""
+    from .test_interop_gguf_export import llama_cpp_greedy
+
+    folder, reference = folders[case]
+    assert zoo("import", "hf", str(folder), "--name", "imported").code == 0
+    done = zoo("export", "imported", "--format", "gguf", "--gguf-type", "f32", "--out", str(tmp_path / "out"))
+    assert done.code == 0, done.err
+    written = tmp_path / "out" / "imported.gguf"
+    done = zoo("import", "gguf", str(written), "--name", "again")
+    assert done.code == 0, done.err
+    again = zoo_core.load("again")
+    rows = [again.tokenizer.encode(p) for p in PROMPTS]
+    assert largest_difference(reference, again.network, rows) <= TOLERANCE
+    (answer,) = llama_cpp_greedy([{"model": str(written), "ids": rows[1], "count": NEW_TOKENS}])
+    assert answer["greedy"] == _greedy(reference, [rows[1]])[0]
+
+
 @pytest.mark.parametrize(
     "case, refusal",
     [
         ("phi3-window-partial-rotary", "does not read in a phi3 file"),
-        ("phi-parallel-partial-rotary", "does not read phi2 files"),
-        ("cohere-logit-scale", "does not read command-r files"),
+        ("phi-qk-layernorm", "llama.cpp's phi2 graph has no query/key norm"),
+        ("cohere-qk-norm", "llama.cpp's command-r reads them only in models of 64 layers or more"),
         ("starcoder2-window", "llama.cpp's starcoder2 has no key for one"),
         ("falcon-new-architecture", "is not laid out as falcon-7b"),
     ],

@@ -301,17 +301,14 @@ def test_a_gemma_gguf_file_imports_with_transformers_logits_and_exports_again(zo
 
     out = tmp_path / "exported"
     done = zoo("export", "from-gguf", "--format", "gguf", "--gguf-type", "f32", "--out", str(out))
-    if family == "gemma":  # llama.cpp has it, but transformers' GGUF loader, the export's check, has not
-        assert done.code == 1 and len(done.err.strip().splitlines()) == 1, done.err
-        assert "transformers' GGUF loader" in done.err and not out.exists()
-        return
     assert done.code == 0, done.err
     exported = out / "from-gguf.gguf"
     assert gguf.GGUFReader(exported).fields["general.architecture"].contents() == architecture
     done = zoo("import", "gguf", str(exported), "--name", "again")
     assert done.code == 0, done.err
     assert largest_difference(reference, zoo_core.load("again").network, rows) <= tolerance
-    # llama.cpp itself (node-llama-cpp's prebuilt build) reads the export and continues as the zoo does.
+    # llama.cpp itself (node-llama-cpp's prebuilt build) reads the export and continues as the zoo does:
+    # for Gemma (1), which transformers' GGUF loader does not read, the check the export lacks.
     ids = model.tokenizer.encode("a library on the corner")
     (answer,) = llama_cpp_greedy([{"model": str(exported), "ids": ids, "count": NEW_TOKENS}])
     assert answer["greedy"] == drawn.tokens

@@ -85,6 +85,28 @@ def folders(tmp_path_factory):
     return made
 
 
+BOS = "<|begin_of_text|>"
+
+
+@pytest.fixture(scope="module")
+def bos_folder(tmp_path_factory):
+    """A Llama whose tokenizer.json puts BOS first, as Llama 3's does (its post-processor)."""
+    from tokenizers import Tokenizer, processors
+
+    transformers.utils.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(vocab_size=320, **SMALL)).eval()
+    folder = tmp_path_factory.mktemp("llama3-bos")
+    model.save_pretrained(folder)
+    tokenizer = Tokenizer.from_str(byte_level_tokenizer(BOS, "<|endoftext|>").to_str())  # a copy: never the shared one
+    bos_id = tokenizer.token_to_id(BOS)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B:1", special_tokens=[(BOS, bos_id)]
+    )
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder, bos_id
+
+
 def _imported(zoo, folders, family: str) -> str:
     folder, _ = folders[family]
     done = zoo("import", "hf", str(folder), "--name", f"tiny-{family}")
@@ -359,3 +381,53 @@ def test_smollm2_exported_from_the_zoo_runs_in_llama_cpp_with_the_zoos_greedy_to
     (answer,) = llama_cpp_greedy([job])
     assert answer == {"greedy": tokens, "tokens": ids}
     assert zoo_core.load("smollm2-135m-instruct").tokenizer.decode(tokens).startswith(" Paris")
+
+
+# --- the beginning-of-sequence token -------------------------------------------------
+
+
+def _add_bos(path) -> tuple[bool, int | None]:
+    fields = gguf.GGUFReader(path).fields
+    bos = fields.get("tokenizer.ggml.bos_token_id")
+    return fields["tokenizer.ggml.add_bos_token"].contents(), bos.contents() if bos is not None else None
+
+
+def test_a_tokenizer_that_adds_bos_exports_it_and_imports_back_with_it(zoo, folders, bos_folder, tmp_path):
+    """An HF import whose tokenizer puts BOS first writes add_bos_token true and its id, so a
+    re-import (and llama.cpp) adds it again; a tokenizer without one writes false, as before."""
+    folder, bos_id = bos_folder
+    assert zoo("import", "hf", str(folder), "--name", "tiny-bos").code == 0
+    assert zoo_core.load("tiny-bos").card.tokenizer.bos_id == bos_id
+    path = _exported(zoo, "tiny-bos", "f32", tmp_path / "bos")
+    assert _add_bos(path) == (True, bos_id)
+    done = zoo("import", "gguf", str(path), "--name", "bos-again")
+    assert done.code == 0, done.err
+    assert zoo_core.load("bos-again").card.tokenizer.bos_id == bos_id
+
+    qwen2 = _imported(zoo, folders, "qwen2")  # byte-level BPE with no BOS: SmolLM2's case
+    assert zoo_core.load(qwen2).card.tokenizer.bos_id is None
+    path = _exported(zoo, qwen2, "f32", tmp_path / "plain")
+    assert _add_bos(path)[0] is False
+    assert zoo("import", "gguf", str(path), "--name", "plain-again").code == 0
+    assert zoo_core.load("plain-again").card.tokenizer.bos_id is None
+
+
+@pytest.mark.slow
+def test_llama_cpp_puts_the_exported_bos_first_where_the_zoo_does(zoo, folders, bos_folder, tmp_path):
+    """llama.cpp reads the export's add_bos_token: it puts BOS before a text for the
+    tokenizer that asks for it (and continues the zoo's prompt, BOS first, as the zoo
+    does), and nothing before one that does not."""
+    folder, bos_id = bos_folder
+    assert zoo("import", "hf", str(folder), "--name", "tiny-bos").code == 0
+    model = zoo_core.load("tiny-bos")
+    (drawn,) = model.sample([PROMPT], max_new_tokens=NEW_TOKENS, temperature=0)
+    ids = [bos_id, *model.tokenizer.encode(PROMPT)]  # what sample() reads (zoo_core.inference.bos)
+    qwen2 = _imported(zoo, folders, "qwen2")
+    jobs = [
+        {"model": str(_exported(zoo, "tiny-bos", "f32", tmp_path / "bos")), "ids": ids, "count": NEW_TOKENS,
+         "text": PROMPT, "bos": True},
+        {"model": str(_exported(zoo, qwen2, "f32", tmp_path / "plain")), "ids": [1], "count": 1, "bos": True},
+    ]  # fmt: skip
+    with_bos, without = llama_cpp_greedy(jobs)
+    assert with_bos == {"greedy": drawn.tokens, "tokens": ids[1:], "bos": bos_id}
+    assert without["bos"] is None

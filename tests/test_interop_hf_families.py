@@ -217,7 +217,14 @@ def test_a_family_imports_generates_and_exports_with_transformers_logits(folders
     assert again(PROMPTS[1], add_special_tokens=False)["input_ids"] == rows[1]
 
 
-SERVED = ["llama-gqa-untied", "mistral-sliding-window", "neox-parallel-partial-rotary"]
+SERVED = [
+    "llama-gqa-untied",
+    "mistral-sliding-window",
+    "neox-parallel-partial-rotary",
+    "qwen2-qkv-bias-tied",
+    "qwen3-qk-norm",
+    "gpt2",
+]
 
 
 def test_the_continuous_batching_server_answers_with_transformers_greedy_tokens(folders, zoo):

@@ -15,7 +15,12 @@ a context of history (a full one for the first half window). An unbounded
 model (``context_kind = "unbounded"``, a recurrent state) has no window: it
 reads the same history and then the whole scored text in chunks of its
 context, the state carried, so every token is predicted from all the text
-before it (zoo_core.inference.carried). The bits are the
+before it (zoo_core.inference.carried). A tokenizer that puts BOS first
+(``TokenizerSpec.bos_id``: Gemma, an HF Llama 3) gets it at the start of every
+window, as llama.cpp's perplexity starts each chunk: BOS, then at most a context
+less one of the text, so a window cut mid-document opens as the model was trained
+to read (models without one, SmolLM2 and the Shakespeare variants, are scored as
+before). The bits are the
 summed negative log-likelihoods / ln 2, divided by the scored text's UTF-8 bytes
 (or characters).
 """
@@ -42,14 +47,24 @@ METHOD = (
 
 
 @torch.no_grad()
-def summed_nll(network, ids: list[int], first: int, context: int, batch_size: int = 64, progress=None) -> float:
+def summed_nll(
+    network, ids: list[int], first: int, context: int, batch_size: int = 64, progress=None, bos_id: int | None = None
+) -> float:
     """Nats to predict ``ids[first:]``, each from at most ``context`` preceding tokens
     (``progress``: a WorkProgress told of each batch); an unbounded network
-    predicts each from all the tokens before it, read in chunks of ``context``."""
+    predicts each from all the tokens before it, read in chunks of ``context``.
+    With ``bos_id`` (a tokenizer that puts BOS first) every window starts as
+    llama.cpp's perplexity starts each chunk: BOS first, then at most ``context`` - 1
+    tokens of the text, so a window cut mid-document still opens as the model was
+    trained to read; the BOS is history, never scored."""
     if first < 1:
         raise ZooError("the first token has no history to be predicted from; give preceding text")
     if is_unbounded(network):
         return carried_nll(network, ids, first, context, progress=progress)
+    if bos_id is not None:
+        if context < 2:
+            raise ZooError("a window of BOS and the text needs a context of at least 2 tokens")
+        context -= 1  # the text's share of each window; BOS takes the other place
     stride = max(1, context // 2)
     tokens = torch.tensor(ids, dtype=torch.long)
     windows = []  # (input start, first target, end target)
@@ -58,6 +73,8 @@ def summed_nll(network, ids: list[int], first: int, context: int, batch_size: in
         end = min(target + stride if target > first else target + context, len(ids))
         windows.append((max(0, end - 1 - context), target, end))
         target = end
+    if bos_id is not None:
+        return _nll_after_bos(network, tokens, windows, bos_id, context + 1, batch_size, progress)
     was_training = network.training
     network.eval()
     total = 0.0
@@ -76,6 +93,39 @@ def summed_nll(network, ids: list[int], first: int, context: int, batch_size: in
             for row, (s, a, e) in enumerate(group):
                 positions = torch.arange(a - 1 - s, e - 1 - s)
                 total -= float(log_probs[row, positions, tokens[a:e]].double().sum())
+    finally:
+        network.train(was_training)
+    return total
+
+
+@torch.no_grad()
+def _nll_after_bos(network, tokens: torch.Tensor, windows, bos_id: int, context: int, batch_size: int, progress):
+    """``summed_nll``'s windows, each read after a BOS (kept as it is where the text already starts with it)."""
+    bos = torch.tensor([bos_id])
+    rows = []  # (input ids, where the first target's prediction is, first target, end target)
+    for s, a, e in windows:
+        piece = tokens[s : e - 1]
+        if int(piece[0]) == bos_id:
+            rows.append((piece, a - 1 - s, a, e))
+        else:
+            rows.append((torch.cat([bos, piece]), a - s, a, e))
+    was_training = network.training
+    network.eval()
+    total = 0.0
+    try:
+        full = [r for r in rows if len(r[0]) == context]
+        ragged = [r for r in rows if len(r[0]) != context]
+        groups = [full[i : i + batch_size] for i in range(0, len(full), batch_size)] + [[r] for r in ragged]
+        if progress is not None:
+            progress.stage(f"bits per byte over {sum(e - a for _, _, a, e in rows):,} tokens", len(groups))
+        for group in groups:
+            if progress is not None:
+                progress.advance()
+            logits, _ = network(torch.stack([row[0] for row in group]))
+            log_probs = F.log_softmax(logits.float(), dim=-1)
+            for i, (_, at, a, e) in enumerate(group):
+                positions = torch.arange(at, at + e - a)
+                total -= float(log_probs[i, positions, tokens[a:e]].double().sum())
     finally:
         network.train(was_training)
     return total
@@ -126,7 +176,7 @@ def network_bits_per_byte(
         ids = with_bos(bos_id, ids)
         history, ids = ids[:1], ids[1:]
         text = tokenizer.decode(history + ids)[len(tokenizer.decode(history)) :]
-    nats = summed_nll(network, history + ids, len(history), context, batch_size, progress=progress)
+    nats = summed_nll(network, history + ids, len(history), context, batch_size, progress=progress, bos_id=bos_id)
     bits = nats / math.log(2)
     return {
         "bits_per_byte": bits / len(text.encode("utf-8")),

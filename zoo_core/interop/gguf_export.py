@@ -177,12 +177,20 @@ def _tokenizer(writer, model, vocab_size: int) -> None:
     writer.add_token_types(types)
     # An empty list is still written: llama.cpp refuses a BPE vocabulary without the key.
     writer.add_key_value(gguf.Keys.Tokenizer.MERGES, merges, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)
-    writer.add_add_bos_token(False)  # the zoo encodes raw text; a chat template adds what it wants
+    # The card's BOS (an HF Llama 3's <|begin_of_text|>): llama.cpp, and the GGUF import,
+    # put it before a text as the zoo does (zoo_core.inference.bos); without one, nothing is added.
+    bos_id = model.card.tokenizer.bos_id
+    writer.add_add_bos_token(bos_id is not None)
+    if bos_id is not None:
+        writer.add_bos_token_id(bos_id)
     chat = model.card.chat
     if chat is not None:
         writer.add_chat_template(chat.template)
         ids = {token: i for i, token in enumerate(tokens)}
-        for text, add in ((chat.bos_token, writer.add_bos_token_id), (chat.eos_token, writer.add_eos_token_id)):
+        named = [(chat.eos_token, writer.add_eos_token_id)]
+        if bos_id is None:  # else written above: a key goes in once
+            named.append((chat.bos_token, writer.add_bos_token_id))
+        for text, add in named:
             if text is not None and text in ids:
                 add(ids[text])
 

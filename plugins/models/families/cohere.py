@@ -14,7 +14,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing
+from .checked import CheckedFamily, gguf_keys, refusing
 from .layout import GATED_KINDS, HF_ACTIVATIONS, hf_activation, zoo_activation
 from .llama import TENSORS as LLAMA_TENSORS
 from .rope import rope_parameters, rope_settings
@@ -117,7 +117,15 @@ COHERE = CheckedFamily(
     gguf_keys=GGUF_KEYS,
     gguf_checks=gguf_checks,
     gguf_settings=gguf_settings,
+    # transformers' GGUF loader reads no command-r file: the export is checked by reading it
+    # back in the zoo, and the tests run it in llama.cpp itself, whose graph fixes what follows.
     refuses_gguf=refusing(
-        (lambda c: True, f"is Cohere's, and {CHECKED_BY_TRANSFORMERS} does not read command-r files")
+        (lambda c: not c["tie_embeddings"], "has a head of its own; llama.cpp's command-r reads the embedding"),
+        (lambda c: c["attention_bias"] != "none", "has attention biases; llama.cpp's command-r reads none"),
+        (
+            lambda c: c.get("qk_norm") is not None and c["n_layer"] < 64,
+            "has query/key norms; llama.cpp's command-r reads them only in models of 64 layers or more",
+        ),
+        (lambda c: c["mlp"] != "swiglu", "has another feed-forward than swiglu, llama.cpp's command-r's only one"),
     ),
 )

@@ -360,11 +360,6 @@ def _gguf_checks(pattern: int, big_model_layers: int):
 
 def _gguf_refusal(pattern: int, big_model_layers: int):
     def refusal(config: dict[str, Any]) -> str | None:
-        if not pattern:
-            return (
-                "is a Gemma; llama.cpp has its gemma architecture, but transformers' GGUF loader, which checks "
-                "every export, does not read it (export as hf, or as Gemma 2 and 3 do)"
-            )
         if not config["tie_embeddings"] and pattern != 6:
             return "has a head of its own; llama.cpp's gemma and gemma2 graphs read the embedding as the head"
         try:

@@ -5,7 +5,8 @@ each head in transformers' rotate_half order.
 
 llama.cpp's ``phi2`` rotates NeoX-style and names the same tensors; its
 attention is read split (``attn_q``, ``attn_k``, ``attn_v``) or fused
-(``attn_qkv``). transformers' GGUF loader does not read it.
+(``attn_qkv``). transformers' GGUF loader does not read it: the export is checked
+by reading it back in the zoo (and, in the tests, in llama.cpp).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from zoo_core.errors import ZooError
 
-from .checked import CHECKED_BY_TRANSFORMERS, CheckedFamily, gguf_keys, refusing, rope_from_metadata, rotary_refusal
+from .checked import CheckedFamily, gguf_keys, refusing, rope_from_metadata, rotary_refusal
 from .layout import hf_activation, plain_hf_names, zoo_activation
 from .rope import rope_parameters, rope_settings
 from .tensors import HFTensor
@@ -125,5 +126,11 @@ PHI = PhiFamily(
     gguf_architecture="phi2",
     gguf_keys=GGUF_KEYS,
     gguf_checks=gguf_checks,
-    refuses_gguf=refusing((lambda c: True, f"is Phi-2, and {CHECKED_BY_TRANSFORMERS} does not read phi2 files")),
+    # transformers' GGUF loader reads no phi2 file: the export is checked by reading it back in
+    # the zoo, and the tests run it in llama.cpp itself, whose phi2 graph fixes what follows.
+    refuses_gguf=refusing(
+        (lambda c: c.get("qk_norm") is not None, "has qk_layernorm; llama.cpp's phi2 graph has no query/key norm"),
+        (lambda c: c["tie_embeddings"], "ties its head; llama.cpp's phi2 reads output.weight and its bias apart"),
+        (lambda c: c["mlp"] != "gelu-tanh", "has another feed-forward than gelu-tanh, llama.cpp's phi2's only one"),
+    ),
 )
