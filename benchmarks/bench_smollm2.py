@@ -11,7 +11,8 @@ would count the neighbours' work), on ``--threads`` threads for every side:
 
 - the floor: the memory roofline (bandwidth of a 256 MiB tensor copy ÷ the bytes of
   weights one token reads), and the 121 matrix-vector products of one token alone,
-  in float32 and through torch's dynamic int8 linear (fbgemm);
+  in float32 and as Q8_0 blocks through the zoo's PackedLinear and C kernel (what
+  ``--quantize int8`` makes of each linear layer);
 - greedy decoding of ``--tokens`` tokens after a short prompt (the prompt not timed):
   the zoo in float32, the zoo with ``--quantize int8``, transformers' ``generate``
   and llama.cpp (node-llama-cpp's prebuilt CPU build, benchmarks/llama_cpp_decode.mjs)
@@ -64,25 +65,27 @@ def per_cpu_second(run, tokens: int) -> float:
 
 def floor(threads: int) -> dict:
     """The roofline and the products alone, on random weights of SmolLM2's shapes."""
-    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+    import gguf
+
+    from zoo_core.loading.packed_modules import PackedLinear
 
     torch.manual_seed(0)
     shapes = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]  # qkv, proj, up, down; head
     weights = [torch.randn(*shape) for shape in shapes]
     inputs = {576: torch.randn(1, 576), 1536: torch.randn(1, 1536)}
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
     int8 = []
     for weight in weights:
-        linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-        linear.weight.data = weight
-        linear.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-        int8.append(Int8Linear.from_float(linear))
+        linear = PackedLinear(weight.shape[1], weight.shape[0], q8_0, None)
+        linear.weight = torch.from_numpy(gguf.quants.quantize(weight.numpy(), q8_0))
+        int8.append(linear)
     source = torch.empty(64 * 1024 * 1024)  # 256 MiB, far beyond the caches
     target = torch.empty_like(source)
     target.copy_(source)
     copy_seconds = min(timed_cpu(lambda: target.copy_(source)) for _ in range(5))
     bandwidth = 2 * source.numel() * 4 / copy_seconds  # read and written
     float_bytes = sum(w.numel() for w in weights) * 4
-    int8_bytes = float_bytes // 4
+    int8_bytes = sum(m.weight.numel() for m in int8)  # Q8_0: 34 bytes per 32 values
     with torch.inference_mode():
         float_seconds = min(
             timed_cpu(lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights]) for _ in range(5)

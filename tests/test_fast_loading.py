@@ -11,6 +11,7 @@ from torch import nn
 
 import zoo_core
 from zoo_core.inference.sampling import sample_tokens
+from zoo_core.loading.packed_modules import PackedLinear
 from zoo_core.storage.checkpoints import adopt_mapped
 from zoo_core.web.generation import ModelCache
 
@@ -29,7 +30,8 @@ def _log_probabilities(model, text: str) -> torch.Tensor:
 
 def test_int8_logits_stay_within_the_bound_of_float32():
     full, int8 = zoo_core.load("gpt-char-mini"), zoo_core.load("gpt-char-mini", quantize="int8")
-    assert isinstance(int8.network.blocks[0].attention.qkv, torch.ao.nn.quantized.dynamic.Linear)
+    qkv = int8.network.blocks[0].attention.qkv  # llama.cpp's Q8_0 blocks through the C kernel, not torch.ao
+    assert isinstance(qkv, PackedLinear) and qkv.kind.name == "Q8_0" and qkv.weight.dtype == torch.uint8
     assert "quantized int8 after the checks" in int8.verification.checks
     expected, found = _log_probabilities(full, PROMPT), _log_probabilities(int8, PROMPT)
     kl = (expected.exp() * (expected - found)).sum(dim=-1)

@@ -59,9 +59,11 @@ def tiny_llama(
     width=WIDTH,
     rows=None,
     architecture="llama",
+    tied=False,
 ) -> dict:
     """A two-layer llama (or ``architecture``) file of width 32 (feed-forward twice that) written by `gguf.GGUFWriter`; ``metadata``
-    replaces or adds keys (key -> (value, GGUFValueType)), ``drop`` leaves keys out.
+    replaces or adds keys (key -> (value, GGUFValueType)), ``drop`` leaves keys out;
+    ``tied``: no output.weight (the head is the embedding, as llama.cpp reads it).
     ``vocabulary``: (tokens, merges) for byte-level BPE, or a `sentencepiece` dict.
     Returns each matrix's values as the file stores them."""
     writer = gguf.GGUFWriter(str(path), architecture)
@@ -101,7 +103,7 @@ def tiny_llama(
     rng = np.random.default_rng(0)
     head = width // HEADS
     rows = rows or len(tokens)  # the vocabulary's rows in the embedding and the head
-    shapes = {"token_embd.weight": (rows, width), "output.weight": (rows, width)}
+    shapes = {"token_embd.weight": (rows, width), **({} if tied else {"output.weight": (rows, width)})}
     for i in range(layers):
         shapes.update(
             {

@@ -31,8 +31,11 @@ from ..errors import ZooError, printable
 from ..evaluation.bits import summed_nll
 from ..loading.packed_modules import PACKED_KEY, pack_modules
 from ..plugin_api import families
-from ..storage.checkpoints import sha256_file
+from ..storage.checkpoints import adopt_mapped, sha256_file, tied_names
+from ..storage.tensor_files import spilled
+from ..storage.user_catalogue import add_user_variant
 from ..training.progress import WorkProgress
+from .deferred_tensors import Deferred
 from .gguf_files import GGUFHeader, check_counts_fit_tensors, check_gguf_header, tensor_data
 from .gguf_packing import RowPacking, logical_values, value_shaped, without_tied_heads
 from .gguf_tokenizer import tokenizer_from_gguf
@@ -43,7 +46,6 @@ from .imports import (
     count_parameters,
     hub_repository_of,
     imported_card,
-    publish_import,
     tokenizer_for_vocabulary,
 )
 
@@ -73,7 +75,12 @@ def import_gguf(
     all float32 with ``dequantize``), its tokenizer as tokenizer.json ('hf'), its chat template,
     licence, name and sha256 in the card, and its perplexity on `REFERENCE_PARAGRAPH`.
     ``progress`` (a zoo_core.training.progress.WorkProgress) is told of each stage:
-    a 135M-parameter file takes half a minute."""
+    a 135M-parameter file takes half a minute.
+
+    It streams: the network's tensors are read from the memory-mapped file and made one
+    at a time (zoo_core.interop.deferred_tensors), each written to a scratch file and
+    mapped back from there, so the import holds about one tensor beside what the
+    reference paragraph's forward pass touches, never the model twice."""
     progress = progress or WorkProgress("import", enabled=False)
     header = check_gguf_header(source)
     metadata = header.metadata
@@ -89,20 +96,16 @@ def import_gguf(
     check_counts_fit_tensors(source, header, architecture)
     settings, context_length = record.config_from_gguf(metadata, source)
     tensors = tensor_data(source, header)
-    progress.stage("reading tensors", len(tensors))
-
     packing = None if dequantize else RowPacking(source, header, lambda tensor: _dequantized(source, tensor))
-    read = packing.read if packing is not None else (lambda tensor: _dequantized(source, tensor))
-
-    def counted(tensor) -> torch.Tensor:
-        values = read(tensor)
-        progress.advance()
-        return values
-
-    settings, renamed = record.tensors_from_gguf(settings, tensors, counted, source)
-    types = packing.settle(renamed) if packing is not None else {}
-    vocab = record.vocab_size(renamed)
+    # The record is handed deferred tensors: it arranges shapes only, and each of the
+    # network's tensors is read, made and written one at a time below.
+    settings, renamed = record.tensors_from_gguf(
+        settings, tensors, lambda tensor: _deferred(source, tensor, packing), source
+    )
     with tempfile.TemporaryDirectory() as scratch:
+        progress.stage("reading tensors", len({id(tensor) for tensor in renamed.values()}))
+        renamed, types = _streamed(renamed, packing, Path(scratch) / "tensors.bin", progress)
+        vocab = record.vocab_size(renamed)
         tokenizer_file = Path(scratch) / "tokenizer.json"
         tokenizer = _tokenizer(source, metadata)
         tokenizer_file.write_text(tokenizer.to_str(), encoding="utf-8")
@@ -131,7 +134,7 @@ def import_gguf(
         )
         card = card.model_copy(update={"chat": _chat(source, metadata), "tags": [*card.tags, _main_type(header)]})
         progress.stage("checking, measuring, writing", 3)  # build, reference paragraph, checkpoint
-        renamed = without_tied_heads(renamed, types)
+        renamed = without_tied_heads(renamed, types)  # a tied head is stored once
         network = check_card_fits_tensors(
             source,
             card,
@@ -140,13 +143,17 @@ def import_gguf(
             prepare=lambda net: pack_modules(net, types),
             shaped=value_shaped(renamed, types),
         )
-        network.load_state_dict(renamed)
+        # The network takes the mapped tensors as they are (no copy); a tied head shares the embedding's.
+        tied = tied_names(network)
+        adopt_mapped(network, {**renamed, **{head: renamed[first] for head, first in tied.items()}})
         progress.advance()
         card = _with_paragraph_metrics(card, network, tokenizer)
         packed = {PACKED_KEY: json.dumps(types, sort_keys=True)} if types else None
         progress.advance()
-        registry = publish_import(card, renamed, tokenizer_path, metadata=packed)
+        # Each tensor is its own map of the scratch file: written as it is, no copy made.
+        registry = add_user_variant(card, renamed, tokenizer_path, metadata=packed)
         progress.advance()
+        del network, renamed  # the scratch file's maps, before the folder goes
     progress.close()
     return card, registry
 
@@ -188,14 +195,68 @@ def _variant_name(source: Path, metadata: Mapping[str, Any]) -> str:
     return name
 
 
-def _dequantized(source: Path, tensor) -> torch.Tensor:
-    """One of the reader's tensors as float32 in torch's shape (ggml lists the row length first)."""
+DEQUANTIZE_CHUNK_BYTES = 16 << 20  # float32 made at once: gguf.quants' own temporaries are a few times this
+
+
+def _torch_shape(source: Path, tensor) -> tuple[int, ...]:
+    """A reader's tensor's shape in torch's order (ggml lists the row length first)."""
     shape = tuple(int(d) for d in reversed(tensor.shape))
     if len(shape) > 3:  # three: experts stacked, (experts, rows, row length)
         raise ZooError(f"{source}: tensor '{printable(tensor.name)}' has {len(shape)} dimensions (at most 3)")
-    # A copy: the reader's arrays are read-only views of the memory-mapped file.
-    values = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-    return torch.from_numpy(values.reshape(shape))
+    return shape
+
+
+def _dequantized(source: Path, tensor) -> torch.Tensor:
+    """One of the reader's tensors as float32 in torch's shape, made a few megabytes
+    of rows at a time: the package's dequantisers hold several temporaries the size of
+    what they are given, which for a whole embedding table would be gigabytes."""
+    shape = _torch_shape(source, tensor)
+    rows = tensor.data.reshape(-1, tensor.data.shape[-1])  # rows of values, or of block bytes
+    out = np.empty((rows.shape[0], shape[-1]), dtype=np.float32)
+    step = max(1, DEQUANTIZE_CHUNK_BYTES // (4 * shape[-1]))
+    for start in range(0, rows.shape[0], step):
+        out[start : start + step] = gguf.quants.dequantize(rows[start : start + step], tensor.tensor_type)
+    return torch.from_numpy(out.reshape(shape))
+
+
+def _deferred(source: Path, tensor, packing: RowPacking | None) -> Deferred:
+    """One of the reader's tensors, to be read only when the network's tensor it goes
+    into is made: as tagged rows of blocks (``packing``) or as float32 values."""
+    if packing is not None and packing.tagged(tensor):
+        return Deferred(packing.tagged_shape(tensor), torch.uint8, lambda: packing.read(tensor))
+    return Deferred(_torch_shape(source, tensor), torch.float32, lambda: _dequantized(source, tensor))
+
+
+def _streamed(
+    renamed: dict[str, torch.Tensor], packing: RowPacking | None, scratch: Path, progress: WorkProgress
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The record's tensors made one at a time (packed ones settled into their blocks),
+    each written to ``scratch`` and let go before the next is made; returned mapped from
+    there, one tensor under two names (a tied head) still one, with {name: type} of
+    those kept as blocks."""
+    first_name: dict[int, str] = {}
+    types: dict[str, str] = {}
+
+    def one_at_a_time():
+        for name, tensor in renamed.items():
+            if id(tensor) in first_name:
+                continue
+            first_name[id(tensor)] = name
+            values = tensor.materialize() if isinstance(tensor, Deferred) else tensor
+            if packing is not None and values.dtype == torch.uint8:
+                values, kind = packing.settle(name, values)
+                if kind is not None:
+                    types[name] = kind
+            progress.advance()
+            yield name, values
+            del values  # before the next is made
+
+    mapped = spilled(one_at_a_time(), scratch)
+    made = {name: mapped[first_name[id(tensor)]] for name, tensor in renamed.items()}
+    for name, tensor in renamed.items():
+        if first_name[id(tensor)] in types:
+            types[name] = types[first_name[id(tensor)]]
+    return made, types
 
 
 def _tokenizer(source: Path, metadata: Mapping[str, Any]) -> Tokenizer:

@@ -8,7 +8,8 @@ tag (the type's code and the row's length in values) and padded to the width
 of the widest type of that row length in the file — so that permuting and
 joining rows work as on floats and every row still says what it is.
 `RowPacking.settle` then turns each result back into plain blocks with one type,
-or, where a join mixed types, into float32 values (exactly the float import's).
+or, where a join mixed types, into float32 values (exactly the float import's),
+one tensor at a time as the import streams them (zoo_core.interop.deferred_tensors).
 """
 
 from __future__ import annotations
@@ -42,35 +43,31 @@ class RowPacking:
             if values in quantised:
                 self.widths[values] = max(self.widths.get(values, 0), _row_bytes(tensor.type, values))
 
+    def tagged(self, tensor) -> bool:
+        """Whether `read` gives the tensor as tagged rows of blocks (else as float32 values)."""
+        kind = gguf.GGMLQuantizationType(tensor.tensor_type)
+        return kind in TAGGED and len(tensor.shape) == 2 and int(tensor.shape[0]) in self.widths
+
+    def tagged_shape(self, tensor) -> tuple[int, int]:
+        """The shape of `read`'s rows for a tensor it tags."""
+        values, rows = (int(d) for d in tensor.shape)
+        return rows, TAG_BYTES + self.widths[values]
+
     def read(self, tensor) -> torch.Tensor:
         """The reader's tensor as tagged rows of blocks; plain floats for any other tensor."""
-        kind = gguf.GGMLQuantizationType(tensor.tensor_type)
-        if kind not in TAGGED or len(tensor.shape) != 2 or int(tensor.shape[0]) not in self.widths:
+        if not self.tagged(tensor):
             return self.dequantized(tensor)
+        kind = gguf.GGMLQuantizationType(tensor.tensor_type)
         values, rows = (int(d) for d in tensor.shape)
         width = _row_bytes(kind, values)
-        tagged = np.zeros((rows, TAG_BYTES + self.widths[values]), dtype=np.uint8)
+        tagged = np.zeros(self.tagged_shape(tensor), dtype=np.uint8)
         tagged[:, :TAG_BYTES] = np.frombuffer(struct.pack("<BI", int(kind), values), dtype=np.uint8)
         tagged[:, TAG_BYTES : TAG_BYTES + width] = np.asarray(tensor.data).view(np.uint8).reshape(rows, width)
         return torch.from_numpy(tagged)
 
-    def settle(self, tensors: dict[str, torch.Tensor]) -> dict[str, str]:
-        """Replace, in ``tensors``, each tagged result by its blocks (or floats where
-        its rows' types differ); return {name: type} of those kept as blocks. A tensor
-        two names share (a tied head) stays one tensor."""
-        settled: dict[int, tuple[torch.Tensor, str | None]] = {}
-        types = {}
-        for name, tensor in tensors.items():
-            if tensor.dtype != torch.uint8:
-                continue
-            if id(tensor) not in settled:
-                settled[id(tensor)] = self._settle_one(name, tensor)
-            tensors[name], kind = settled[id(tensor)]
-            if kind is not None:
-                types[name] = kind
-        return types
-
-    def _settle_one(self, name: str, tagged: torch.Tensor) -> tuple[torch.Tensor, str | None]:
+    def settle(self, name: str, tagged: torch.Tensor) -> tuple[torch.Tensor, str | None]:
+        """One tagged result as its blocks and their type, or as float32 values (and None)
+        where its rows' types differ or are floats."""
         if tagged.dim() != 2 or tagged.shape[1] < TAG_BYTES:
             raise ZooError(
                 f"{self.source}: tensor '{printable(name)}' was reshaped by its family's reader in a way its "
@@ -114,12 +111,12 @@ def _distinct(tags: torch.Tensor) -> list[tuple[int, int]]:
 
 
 def without_tied_heads(tensors: dict[str, torch.Tensor], types: dict[str, str]) -> dict[str, torch.Tensor]:
-    """``tensors`` less every second name of a packed tensor (a head tied to the
-    embedding): the checkpoint stores it once, and loading ties the head again."""
+    """``tensors`` less every second name of one tensor (a head tied to the
+    embedding, packed or float): the checkpoint stores it once, and loading ties the head again."""
     seen, kept = set(), {}
     for name, tensor in tensors.items():
-        if name in types and id(tensor) in seen:
-            types.pop(name)
+        if id(tensor) in seen:
+            types.pop(name, None)
             continue
         seen.add(id(tensor))
         kept[name] = tensor

@@ -31,8 +31,9 @@ from ..loading.api import build_network, catalogue
 from ..plugin_api.families import FamilyRecord
 from ..plugin_api.manager import get_plugins
 from ..plugin_api.sources import component_sources
-from ..storage.checkpoints import logical_parameters, shape_report
+from ..storage.checkpoints import expected_shapes, logical_parameters, shape_report, tied_names
 from ..storage.files import describe_os_error, read_limited
+from ..storage.initialisation import random_init_skipped
 from ..storage.locations import user_registry_path
 from ..storage.user_catalogue import USER_PLUGIN, add_user_variant
 
@@ -266,10 +267,11 @@ def check_card_fits_tensors(
     problem = family.size_problem(card.config, card.context_length, tensors if shaped is None else shaped)
     if problem:
         raise ZooError(f"{source}: {problem}")
-    network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
+    with random_init_skipped():  # its weights are replaced: no page of them need be touched
+        network = build_network(Variant(card, user_registry_path(), USER_PLUGIN, layer="user"))
     if prepare is not None:
         prepare(network)
-    expected = {n: tuple(t.shape) for n, t in network.state_dict().items()}
+    expected = expected_shapes(network.state_dict(), tied_names(network), tensors)  # a tied head: stored once or twice
     problem = shape_report(source, expected, {n: tuple(t.shape) for n, t in tensors.items()})
     if problem:
         raise ZooError(f"{problem} (the configuration does not describe this checkpoint)")

@@ -1,44 +1,33 @@
-"""``--quantize int8``: a loaded network's linear layers in 8-bit integers, for CPU decoding.
+"""``--quantize int8``: a loaded network's linear layers as llama.cpp's Q8_0 blocks, for CPU decoding.
 
 Decoding one token at a time reads every weight once per token, so it runs at the
-speed the memory hands weights over: int8 weights are a quarter of float32's bytes.
-torch's own dynamic quantization (fbgemm) keeps each output channel's int8 weights
-with a scale of their own and quantizes each input row as it comes; on this
-project's 2-core CPU it ran the 135M SmolLM2's matrix-vector products about four
-times as fast as float32, where torchao's weight-only int8 ran slower than float32
-(docs/benchmarks.md, "SmolLM2-135M"). Embeddings and norms stay float32.
+speed the memory hands weights over: Q8_0 keeps 8-bit integers with one float16
+scale per 32 values, 34 bytes where float32 takes 128. Each linear layer whose rows
+are whole 32-value blocks is quantised at load by the `gguf` package's own
+`gguf.quants.quantize` and becomes a `PackedLinear` (zoo_core.loading.packed_modules),
+the very layer a GGUF import's Q8_0 matrices load into: a token's product goes
+through the project's C kernel, which widens the blocks to float32 and never rounds
+the activations, so a row's numbers never depend on what it is computed beside.
+Embeddings, norms and other layers stay float32. This replaces torch.ao's
+deprecated dynamic int8 quantisation.
 
-fbgemm quantizes its whole input with one scale, so a token's logits would depend
-on the other tokens in the call: a prompt read at once would differ from one read
-token by token, and a row of a batch from the same row sampled alone. Each row
-(token) is therefore quantized on its own: decoding one token is one call as
-before, and a row's numbers never depend on what it is computed beside.
+It quantises again at every load; `zoo quantize NAME --to q8_0 --name NEW` saves the
+blocks once (zoo_core.interop.gguf_quantize), and the variant then loads by mapping.
 """
 
 from __future__ import annotations
 
-import warnings
-
+import gguf
+import numpy as np
 import torch
 from torch import nn
-from torch.ao.nn.quantized import dynamic
-from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from ..errors import ZooError
+from .packed_modules import PackedLinear
 
 QUANTIZE_KINDS = ("int8",)
-
-
-class RowByRowInt8Linear(dynamic.Linear):
-    """torch's dynamic int8 linear, each row of the input quantized with a scale of its own."""
-
-    def forward(self, x):
-        rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] == 1:
-            return super().forward(x)
-        return torch.cat([super(RowByRowInt8Linear, self).forward(row) for row in rows.split(1)]).view(
-            *x.shape[:-1], -1
-        )
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
+BLOCK = gguf.GGML_QUANT_SIZES[Q8_0][0]
 
 
 def check_quantize(quantize: str | None, name: str, device: torch.device, dtype: torch.dtype | None) -> None:
@@ -54,16 +43,16 @@ def check_quantize(quantize: str | None, name: str, device: torch.device, dtype:
 
 
 def quantize_network(network: nn.Module, quantize: str, name: str) -> nn.Module:
-    """``network`` with its ``nn.Linear`` layers swapped, in place, for int8 ones."""
-    if not any(isinstance(module, nn.Linear) for module in network.modules()):
+    """``network`` with its ``nn.Linear`` layers of whole 32-value rows swapped, in place, for Q8_0 ones."""
+    linears = [(owner, m) for owner, m in network.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
         raise ZooError(f"variant '{name}' has no linear layers for --quantize {quantize} to apply to")
-    with warnings.catch_warnings():  # torch.ao says it moves to torchao, whose int8 CPU path is slower here
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        return quantize_dynamic(
-            network,
-            {nn.Linear: per_channel_dynamic_qconfig},
-            dtype=torch.qint8,
-            mapping={nn.Linear: RowByRowInt8Linear},
-            inplace=True,
-        )
+    for owner, module in linears:
+        if module.in_features % BLOCK:
+            continue  # its rows are not whole blocks: it stays float32
+        values = module.weight.detach().float().contiguous().numpy()
+        packed = PackedLinear(module.in_features, module.out_features, Q8_0, module.bias)
+        packed.weight = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(values, Q8_0)))
+        parent, _, attribute = owner.rpartition(".")
+        setattr(network.get_submodule(parent) if parent else network, attribute, packed)
+    return network

@@ -152,6 +152,25 @@ def shape_report(path: Path, expected: dict[str, tuple], found: dict[str, tuple]
     return f"{path}: tensors do not match the model: " + "; ".join(parts) if parts else None
 
 
+def tied_names(model) -> dict[str, str]:
+    """{name: the earlier name it shares its parameter with}: a head tied to the
+    embedding. A checkpoint may store such a tensor once, under its first name
+    (an import does), or under both (a training run's state dict does)."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        owner = first.setdefault(id(parameter), name)
+        if owner != name:
+            tied[name] = owner
+    return tied
+
+
+def expected_shapes(target: Mapping[str, Any], tied: Mapping[str, str], stored) -> dict[str, tuple]:
+    """The shapes a checkpoint must hold: every tensor the model has, a tied one
+    only where the file stores it too."""
+    return {n: tuple(t.shape) for n, t in target.items() if n not in tied or n in stored}
+
+
 def load_verified(
     path: Path,
     expected_sha256: str | None,
@@ -184,8 +203,9 @@ def load_verified(
         tensors, actual, header, checks = _read_verified(path, expected_sha256, _size_limit(target.values()), progress)
     if not packed and PACKED_TYPES_KEY in (header.get("__metadata__") or {}):
         raise ZooError(f"{path}: {PACKED_REFUSAL}")
+    tied = tied_names(model)
     problem = shape_report(
-        path, {n: tuple(t.shape) for n, t in target.items()}, {n: tuple(t.shape) for n, t in tensors.items()}
+        path, expected_shapes(target, tied, tensors), {n: tuple(t.shape) for n, t in tensors.items()}
     )
     if problem:
         raise ZooError(problem)
@@ -205,11 +225,12 @@ def load_verified(
             if progress is not None:
                 progress.advance()
     card_checked = card is not None and check_header_card(path, header, card)
-    if verified_before and all(tensors[name].dtype == target[name].dtype for name in tensors):
-        adopt_mapped(model, tensors)
+    loaded = {**tensors, **{name: tensors[first] for name, first in tied.items() if name not in tensors}}
+    if verified_before and all(loaded[name].dtype == target[name].dtype for name in loaded):
+        adopt_mapped(model, loaded)
     else:
         with torch.no_grad():
-            model.load_state_dict(tensors, strict=True)  # float storage (e.g. bf16) is cast on copy
+            model.load_state_dict(loaded, strict=True)  # float storage (e.g. bf16) is cast on copy
     parameters = _counted_parameters(path, model, expected_parameters, checks)
     if identity is not None:  # every check passed: the next load of this very file maps it
         write_cache_entry(_verified_entry(path), identity, expected_sha256)
@@ -319,7 +340,9 @@ def verify_streamed(
             header = _parse_header(path, raw_header)
             layout = _tensor_layout(path, header, size - 8 - length)
             problem = shape_report(
-                path, {n: tuple(t.shape) for n, t in expected.items()}, {n: s for n, (_, s, _) in layout.items()}
+                path,
+                expected_shapes(expected, tied_names(network), layout),
+                {n: s for n, (_, s, _) in layout.items()},
             )
             if problem:
                 raise ZooError(problem)

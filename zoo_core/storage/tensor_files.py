@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
+import numpy as np
 import torch
 from safetensors.torch import save
 
 from ..errors import ZooError
-from .files import atomic_write, content_named, write_chunks
+from .files import atomic_write, content_named, describe_os_error, write_chunks
 
 # safetensors' dtypes in the order of its Rust enum: files list tensors of the
 # later (wider) types first.
@@ -109,3 +111,30 @@ def write_safetensors(
     named = (lambda: content_named(path, digest.hexdigest())) if by_content else None
     atomic_write(path, lambda temporary: write_chunks(temporary, hashed()), named=named)
     return digest.hexdigest()
+
+
+SPILL_ALIGNMENT = 64  # each spilled tensor starts on a boundary any dtype's view can take
+
+
+def spilled(tensors: Iterable[tuple[str, torch.Tensor]], path: Path) -> dict[str, torch.Tensor]:
+    """Write each tensor's bytes to the scratch file ``path`` as it comes (the next is
+    made only after this one is written and let go), then give every one back
+    memory-mapped from there: copy-on-write, their pages the file's, each in a map of
+    its own (distinct storages, as safetensors wants). What a streaming import holds
+    between making a network's tensors one at a time and writing its checkpoint."""
+    placed: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
+    try:
+        with open(path, "wb") as handle:
+            for name, tensor in tensors:
+                handle.write(b"\0" * (-handle.tell() % SPILL_ALIGNMENT))
+                placed[name] = (handle.tell(), tensor.dtype, tuple(tensor.shape))
+                handle.write(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().data)
+                del tensor
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot write scratch tensors: {describe_os_error(exc)}") from None
+    mapped = {}
+    for name, (offset, dtype, shape) in placed.items():
+        size = math.prod(shape) * dtype.itemsize
+        raw = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=(size,))
+        mapped[name] = torch.from_numpy(raw).view(dtype).reshape(shape)
+    return mapped
