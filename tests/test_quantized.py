@@ -106,17 +106,23 @@ def test_packed_import_decodes_as_the_float_import(zoo, tiny_file):
     assert torch.allclose(one, reference, rtol=0, atol=1e-4 * reference.abs().max().item())
 
 
-@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1])
+@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K])
 def test_kernel_is_the_float_product_up_to_the_order_of_additions(kind):
     assert ggml_kernels._library() is not None, "no C compiler: the packed layers fall back to dequantising"
+    assert int(kind) in ggml_kernels.KERNEL_TYPES
     generator = np.random.default_rng(3)
-    rows = torch.from_numpy(stored(generator.standard_normal((96, 640)).astype(np.float32), kind, seed=0))
+    rows = torch.from_numpy(stored(generator.standard_normal((97, 768)).astype(np.float32), kind, seed=0))
     weight = dequantize_rows(rows, kind)
-    for tokens in (1, 3):
-        x = torch.from_numpy(generator.standard_normal((tokens, 640)).astype(np.float32))
-        got = ggml_kernels.matvec(rows, int(kind), x)
-        bound = 640 * 2.0**-24 * (x.abs() @ weight.abs().T)
-        assert got is not None and ((got - x @ weight.T).abs() <= bound).all()
+    threads = torch.get_num_threads()
+    try:
+        for count, tokens in ((1, 1), (2, 3), (1, ggml_kernels.MAX_TOKENS), (2, ggml_kernels.MAX_TOKENS)):
+            torch.set_num_threads(count)  # the rows split between threads: each row's sum is one thread's
+            x = torch.from_numpy(generator.standard_normal((tokens, 768)).astype(np.float32))
+            got = ggml_kernels.matvec(rows, int(kind), x)
+            bound = 768 * 2.0**-24 * (x.abs() @ weight.abs().T)
+            assert got is not None and ((got - x @ weight.T).abs() <= bound).all(), (count, tokens)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_second_load_maps_the_file(zoo, tiny_file):

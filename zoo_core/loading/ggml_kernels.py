@@ -6,6 +6,9 @@ copy of each matrix at every call (4 bytes per weight, more than float32
 weights themselves); the C kernel reads each block once and widens its integers
 in registers. docs/benchmarks.md ("quantized") measures both against float32.
 
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K have a kernel; Q2_K and
+Q3_K (rare in files) are dequantised.
+
 The kernel is the project's own C file, compiled with the system's C compiler
 (``cc``, -O3 -march=native -fopenmp) into ``$ZOO_CACHE/kernels/`` under its
 source's sha256 (written to a temporary name and renamed: concurrent first uses
@@ -30,7 +33,7 @@ from ..storage.locations import cache_dir
 
 SOURCE = Path(__file__).with_name("kernels") / "ggml_matvec.c"
 FLAGS = ["-O3", "-march=native", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp"]
-KERNEL_TYPES = frozenset({2, 3, 6, 7, 8})  # ggml's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+KERNEL_TYPES = frozenset({2, 3, 6, 7, 8, 12, 13, 14})  # ggml's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K
 MAX_TOKENS = 8  # beyond a few rows of input, dequantising once and calling BLAS is faster
 
 
