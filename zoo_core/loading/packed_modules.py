@@ -7,15 +7,18 @@ header (`PACKED_KEY`). `pack_modules` swaps a built network's ``nn.Linear`` and
 ``nn.Embedding`` layers for these before the checkpoint is loaded into it, so
 a checkpoint's names stay the float network's and its bytes are the file's.
 
-The product of a token (or a few) goes through the project's C kernel
-(zoo_core.loading.ggml_kernels): each block's integers widened to float32 in
-registers and multiplied by the float32 activations as they are (no activation
-is rounded), so it differs from `zoo import gguf --dequantize` only in the order
-of float32 additions, as any two matrix libraries do. More rows of input (a
-prompt read at once), or no compiler: the weight is dequantised to the very
-float32 values of the float import and multiplied by `F.linear`, equal to it
-bit for bit. docs/benchmarks.md ("quantized") has the kernels measured against
-each other on this machine.
+The product of a token or a few (up to `MAX_TOKENS` rows: decoding, the
+batching server's rows) goes through the project's C kernel
+(zoo_core.loading.ggml_kernels): each activation row is rounded per block of 32
+values to 8-bit integers with one float scale (da = max|x| / 127, as llama.cpp's
+Q8_0), and the kernel computes W · x̂, the file's exact weights times the rounded
+activations, with integer dot products. That rounding is the only error it adds
+to the file's: each activation moves by at most da / 2, so each output moves by
+at most Σ_blocks da/2 · Σ|w| over the block (plus float32 reordering), about
+1e-3 of Σ|w·x| on random data. More rows of input (a prompt read at once), or
+no compiler: the weight is dequantised to the very float32 values of the float
+import and multiplied by `F.linear`, equal to it bit for bit. docs/benchmarks.md
+("quantized") has the kernels measured against each other on this machine.
 A head tied to the embedding holds no weight of its own: it reads the embedding's.
 """
 
@@ -102,8 +105,8 @@ class TiedPackedHead(nn.Module):
 
 
 def packed_linear(x: torch.Tensor, rows: torch.Tensor, kind: gguf.GGMLQuantizationType, bias) -> torch.Tensor:
-    """``F.linear(x, W, bias)`` for the weight W that ``rows`` hold: the C kernel for a
-    token or a few (zoo_core.loading.ggml_kernels), else dequantised and BLAS."""
+    """``F.linear(x, W, bias)`` for the weight W that ``rows`` hold: the C kernel (activations
+    rounded to 8 bits) for up to `MAX_TOKENS` rows (zoo_core.loading.ggml_kernels), else dequantised and BLAS."""
     out = matvec(rows, int(kind), x)
     if out is None:
         return F.linear(x, dequantize_rows(rows, kind), bias)
