@@ -157,8 +157,12 @@ def _replace(network: nn.Module, owner: str, module: nn.Module) -> None:
 def check_packed_finite(path, name: str, rows: torch.Tensor, type_name: str) -> None:
     """Every value a packed tensor holds is finite (its scales are float16 read from a file)."""
     kind = packed_type(type_name)
-    for start in range(0, rows.shape[0], 4096):  # a few MB of float32 at a time
-        if not bool(torch.isfinite(dequantize_rows(rows[start : start + 4096], kind)).all()):
+    # A few MB of float32 at a time, whatever the row length: 4096 rows of a 7B model's
+    # 11008-wide FFN would be 180 MB, and its dequantisation's temporaries several times that.
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    step = max(1, (1 << 20) // max(1, rows.shape[-1] // size * block))
+    for start in range(0, rows.shape[0], step):
+        if not bool(torch.isfinite(dequantize_rows(rows[start : start + step], kind)).all()):
             raise ZooError(f"{path}: tensor {printable(name)} ({type_name} blocks) holds NaN or infinite values")
 
 
