@@ -54,7 +54,8 @@ NODE_SCRIPT = ROOT / "benchmarks" / "llama_cpp_decode.mjs"
 
 
 def references() -> Path:
-    return Path(os.environ.get("ZOO_REFERENCES") or ROOT / ".references")
+    # Absolute: node resolves a relative NODE_PATH against its own working folder.
+    return Path(os.environ.get("ZOO_REFERENCES") or ROOT / ".references").resolve()
 
 
 def per_cpu_second(run, tokens: int) -> float:
