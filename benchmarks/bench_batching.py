@@ -10,10 +10,12 @@ alone, then CLIENTS clients at once, all streaming. Reported per server: tokens/
 and p95 over every request), and whether every text equals the other server's
 for the same prompt and seed.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.bench_batching [--rounds 5] [--clients 16]
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_batching [--rounds 5] [--clients 16] [--variant NAME]
 
 Writes its own section of docs/benchmarks.md (between markers; the rest of the
-file is left alone).
+file is left alone) for the default variant; another `--variant` (any in the
+catalogue, e.g. an imported SmolLM2 with ZOO_REGISTRY naming its registry) is
+printed only.
 """
 
 from __future__ import annotations
@@ -46,18 +48,18 @@ MAX_TOKENS = 56
 PROMPTS = ["ROMEO:", "KING", "JULIET:", "To be,", "MENENIUS", "Hark!"]
 
 
-def request_body(i: int) -> dict:
-    return {"model": VARIANT, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": MAX_TOKENS, "seed": i,
+def request_body(variant: str, i: int) -> dict:
+    return {"model": variant, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": MAX_TOKENS, "seed": i,
             "stream": True, "stream_options": {"include_usage": True}}
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, i: int) -> dict:
+async def one_stream(client: httpx.AsyncClient, url: str, variant: str, i: int) -> dict:
     """Time to first token, per-token latency after it, the text and its token count."""
     started = time.perf_counter()
     first = None
     pieces = []
     tokens = 0
-    async with client.stream("POST", url, json=request_body(i)) as response:
+    async with client.stream("POST", url, json=request_body(variant, i)) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if line.startswith("data: {"):
@@ -73,11 +75,11 @@ async def one_stream(client: httpx.AsyncClient, url: str, i: int) -> dict:
             "tokens": tokens, "seconds": total}
 
 
-async def wave(server: Server, clients: int, offset: int) -> tuple[list[dict], float]:
+async def wave(server: Server, variant: str, clients: int, offset: int) -> tuple[list[dict], float]:
     url = server.url + "/v1/completions"
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients)) as client:
         started = time.perf_counter()
-        results = await asyncio.gather(*(one_stream(client, url, offset + i) for i in range(clients)))
+        results = await asyncio.gather(*(one_stream(client, url, variant, offset + i) for i in range(clients)))
         return list(results), time.perf_counter() - started
 
 
@@ -96,8 +98,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: %(default)s)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent streaming clients (default: %(default)s)")
+    parser.add_argument("--variant", default=VARIANT, help="the served variant (default: %(default)s)")
     parser.add_argument("--no-write", action="store_true", help="print, do not touch docs/benchmarks.md")
     args = parser.parse_args()
+    variant = args.variant
 
     load_before = machine_load()
     servers = {
@@ -110,17 +114,17 @@ def main() -> None:
     texts: dict = {name: {} for name in servers}
     try:
         for server in servers.values():
-            asyncio.run(wave(server, args.clients, 0))  # warm: the model loaded, the batch thread started
+            asyncio.run(wave(server, variant, args.clients, 0))  # warm: the model loaded, the batch thread started
         for round_ in range(args.rounds):
             order = list(servers) if round_ % 2 == 0 else list(reversed(servers))
             for name in order:
                 pid = servers[name].process.pid
                 used = cpu_seconds(pid)
-                (alone,), seconds = asyncio.run(wave(servers[name], 1, 0))
+                (alone,), seconds = asyncio.run(wave(servers[name], variant, 1, 0))
                 rates[name]["single"].append(alone["tokens"] / seconds)
                 cpu[name]["single"].append((cpu_seconds(pid) - used) * 1000 / alone["tokens"])
                 used = cpu_seconds(pid)
-                results, seconds = asyncio.run(wave(servers[name], args.clients, 0))
+                results, seconds = asyncio.run(wave(servers[name], variant, args.clients, 0))
                 tokens = sum(r["tokens"] for r in results)
                 rates[name]["many"].append(tokens / seconds)
                 cpu[name]["many"].append((cpu_seconds(pid) - used) * 1000 / tokens)
@@ -137,7 +141,7 @@ def main() -> None:
         BEGIN,
         "## Continuous batching (`zoo serve`, loopback)",
         "",
-        f"`python -m benchmarks.bench_batching` — `{VARIANT}`, {MAX_TOKENS} tokens per streamed completion, "
+        f"`python -m benchmarks.bench_batching` — `{variant}`, {MAX_TOKENS} tokens per streamed completion, "
         f"{args.rounds} interleaved rounds, each: one client alone, then {args.clients} clients at once. "
         f"Batched: `--max-concurrent {args.clients}`; unbatched: `--max-concurrent 1` (one row at a time, the "
         f"old behaviour). Tokens/s: median (min–max) over rounds; latencies: p50 / p95 over all "
@@ -173,7 +177,7 @@ def main() -> None:
     ]
     section = "\n".join(lines)
     print(section)
-    if args.no_write:
+    if args.no_write or variant != VARIANT:
         return
     write_section("bench_batching", section)
     print(f"written to {BENCHMARKS_PAGE}")
