@@ -9,8 +9,8 @@ in CPU seconds of the computing process (the machine is shared), on 1 and 2 thre
   gives (bandwidth ÷ bytes of weights one token reads); then the candidate
   matrix-vector kernels alone on SmolLM2's shapes for one token (30 layers of
   query-key-value 960×576, output 576×576, gate-up 3072×576, down 576×1536, and the
-  49152×576 head): float32 `F.linear`, torch's dynamic int8 (fbgemm, today's
-  ``--quantize int8``), torch's packed ``_weight_int8pack_mm`` and
+  49152×576 head): float32 `F.linear`, torch.ao's dynamic int8 (fbgemm: ``--quantize
+  int8`` before issue 54, the speed the issue holds the packed kernel to), torch's packed ``_weight_int8pack_mm`` and
   ``_weight_int4pack_mm_for_cpu``, dequantise-per-call then `F.linear`, and the
   zoo's C kernel on Q4_1, Q4_0 and Q8_0 blocks;
 - greedy decoding of ``--tokens`` tokens after a short prompt (the prompt not
@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -73,11 +74,13 @@ def kernels(threads: int) -> dict:
         first = {w.shape: torch.from_numpy(gguf.quants.quantize(w.numpy(), kind)) for w in weights[:4] + weights[-1:]}
         blocks[kind] = [first[w.shape].clone() for w in weights]
     fbgemm = []
-    for weight in weights:
-        linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-        linear.weight.data = weight
-        linear.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-        fbgemm.append(Int8Linear.from_float(linear))
+    with warnings.catch_warnings():  # torch.ao's deprecation: the old path, measured as the issue's reference
+        warnings.simplefilter("ignore", UserWarning)
+        for weight in weights:
+            linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+            linear.weight.data = weight
+            linear.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+            fbgemm.append(Int8Linear.from_float(linear))
     int8pack = [(torch.randint(-127, 127, w.shape, dtype=torch.int8), torch.rand(w.shape[0])) for w in weights]
     int4pack = [
         (
@@ -93,7 +96,7 @@ def kernels(threads: int) -> dict:
 
     candidates = {
         "float32 F.linear": (lambda: [F.linear(x(w.shape[1]), w) for w in weights], 4.0),
-        "dynamic int8 (fbgemm, --quantize int8)": (lambda: [m(x(m.in_features)) for m in fbgemm], 1.0),
+        "torch.ao dynamic int8 (fbgemm, the old --quantize int8)": (lambda: [m(x(m.in_features)) for m in fbgemm], 1.0),
         "aten _weight_int8pack_mm (per-row int8)": (
             lambda: [torch.ops.aten._weight_int8pack_mm(x(w.shape[1]), w, s) for w, s in int8pack],
             1.0,
