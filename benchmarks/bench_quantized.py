@@ -17,6 +17,9 @@ in CPU seconds of the computing process (the machine is shared), on 1 and 2 thre
   timed): the zoo on the file's blocks (`zoo import gguf`), the zoo in float32
   (`--dequantize`) and llama.cpp (node-llama-cpp) on the file itself, the sides
   alternating, the order reversed every round;
+- prompt reading: a ``PROMPT_TOKENS``-token prompt (the opening of Tiny Shakespeare)
+  read at once, in tokens per CPU second, the same three sides alternating (the
+  zoo reads a prompt this long by dequantising each matrix and BLAS);
 - the catalogue's size against the file's, the peak RSS of a fresh process that
   loads and decodes 16 tokens, and how far the kernel's logits are from the
   float32 import's over the decoded tokens.
@@ -40,10 +43,11 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.bench_smollm2 import GGUF, PROMPT, llama_cpp, references, timed_cpu
-from benchmarks.common import load_text, machine_load, spread, spread_text, write_section
+from benchmarks.common import ROOT, load_text, machine_load, spread, spread_text, write_section
 from benchmarks.gguf_decoding import fresh_process, greedy_decoder, import_packed_and_float32, interleaved
 
 PACKED, FLOAT = "smollm2-q4-1", "smollm2-f32"
+PROMPT_TOKENS = 512  # the issue's prompt-reading figure
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
 
 
@@ -170,6 +174,30 @@ def decoding(rounds: int, tokens: int, threads: int, gguf: Path, packed, full) -
     }
 
 
+def prompt_reading(rounds: int, threads: int, gguf: Path, packed, full) -> dict:
+    """Tokens per CPU second of reading a long prompt at once: the zoo (packed, float32) and llama.cpp."""
+    torch.set_num_threads(threads)
+    opening = (ROOT / "data" / "tinyshakespeare.txt").read_text()[:4000]
+    text = full.tokenizer.decode(full.tokenizer.encode(opening)[:PROMPT_TOKENS])
+    ids = torch.tensor([full.tokenizer.encode(text)])
+
+    def zoo_side(model):
+        def run():
+            with torch.inference_mode():
+                seconds = timed_cpu(lambda: model.network(ids, cache=model.network.make_cache()))
+            return ids.shape[1] / seconds
+
+        return run
+
+    def llama_side():
+        result = llama_cpp(gguf, threads, 1, text)
+        return result["prompt_tokens"] / result["prompt_cpu_seconds"]
+
+    sides = {"zoo packed Q4_1": zoo_side(packed), "zoo float32": zoo_side(full), "llama.cpp": llama_side}
+    runs = interleaved(sides, rounds)
+    return {"tokens": ids.shape[1], "tokens_per_cpu_second": {side: spread(values) for side, values in runs.items()}}
+
+
 def measure(rounds: int, tokens: int, work: Path) -> dict:
     gguf = references() / GGUF
     if not gguf.exists():
@@ -199,6 +227,7 @@ def measure(rounds: int, tokens: int, work: Path) -> dict:
         report["threads"][threads] = {
             "kernels": kernels(threads),
             "decoding": decoding(rounds, tokens, threads, gguf, packed, full),
+            "prompt": prompt_reading(rounds, threads, gguf, packed, full),
         }
     report["load_average"] = machine_load()
     return report
@@ -248,7 +277,14 @@ def table(report: dict, command: str) -> str:
             f"logit gap between the kernel and the float32 import over 7 decoded tokens, relative to the largest "
             f"logit: {decode['largest_relative_logit_gap']:.1e}.",
             "",
+            f"**{threads} thread(s): reading a {part['prompt']['tokens']}-token prompt at once**",
+            "",
+            "| side | tokens per CPU-second |",
+            "|---|---|",
         ]
+        for side, values in part["prompt"]["tokens_per_cpu_second"].items():
+            lines.append(f"| {side} | {spread_text(values, '.1f')} |")
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -109,10 +109,10 @@ def timed_cpu(run) -> float:
     return time.process_time() - began
 
 
-def llama_cpp(gguf: Path, threads: int, tokens: int) -> dict:
+def llama_cpp(gguf: Path, threads: int, tokens: int, prompt: str = PROMPT) -> dict:
     modules = references() / "node-llama-cpp" / "node_modules"
     done = subprocess.run(
-        ["node", str(NODE_SCRIPT), str(gguf), str(threads), str(tokens), PROMPT],
+        ["node", str(NODE_SCRIPT), str(gguf), str(threads), str(tokens), prompt],
         env={**os.environ, "NODE_PATH": str(modules)},
         capture_output=True,
         text=True,
