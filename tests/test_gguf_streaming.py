@@ -57,3 +57,14 @@ def test_a_tied_head_is_stored_once_and_tied_again_at_load(tied_file, private_ho
     # a second load maps the verified file; the head is the embedding there too
     again = load("tied-float").network
     assert again.lm_head.weight is again.token_embedding.weight
+
+
+def test_the_scratch_file_lives_in_the_catalogue_not_in_tmp(tied_file, private_home, zoo, monkeypatch, tmp_path):
+    """Where /tmp is memory (tmpfs), a scratch file there would hold the streamed model
+    in RAM: the import writes it beside the catalogue, and leaves nothing behind."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))  # a /tmp the import cannot use
+    done = zoo("import", "gguf", str(tied_file[0]), "--name", "beside", "--dequantize")
+    assert done.code == 0, done.err
+    assert not [p for p in private_home.iterdir() if p.name.startswith(".import-")]

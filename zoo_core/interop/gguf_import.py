@@ -32,6 +32,8 @@ from ..evaluation.bits import summed_nll
 from ..loading.packed_modules import PACKED_KEY, pack_modules
 from ..plugin_api import families
 from ..storage.checkpoints import adopt_mapped, sha256_file, tied_names
+from ..storage.files import describe_os_error
+from ..storage.locations import zoo_home
 from ..storage.tensor_files import spilled
 from ..storage.user_catalogue import add_user_variant
 from ..training.progress import WorkProgress
@@ -102,7 +104,9 @@ def import_gguf(
     settings, renamed = record.tensors_from_gguf(
         settings, tensors, lambda tensor: _deferred(source, tensor, packing), source
     )
-    with tempfile.TemporaryDirectory() as scratch:
+    # The scratch file beside the catalogue, not in /tmp: where /tmp is memory (tmpfs, as on
+    # Fedora and Arch) the streamed tensors would sit in RAM, and the checkpoint is going there anyway.
+    with tempfile.TemporaryDirectory(dir=_catalogue_folder(), prefix=".import-") as scratch:
         progress.stage("reading tensors", len({id(tensor) for tensor in renamed.values()}))
         renamed, types = _streamed(renamed, packing, Path(scratch) / "tensors.bin", progress)
         vocab = record.vocab_size(renamed)
@@ -156,6 +160,15 @@ def import_gguf(
         del network, renamed  # the scratch file's maps, before the folder goes
     progress.close()
     return card, registry
+
+
+def _catalogue_folder() -> Path:
+    home = zoo_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ZooError(f"{home}: cannot write the user catalogue ($ZOO_HOME): {describe_os_error(exc)}") from None
+    return home
 
 
 def read_back(source: Path) -> tuple[dict[str, Any], int, dict[str, torch.Tensor]]:
