@@ -85,6 +85,9 @@ def test_the_hf_extra_alone_exports_and_imports_hf_folders(venvs, tmp_path):
     _succeeds(_zoo(python, tmp_path, "export", VARIANT, "--format", "hf", "--out", "folder"))
     _succeeds(_zoo(python, tmp_path, "import", "hf", "folder", "--name", "back"))
     _refused_naming(_zoo(python, tmp_path, "export", VARIANT, "--format", "gguf", "--out", "gguf"), "gguf")
+    # --quantize int8 keeps llama.cpp's Q8_0 blocks: the gguf extra's, refused before anything loads
+    _refused_naming(_zoo(python, tmp_path, "sample", VARIANT, "--quantize", "int8", "--prompt", "ROMEO:",
+                             "--max-new-tokens", "2"), "gguf")
 
 
 def test_the_onnx_extra_alone_exports_onnx(venvs, tmp_path):

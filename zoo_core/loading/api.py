@@ -263,7 +263,13 @@ def _pack_for(network, variant: Variant) -> dict:
     metadata = checkpoints.read_header(variant.checkpoint_path).get("__metadata__") or {}
     if "zoo.ggml_types" not in metadata:
         return {}
-    from .packed_modules import check_packed_finite, header_types, pack_modules
+    try:
+        from .packed_modules import check_packed_finite, header_types, pack_modules
+    except ModuleNotFoundError as missing:
+        raise ZooError(
+            f"variant '{variant.name}' keeps a GGUF file's quantised blocks; its layers need llama.cpp's "
+            f"gguf package ({missing.name} is missing): pip install 'zoo-lm[gguf]'"
+        ) from None
 
     types = header_types(metadata)
     pack_modules(network, types)
