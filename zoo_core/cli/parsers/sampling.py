@@ -19,7 +19,8 @@ def sample_arguments(commands) -> None:
         "sample",
         help="continue a prompt (task models such as the puzzle answer it)",
         description="Continue a prompt with a language model, or ask a task model (the puzzle) a question. "
-        "Sample i of --num-samples N is drawn with seed SEED+i: `--seed SEED+i` alone gives it again.",
+        "Sample i of --num-samples N is drawn with seed SEED+i: `--seed SEED+i` alone gives it again "
+        "(a quantised variant's after some tokens parts from it: docs/scaling.md).",
     )
     p.add_argument("name", help="the variant to sample (see `zoo list`)")
     p.add_argument(
