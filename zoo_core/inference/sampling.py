@@ -17,7 +17,9 @@ Each also takes the options as keywords (``max_new_tokens=40, top_k=1``), which
 Reproducibility: every row draws from its own generator, seeded with its own
 seed, and a row's draws never depend on the other rows. Row ``i`` of a batch
 sampled with seeds ``[s, s+1, ...]`` is the sample drawn alone with seed
-``s+i`` (``sample_seeds`` names that rule; tests check it token for token).
+``s+i`` (``sample_seeds`` names that rule; tests check it token for token),
+except through quantised layers, whose activation rounding magnifies the
+batch's last-bit differences (docs/scaling.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ sample` feeds it; after that:
 
 Every row keeps its own seeded generator and settings and draws from its own
 logits, so it gets the tokens `zoo sample` draws for its prompt and seed,
-whatever else runs beside it. ``Admission`` bounds the rows running and
+whatever else runs beside it; quantised layers excepted, whose activation
+rounding magnifies the batch's last-bit differences (docs/scaling.md). ``Admission`` bounds the rows running and
 waiting across all variants; past that a request is refused (HTTP 429).
 """
 
