@@ -62,7 +62,9 @@ def _module(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
     if not node.level:
         return [node.module or ""]
     package = list(path.relative_to(ROOT).with_suffix("").parts)[: -node.level]
-    return [".".join(package + ([node.module] if node.module else []))]
+    if node.module is None:  # `from . import sibling` imports the sibling modules
+        return [".".join(package + [alias.name]) for alias in node.names]
+    return [".".join(package + [node.module])]
 
 
 @functools.cache

@@ -32,7 +32,7 @@ from .lookup import (  # the front's part, here too: the API's one address
     require_components,
     unbuildable_reason,
 )
-from .quantizing import check_quantize, quantize_network
+from .quantizing import check_quantize
 from .sizing import build_on_meta, counted
 
 __all__ = [
@@ -249,7 +249,7 @@ def load_variant(
     network.eval()
     place(network, target, target_dtype)
     if quantize is not None:
-        quantize_network(network, quantize, name)
+        _packed_modules(name).quantize_network(network, "Q8_0", name)
         verification.checks.append(f"quantized {quantize} after the checks")
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built
@@ -263,20 +263,26 @@ def _pack_for(network, variant: Variant) -> dict:
     metadata = checkpoints.read_header(variant.checkpoint_path).get("__metadata__") or {}
     if "zoo.ggml_types" not in metadata:
         return {}
-    try:
-        from .packed_modules import check_packed_finite, header_types, pack_modules
-    except ModuleNotFoundError as missing:
-        raise ZooError(
-            f"variant '{variant.name}' keeps a GGUF file's quantised blocks; its layers need llama.cpp's "
-            f"gguf package ({missing.name} is missing): pip install 'zoo-lm[gguf]'"
-        ) from None
-
-    types = header_types(metadata)
-    pack_modules(network, types)
+    packed_modules = _packed_modules(variant.name)
+    types = packed_modules.header_types(metadata)
+    packed_modules.pack_modules(network, types)
     return {
-        name: lambda path, shown, rows, kind=kind: check_packed_finite(path, shown, rows, kind)
+        name: lambda path, shown, rows, kind=kind: packed_modules.check_packed_finite(path, shown, rows, kind)
         for name, kind in types.items()
     }
+
+
+def _packed_modules(name: str):
+    """zoo_core.loading.packed_modules, imported only when a variant has packed layers:
+    it needs llama.cpp's gguf package, an extra."""
+    try:
+        from . import packed_modules
+    except ModuleNotFoundError as missing:
+        raise ZooError(
+            f"variant '{name}' keeps quantised blocks; its layers need llama.cpp's "
+            f"gguf package ({missing.name} is missing): pip install 'zoo-lm[gguf]'"
+        ) from None
+    return packed_modules
 
 
 def verify_variant_files(variant: Variant, plugins: PluginSet | None = None) -> checkpoints.Verification:

@@ -28,6 +28,7 @@ import json
 from typing import Mapping
 
 import gguf
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -58,6 +59,17 @@ class PackedLinear(nn.Module):
         self.packed_values = in_features * out_features  # what the parameter count counts
         self.register_buffer("weight", _rows(out_features, row_bytes(kind, in_features), bias, device))
         self.bias = bias
+
+    @classmethod
+    def quantized_from(cls, linear: nn.Linear, type_name: str) -> PackedLinear | None:
+        """``linear`` quantised by gguf's own ``quantize`` to ``type_name`` ("Q8_0"); None when its rows are not whole blocks."""
+        kind = gguf.GGMLQuantizationType[type_name]
+        if linear.in_features % gguf.GGML_QUANT_SIZES[kind][0]:
+            return None
+        packed = cls(linear.in_features, linear.out_features, kind, linear.bias)
+        values = linear.weight.detach().float().contiguous().numpy()
+        packed.weight = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(values, kind)))
+        return packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return packed_linear(x, self.weight, self.kind, self.bias)
@@ -111,6 +123,21 @@ def packed_linear(x: torch.Tensor, rows: torch.Tensor, kind: gguf.GGMLQuantizati
     if out is None:
         return F.linear(x, dequantize_rows(rows, kind), bias)
     return out if bias is None else out + bias
+
+
+def quantize_network(network: nn.Module, type_name: str, name: str) -> nn.Module:
+    """``network`` with its ``nn.Linear`` layers of whole-block rows swapped, in place, for
+    ``type_name`` ("Q8_0") ones: ``--quantize int8`` (zoo_core.loading.quantizing)."""
+    linears = [(owner, m) for owner, m in network.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ZooError(f"variant '{name}' has no linear layers for --quantize to apply to")
+    for owner, module in linears:
+        packed = PackedLinear.quantized_from(module, type_name)
+        if packed is None:
+            continue  # its rows are not whole blocks: it stays float32
+        parent, _, attribute = owner.rpartition(".")
+        setattr(network.get_submodule(parent) if parent else network, attribute, packed)
+    return network
 
 
 def pack_modules(network: nn.Module, types: Mapping[str, str]) -> None:

@@ -9,7 +9,8 @@ the very layer a GGUF import's Q8_0 matrices load into: a token's product goes
 through the project's C kernel (its activations rounded to 8 bits per block, as
 llama.cpp rounds them). Embeddings, norms and other layers stay float32. This
 replaces torch.ao's deprecated dynamic int8 quantisation. The blocks are the gguf
-package's, an extra: without it `--quantize` is refused in one line.
+package's, an extra: without it `--quantize` is refused in one line, here, and the
+swap itself (`quantize_network`) lives beside the packed layers.
 
 It quantises again at every load; `zoo quantize NAME --to q8_0 --name NEW` saves the
 blocks once (zoo_core.interop.gguf_quantize), and the variant then loads by mapping.
@@ -19,9 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import torch
-from torch import nn
 
 from ..errors import ZooError
 
@@ -42,25 +41,3 @@ def check_quantize(quantize: str | None, name: str, device: torch.device, dtype:
         raise ZooError(
             f"--quantize {quantize} keeps llama.cpp's Q8_0 blocks and needs its gguf package: pip install 'zoo-lm[gguf]'"
         )
-
-
-def quantize_network(network: nn.Module, quantize: str, name: str) -> nn.Module:
-    """``network`` with its ``nn.Linear`` layers of whole 32-value rows swapped, in place, for Q8_0 ones."""
-    import gguf  # an extra; check_quantize has refused the load without it
-
-    from .packed_modules import PackedLinear
-
-    q8_0 = gguf.GGMLQuantizationType.Q8_0
-    block = gguf.GGML_QUANT_SIZES[q8_0][0]
-    linears = [(owner, m) for owner, m in network.named_modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ZooError(f"variant '{name}' has no linear layers for --quantize {quantize} to apply to")
-    for owner, module in linears:
-        if module.in_features % block:
-            continue  # its rows are not whole blocks: it stays float32
-        values = module.weight.detach().float().contiguous().numpy()
-        packed = PackedLinear(module.in_features, module.out_features, q8_0, module.bias)
-        packed.weight = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(values, q8_0)))
-        parent, _, attribute = owner.rpartition(".")
-        setattr(network.get_submodule(parent) if parent else network, attribute, packed)
-    return network
