@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 
 import gguf
-import numpy as np
 import torch
 from torch import nn
 
 from ..errors import ZooError
 from ..loading.api import load
+from ..loading.ggml_blocks import quantize_rows
 from ..loading.packed_modules import PACKED_KEY
 from ..storage.user_catalogue import add_user_variant
 from .imports import check_name_is_free
@@ -51,8 +51,7 @@ def quantize_variant(name: str, to: str, new_name: str, replace: bool = False):
         if id(module.weight) in packed_ids:  # a head tied to the embedding: saved once, tied again at load
             tensors.pop(key, None)
             continue
-        values = module.weight.detach().float().contiguous().numpy()
-        tensors[key] = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(values, kind)))
+        tensors[key] = quantize_rows(module.weight, kind)
         types[key] = kind.name
         packed_ids.add(id(module.weight))
     if not types:

@@ -249,7 +249,7 @@ def load_variant(
     network.eval()
     place(network, target, target_dtype)
     if quantize is not None:
-        _packed_modules(name).quantize_network(network, "Q8_0", name)
+        _packed_modules(name).quantize_network(network, quantize, name)
         verification.checks.append(f"quantized {quantize} after the checks")
     if card.tokenizer.sha256 is not None and variant.tokenizer_path is not None:
         verification.checks.append("tokenizer sha256")  # checked by load_tokenizer, before anything was built

@@ -94,3 +94,9 @@ def dequantize_rows(rows: torch.Tensor, kind: gguf.GGMLQuantizationType) -> torc
     # K-quants: the package's numpy code (it copies; the rows asked for are what is copied)
     array = np.ascontiguousarray(rows.reshape(-1, width).numpy())
     return torch.from_numpy(np.asarray(gguf.quants.dequantize(array, kind), dtype=np.float32)).reshape(*lead, values)
+
+
+def quantize_rows(weight: torch.Tensor, kind: gguf.GGMLQuantizationType) -> torch.Tensor:
+    """``weight``'s rows (whole blocks of ``kind``) as uint8 blocks, by the gguf package's own quantiser."""
+    values = weight.detach().float().contiguous().numpy()
+    return torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(values, kind)))

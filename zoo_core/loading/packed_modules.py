@@ -28,14 +28,13 @@ import json
 from typing import Mapping
 
 import gguf
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..errors import ZooError, printable
 from ..storage.checkpoints import PACKED_TYPES_KEY
-from .ggml_blocks import dequantize_rows, packed_type, row_bytes
+from .ggml_blocks import dequantize_rows, packed_type, quantize_rows, row_bytes
 from .ggml_kernels import matvec
 
 PACKED_KEY = PACKED_TYPES_KEY  # checkpoint header: {tensor name: "Q4_1", ...}
@@ -59,17 +58,6 @@ class PackedLinear(nn.Module):
         self.packed_values = in_features * out_features  # what the parameter count counts
         self.register_buffer("weight", _rows(out_features, row_bytes(kind, in_features), bias, device))
         self.bias = bias
-
-    @classmethod
-    def quantized_from(cls, linear: nn.Linear, type_name: str) -> PackedLinear | None:
-        """``linear`` quantised by gguf's own ``quantize`` to ``type_name`` ("Q8_0"); None when its rows are not whole blocks."""
-        kind = gguf.GGMLQuantizationType[type_name]
-        if linear.in_features % gguf.GGML_QUANT_SIZES[kind][0]:
-            return None
-        packed = cls(linear.in_features, linear.out_features, kind, linear.bias)
-        values = linear.weight.detach().float().contiguous().numpy()
-        packed.weight = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(values, kind)))
-        return packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return packed_linear(x, self.weight, self.kind, self.bias)
@@ -125,18 +113,20 @@ def packed_linear(x: torch.Tensor, rows: torch.Tensor, kind: gguf.GGMLQuantizati
     return out if bias is None else out + bias
 
 
-def quantize_network(network: nn.Module, type_name: str, name: str) -> nn.Module:
-    """``network`` with its ``nn.Linear`` layers of whole-block rows swapped, in place, for
-    ``type_name`` ("Q8_0") ones: ``--quantize int8`` (zoo_core.loading.quantizing)."""
+def quantize_network(network: nn.Module, quantize: str, name: str) -> nn.Module:
+    """``network`` with its ``nn.Linear`` layers of whole 32-value rows swapped, in place,
+    for Q8_0 ones: ``--quantize int8`` (zoo_core.loading.quantizing)."""
+    kind = gguf.GGMLQuantizationType.Q8_0
+    block = gguf.GGML_QUANT_SIZES[kind][0]
     linears = [(owner, m) for owner, m in network.named_modules() if isinstance(m, nn.Linear)]
     if not linears:
-        raise ZooError(f"variant '{name}' has no linear layers for --quantize to apply to")
+        raise ZooError(f"variant '{name}' has no linear layers for --quantize {quantize} to apply to")
     for owner, module in linears:
-        packed = PackedLinear.quantized_from(module, type_name)
-        if packed is None:
+        if module.in_features % block:
             continue  # its rows are not whole blocks: it stays float32
-        parent, _, attribute = owner.rpartition(".")
-        setattr(network.get_submodule(parent) if parent else network, attribute, packed)
+        packed = PackedLinear(module.in_features, module.out_features, kind, module.bias)
+        packed.weight = quantize_rows(module.weight, kind)
+        _replace(network, owner, packed)
     return network
 
 
