@@ -77,6 +77,10 @@ def test_the_gguf_extra_alone_exports_and_imports_gguf(venvs, tmp_path):
     _succeeds(_zoo(python, tmp_path, "import", "gguf", f"out/{VARIANT}.gguf", "--name", "back"))
     sampled = _succeeds(_zoo(python, tmp_path, "sample", "back", "--prompt", "ROMEO:", "--max-new-tokens", "3", "--seed", "1"))
     assert sampled.stdout.startswith("ROMEO:")
+    # what the other extras' refusal of --quantize int8 asks for is enough
+    quantized = _succeeds(_zoo(python, tmp_path, "sample", VARIANT, "--quantize", "int8", "--prompt", "ROMEO:",
+                               "--max-new-tokens", "2"))
+    assert quantized.stdout.startswith("ROMEO:")
     _refused_naming(_zoo(python, tmp_path, "export", VARIANT, "--format", "hf", "--out", "hf"), "hf")
 
 
